@@ -1,0 +1,245 @@
+//! The embedding API: build a [`Proxy`] from a [`Config`], run it on this
+//! thread or spawn it onto its own, and steer it through a [`ProxyHandle`].
+
+use std::io;
+use std::net::SocketAddr;
+use std::ops::Deref;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::config::{
+    Config, Credentials, Limits, ListenAddr, ListenerConfig, ListenerProtocol, Timeouts,
+};
+use crate::policy::Policy;
+use crate::reactor::{Control, Reactor};
+use crate::stats::{Stats, StatsSnapshot};
+
+/// What a [`ProxyHandle`] shares with the reactor thread.
+pub(crate) struct Shared {
+    pub(crate) stats: Stats,
+    pub(crate) local_addrs: Vec<ListenAddr>,
+    control: Mutex<Sender<Control>>,
+    waker: mio::Waker,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        local_addrs: Vec<ListenAddr>,
+        control: Sender<Control>,
+        waker: mio::Waker,
+    ) -> Self {
+        Shared {
+            stats: Stats::default(),
+            local_addrs,
+            control: Mutex::new(control),
+            waker,
+        }
+    }
+
+    fn send(&self, msg: Control) {
+        // A send fails only once the reactor has exited; then there is nothing to steer.
+        let sent = self
+            .control
+            .lock()
+            .map(|tx| tx.send(msg).is_ok())
+            .unwrap_or(false);
+        if sent {
+            if let Err(e) = self.waker.wake() {
+                log::warn!("could not wake the reactor: {e}");
+            }
+        }
+    }
+}
+
+/// A proxy with its listeners bound, ready to [`run`](Proxy::run) or [`spawn`](Proxy::spawn).
+///
+/// ```
+/// use portcullis::{Proxy, ListenAddr, ListenerProtocol, Policy};
+///
+/// let proxy = Proxy::builder()
+///     .listen(ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()), ListenerProtocol::Auto)
+///     .policy(Policy::builtin_default())
+///     .build()
+///     .expect("bind");
+/// let running = proxy.spawn().expect("spawn");
+/// let addr = running.local_addrs()[0].clone();
+/// println!("proxy on {addr}; open sessions: {}", running.stats().open.total());
+/// running.shutdown();
+/// running.join().expect("clean exit");
+/// ```
+pub struct Proxy {
+    reactor: Reactor,
+    handle: ProxyHandle,
+}
+
+impl Proxy {
+    /// A builder starting from the built-in default configuration.
+    pub fn builder() -> ProxyBuilder {
+        ProxyBuilder {
+            config: Config::default(),
+            listeners_set: false,
+        }
+    }
+
+    /// Binds every listener in `config`.
+    pub fn new(config: Config) -> io::Result<Proxy> {
+        let (reactor, shared) = Reactor::new(config)?;
+        Ok(Proxy {
+            reactor,
+            handle: ProxyHandle { shared },
+        })
+    }
+
+    /// A handle to steer the proxy from other threads, before or after it runs.
+    pub fn handle(&self) -> ProxyHandle {
+        self.handle.clone()
+    }
+
+    /// The bound listener addresses (ephemeral ports resolved), in config order.
+    pub fn local_addrs(&self) -> &[ListenAddr] {
+        &self.handle.shared.local_addrs
+    }
+
+    /// Runs the reactor on the calling thread until [`ProxyHandle::shutdown`].
+    pub fn run(self) -> io::Result<()> {
+        self.reactor.run()
+    }
+
+    /// Runs the reactor on a new thread.
+    pub fn spawn(self) -> io::Result<SpawnedProxy> {
+        let handle = self.handle.clone();
+        let thread = std::thread::Builder::new()
+            .name("portcullis-reactor".into())
+            .spawn(move || self.run())?;
+        Ok(SpawnedProxy {
+            handle,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// Builds a [`Proxy`]: every setter overrides one part of the default [`Config`].
+#[derive(Debug, Clone)]
+pub struct ProxyBuilder {
+    config: Config,
+    listeners_set: bool,
+}
+
+impl ProxyBuilder {
+    /// Starts from `config` instead of the default.
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self.listeners_set = true;
+        self
+    }
+    /// Adds a listener. The first call replaces the default listener.
+    pub fn listen(mut self, addr: ListenAddr, protocol: ListenerProtocol) -> Self {
+        if !self.listeners_set {
+            self.config.listeners.clear();
+            self.listeners_set = true;
+        }
+        self.config
+            .listeners
+            .push(ListenerConfig { addr, protocol });
+        self
+    }
+    /// Sets the policy.
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.config.policy = policy;
+        self
+    }
+    /// Sets the timeouts.
+    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.config.timeouts = timeouts;
+        self
+    }
+    /// Sets the limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.config.limits = limits;
+        self
+    }
+    /// Requires proxy credentials.
+    pub fn auth(mut self, username: &str, password: &str) -> Self {
+        self.config.auth = Some(Credentials {
+            username: username.into(),
+            password: password.into(),
+        });
+        self
+    }
+    /// Binds the listeners.
+    pub fn build(self) -> io::Result<Proxy> {
+        Proxy::new(self.config)
+    }
+}
+
+/// Steers a proxy from any thread. Cheap to clone.
+#[derive(Clone)]
+pub struct ProxyHandle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl ProxyHandle {
+    /// The bound listener addresses, in config order.
+    pub fn local_addrs(&self) -> Vec<ListenAddr> {
+        self.shared.local_addrs.clone()
+    }
+    /// The first TCP listener's address, if any (convenient in tests).
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.shared.local_addrs.iter().find_map(|a| match a {
+            ListenAddr::Tcp(a) => Some(*a),
+            ListenAddr::Unix(_) => None,
+        })
+    }
+    /// A copy of the counters.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.shared.stats.snapshot()
+    }
+    /// Swaps in a new policy: new sessions use it at once; open tunnels it no
+    /// longer allows are closed (reason `policy-reload`), the rest carry on.
+    pub fn reload(&self, policy: Policy) {
+        self.shared.send(Control::Reload(policy));
+    }
+    /// Stops the reactor: listeners close, open sessions are closed.
+    pub fn shutdown(&self) {
+        self.shared.send(Control::Shutdown);
+    }
+}
+
+/// A proxy running on its own thread. Dereferences to its [`ProxyHandle`];
+/// dropping it shuts the proxy down and waits for the thread.
+pub struct SpawnedProxy {
+    handle: ProxyHandle,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl SpawnedProxy {
+    /// A clone of the handle.
+    pub fn handle(&self) -> ProxyHandle {
+        self.handle.clone()
+    }
+    /// Waits for the reactor thread to exit (after [`ProxyHandle::shutdown`]).
+    pub fn join(mut self) -> io::Result<()> {
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(io::Error::other("reactor thread panicked")),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Deref for SpawnedProxy {
+    type Target = ProxyHandle;
+    fn deref(&self) -> &ProxyHandle {
+        &self.handle
+    }
+}
+
+impl Drop for SpawnedProxy {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.handle.shutdown();
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! portcullis: a sandbox egress proxy.
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod config;
+pub mod policy;
+pub mod protocol;
+pub(crate) mod reactor;
+pub mod stats;
+
+pub use api::{Proxy, ProxyBuilder, ProxyHandle, SpawnedProxy};
+pub use config::{
+    Config, Credentials, Limits, ListenAddr, ListenerConfig, ListenerProtocol, Timeouts,
+};
+pub use policy::Policy;
+pub use stats::{CloseReason, StatsSnapshot};

@@ -1,0 +1,6 @@
+//! Wire protocols, sans-IO: bytes in, a parse result out. Nothing here
+//! imports mio or touches a socket, so it is unit-tested and fuzzed directly.
+
+pub mod http;
+pub mod sniff;
+pub mod socks5;

@@ -1,0 +1,278 @@
+//! Counters the reactor keeps and any thread may read.
+//!
+//! The reactor is the only writer; readers (a [`crate::ProxyHandle`], the
+//! binary's SIGUSR1 handler, tests) take a [`StatsSnapshot`]. Counters are
+//! relaxed atomics: each is exact on its own, a snapshot is not a transaction.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Why a session ended. Every closed session is counted under exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CloseReason {
+    /// Both directions finished cleanly (EOF each way, everything flushed).
+    Done,
+    /// The client went away (reset, broken pipe, read error, hang-up).
+    ClientGone,
+    /// The upstream went away (reset, broken pipe, read error, hang-up).
+    UpstreamGone,
+    /// Policy refused the target.
+    Denied,
+    /// The client sent something we could not parse or do not support.
+    BadRequest,
+    /// Proxy credentials were missing or wrong.
+    AuthFailed,
+    /// The handshake did not complete within the handshake timeout.
+    HandshakeTimeout,
+    /// Name resolution failed.
+    ResolveFailed,
+    /// Every resolved address refused or was unreachable.
+    ConnectFailed,
+    /// Resolve-and-connect did not finish within the connect timeout.
+    ConnectTimeout,
+    /// An established tunnel saw no traffic for its idle timeout.
+    IdleTimeout,
+    /// A closing session could not flush within the close timeout.
+    CloseTimeout,
+    /// A policy reload no longer allows this tunnel.
+    PolicyReload,
+    /// The proxy was shut down.
+    Shutdown,
+    /// A limit was hit (sessions, pending handshakes).
+    Limit,
+}
+
+impl CloseReason {
+    /// Every reason, in a fixed order (the order of the tallies).
+    pub const ALL: [CloseReason; 15] = [
+        CloseReason::Done,
+        CloseReason::ClientGone,
+        CloseReason::UpstreamGone,
+        CloseReason::Denied,
+        CloseReason::BadRequest,
+        CloseReason::AuthFailed,
+        CloseReason::HandshakeTimeout,
+        CloseReason::ResolveFailed,
+        CloseReason::ConnectFailed,
+        CloseReason::ConnectTimeout,
+        CloseReason::IdleTimeout,
+        CloseReason::CloseTimeout,
+        CloseReason::PolicyReload,
+        CloseReason::Shutdown,
+        CloseReason::Limit,
+    ];
+
+    /// The short name used in logs and stats, e.g. `client-gone`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::Done => "done",
+            CloseReason::ClientGone => "client-gone",
+            CloseReason::UpstreamGone => "upstream-gone",
+            CloseReason::Denied => "denied",
+            CloseReason::BadRequest => "bad-request",
+            CloseReason::AuthFailed => "auth-failed",
+            CloseReason::HandshakeTimeout => "handshake-timeout",
+            CloseReason::ResolveFailed => "resolve-failed",
+            CloseReason::ConnectFailed => "connect-failed",
+            CloseReason::ConnectTimeout => "connect-timeout",
+            CloseReason::IdleTimeout => "idle-timeout",
+            CloseReason::CloseTimeout => "close-timeout",
+            CloseReason::PolicyReload => "policy-reload",
+            CloseReason::Shutdown => "shutdown",
+            CloseReason::Limit => "limit",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The phase a session is in, for the open-sessions gauges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Reading the client's CONNECT or SOCKS5 request.
+    Handshake,
+    /// Waiting for the resolver pool.
+    Resolving,
+    /// A non-blocking connect to the upstream is in flight.
+    Connecting,
+    /// Relaying bytes both ways.
+    Established,
+    /// Flushing what is owed, then closing.
+    Closing,
+}
+
+impl Phase {
+    const COUNT: usize = 5;
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Live counters, shared between the reactor and its handles.
+#[derive(Debug, Default)]
+pub struct Stats {
+    accepted: AtomicU64,
+    allowed: AtomicU64,
+    denied: AtomicU64,
+    open: [AtomicU64; Phase::COUNT],
+    closed: [AtomicU64; CloseReason::ALL.len()],
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
+    wakeups: AtomicU64,
+    events: AtomicU64,
+    accept_pauses: AtomicU64,
+}
+
+impl Stats {
+    pub(crate) fn accepted(&self) {
+        self.accepted.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn allowed(&self) {
+        self.allowed.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn denied(&self) {
+        self.denied.fetch_add(1, Relaxed);
+    }
+    /// A session entered `to` (from `from`, or newly accepted when `None`).
+    pub(crate) fn phase(&self, from: Option<Phase>, to: Option<Phase>) {
+        if let Some(p) = from {
+            self.open[p.index()].fetch_sub(1, Relaxed);
+        }
+        if let Some(p) = to {
+            self.open[p.index()].fetch_add(1, Relaxed);
+        }
+    }
+    pub(crate) fn closed(&self, reason: CloseReason) {
+        self.closed[reason.index()].fetch_add(1, Relaxed);
+    }
+    pub(crate) fn bytes_up(&self, n: usize) {
+        self.bytes_up.fetch_add(n as u64, Relaxed);
+    }
+    pub(crate) fn bytes_down(&self, n: usize) {
+        self.bytes_down.fetch_add(n as u64, Relaxed);
+    }
+    pub(crate) fn wakeup(&self, events: usize) {
+        self.wakeups.fetch_add(1, Relaxed);
+        self.events.fetch_add(events as u64, Relaxed);
+    }
+    pub(crate) fn accept_paused(&self) {
+        self.accept_pauses.fetch_add(1, Relaxed);
+    }
+
+    /// A copy of every counter.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let open = |p: Phase| self.open[p.index()].load(Relaxed);
+        StatsSnapshot {
+            accepted: self.accepted.load(Relaxed),
+            allowed: self.allowed.load(Relaxed),
+            denied: self.denied.load(Relaxed),
+            open: OpenSessions {
+                handshake: open(Phase::Handshake),
+                resolving: open(Phase::Resolving),
+                connecting: open(Phase::Connecting),
+                established: open(Phase::Established),
+                closing: open(Phase::Closing),
+            },
+            closed: ClosedByReason(std::array::from_fn(|i| self.closed[i].load(Relaxed))),
+            bytes_up: self.bytes_up.load(Relaxed),
+            bytes_down: self.bytes_down.load(Relaxed),
+            wakeups: self.wakeups.load(Relaxed),
+            events: self.events.load(Relaxed),
+            accept_pauses: self.accept_pauses.load(Relaxed),
+        }
+    }
+}
+
+/// Sessions open right now, by phase.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenSessions {
+    /// Reading the client's request.
+    pub handshake: u64,
+    /// Waiting for DNS.
+    pub resolving: u64,
+    /// Connecting upstream.
+    pub connecting: u64,
+    /// Relaying.
+    pub established: u64,
+    /// Flushing and closing.
+    pub closing: u64,
+}
+
+impl OpenSessions {
+    /// All open sessions.
+    pub fn total(&self) -> u64 {
+        self.handshake + self.resolving + self.connecting + self.established + self.closing
+    }
+}
+
+/// Closed sessions, tallied by [`CloseReason`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClosedByReason([u64; CloseReason::ALL.len()]);
+
+impl ClosedByReason {
+    /// How many sessions closed for `reason`.
+    pub fn get(&self, reason: CloseReason) -> u64 {
+        self.0[reason.index()]
+    }
+    /// All closed sessions.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+    /// `(reason, count)` for every reason with a non-zero count.
+    pub fn iter(&self) -> impl Iterator<Item = (CloseReason, u64)> + '_ {
+        CloseReason::ALL
+            .iter()
+            .map(|&r| (r, self.get(r)))
+            .filter(|&(_, n)| n > 0)
+    }
+}
+
+/// A point-in-time copy of [`Stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Connections accepted on any listener.
+    pub accepted: u64,
+    /// Sessions whose target policy allowed.
+    pub allowed: u64,
+    /// Sessions whose target policy refused.
+    pub denied: u64,
+    /// Sessions open now, by phase.
+    pub open: OpenSessions,
+    /// Sessions closed, by reason.
+    pub closed: ClosedByReason,
+    /// Payload bytes relayed client -> upstream.
+    pub bytes_up: u64,
+    /// Payload bytes relayed upstream -> client.
+    pub bytes_down: u64,
+    /// Times the reactor returned from `poll` (an idle proxy does not wake).
+    pub wakeups: u64,
+    /// Readiness events handled.
+    pub events: u64,
+    /// Times accepting was paused for lack of file descriptors.
+    pub accept_pauses: u64,
+}
+
+impl fmt::Display for StatsSnapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let o = &self.open;
+        write!(
+            f,
+            "accepted={} allowed={} denied={} open={} (handshake={} resolving={} connecting={} established={} closing={}) bytes_up={} bytes_down={} wakeups={} events={} accept_pauses={} closed:",
+            self.accepted, self.allowed, self.denied, o.total(), o.handshake, o.resolving,
+            o.connecting, o.established, o.closing, self.bytes_up, self.bytes_down,
+            self.wakeups, self.events, self.accept_pauses
+        )?;
+        for (r, n) in self.closed.iter() {
+            write!(f, " {r}={n}")?;
+        }
+        Ok(())
+    }
+}
