@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod config;
+pub mod duration;
 pub mod policy;
 pub mod protocol;
 pub(crate) mod reactor;

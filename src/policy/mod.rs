@@ -54,6 +54,78 @@ impl fmt::Display for Target {
     }
 }
 
+/// Allow or deny.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Let matching connections through.
+    Allow,
+    /// Refuse matching connections; a deny beats any allow.
+    Deny,
+}
+
+/// A port or port range as written in TOML: `443` or `"8000-8100"` or `"443"`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(untagged)]
+pub enum PortSpec {
+    /// One port.
+    Number(u16),
+    /// `"443"` or `"LO-HI"`.
+    Text(String),
+}
+
+/// One `[[rules]]` table as written in the policy file (before compiling).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// Name used in logs and in `X-Proxy-Error`; defaults to `rules[N]`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Allow or deny.
+    pub action: Action,
+    /// One host pattern: `example.com`, `*.example.com`, `*`, or an address literal.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// More host patterns.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// One CIDR, e.g. `10.0.0.0/8` or `::1/128`.
+    #[serde(default)]
+    pub cidr: Option<String>,
+    /// More CIDRs.
+    #[serde(default)]
+    pub cidrs: Vec<String>,
+    /// One port or range; no port and no ports means any port.
+    #[serde(default)]
+    pub port: Option<PortSpec>,
+    /// More ports or ranges.
+    #[serde(default)]
+    pub ports: Vec<PortSpec>,
+    /// Idle timeout for tunnels this rule allows (`"30s"`, `"5m"`, `"off"`).
+    #[serde(default)]
+    pub idle_timeout: Option<String>,
+}
+
+/// A policy file or rule that does not compile; says which rule and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyError(pub String);
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+/// Parses a command-line rule `HOST[:PORT|:LO-HI]` or `CIDR[:PORT|:LO-HI]`
+/// (IPv6 in brackets when a port follows: `[::1]:443`, `[fd00::/8]:1-1024`).
+/// The rule is named after the flag, e.g. `--allow 127.0.0.1:8080`.
+pub fn parse_cli_rule(action: Action, spec: &str) -> Result<RuleConfig, PolicyError> {
+    let _ = (action, spec);
+    todo!()
+}
+
 /// A compiled policy. Cheap to share (`Arc` inside).
 #[derive(Debug, Clone, Default)]
 pub struct Policy {}
@@ -100,6 +172,11 @@ pub enum Verdict {
 }
 
 impl Policy {
+    /// Compiles rules in order (names default to `rules[N]`, N from 0).
+    pub fn from_rules(rules: &[RuleConfig]) -> Result<Policy, PolicyError> {
+        let _ = rules;
+        todo!()
+    }
     /// The built-in default: public internet on ports 80 and 443.
     pub fn builtin_default() -> Policy {
         todo!()
