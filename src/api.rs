@@ -20,14 +20,14 @@ pub(crate) struct Shared {
     pub(crate) stats: Stats,
     pub(crate) local_addrs: Vec<ListenAddr>,
     control: Mutex<Sender<Control>>,
-    waker: mio::Waker,
+    waker: Arc<mio::Waker>,
 }
 
 impl Shared {
     pub(crate) fn new(
         local_addrs: Vec<ListenAddr>,
         control: Sender<Control>,
-        waker: mio::Waker,
+        waker: Arc<mio::Waker>,
     ) -> Self {
         Shared {
             stats: Stats::default(),

@@ -1,0 +1,139 @@
+//! Fixed-capacity relay buffers and the pool they come from.
+//!
+//! A tunnel takes a buffer for a direction only while bytes are in flight and
+//! gives it back when the direction drains, so ten thousand idle tunnels hold
+//! no buffers at all.
+
+/// A fixed-capacity byte queue: bytes are appended at the tail and consumed
+/// from the head.
+#[derive(Debug)]
+pub(crate) struct ByteBuf {
+    data: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl ByteBuf {
+    pub(crate) fn with_capacity(cap: usize) -> Self {
+        ByteBuf {
+            data: vec![0; cap].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+    /// Bytes waiting to be written.
+    pub(crate) fn data(&self) -> &[u8] {
+        &self.data[self.start..self.end]
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.end - self.start
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+    /// No room to read more.
+    pub(crate) fn is_full(&self) -> bool {
+        self.len() == self.data.len()
+    }
+    /// The free tail, compacting first if the head has room and the tail none.
+    pub(crate) fn space(&mut self) -> &mut [u8] {
+        if self.end == self.data.len() && self.start > 0 {
+            self.data.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        &mut self.data[self.end..]
+    }
+    /// Marks `n` bytes of [`ByteBuf::space`] as filled.
+    pub(crate) fn commit(&mut self, n: usize) {
+        debug_assert!(self.end + n <= self.data.len());
+        self.end += n;
+    }
+    /// Drops `n` bytes from the head.
+    pub(crate) fn consume(&mut self, n: usize) {
+        debug_assert!(n <= self.len());
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+    /// Appends as much of `bytes` as fits; returns how much did.
+    pub(crate) fn extend(&mut self, bytes: &[u8]) -> usize {
+        let space = self.space();
+        let n = space.len().min(bytes.len());
+        space[..n].copy_from_slice(&bytes[..n]);
+        self.commit(n);
+        n
+    }
+    fn clear(&mut self) {
+        self.start = 0;
+        self.end = 0;
+    }
+}
+
+/// Buffers of one size, recycled. Keeps at most `max_idle` spare buffers.
+#[derive(Debug)]
+pub(crate) struct BufPool {
+    size: usize,
+    free: Vec<ByteBuf>,
+    max_idle: usize,
+}
+
+impl BufPool {
+    pub(crate) fn new(size: usize, max_idle: usize) -> Self {
+        BufPool {
+            size,
+            free: Vec::new(),
+            max_idle,
+        }
+    }
+    pub(crate) fn take(&mut self) -> ByteBuf {
+        self.free
+            .pop()
+            .unwrap_or_else(|| ByteBuf::with_capacity(self.size))
+    }
+    /// A buffer that holds at least `n` bytes (a pooled one when it fits).
+    pub(crate) fn take_at_least(&mut self, n: usize) -> ByteBuf {
+        if n <= self.size {
+            self.take()
+        } else {
+            ByteBuf::with_capacity(n)
+        }
+    }
+    pub(crate) fn give(&mut self, mut buf: ByteBuf) {
+        if self.free.len() < self.max_idle && buf.data.len() == self.size {
+            buf.clear();
+            self.free.push(buf);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_consume_compact() {
+        let mut b = ByteBuf::with_capacity(8);
+        assert_eq!(b.extend(b"abcdefghij"), 8);
+        assert!(b.is_full());
+        b.consume(3);
+        assert_eq!(b.data(), b"defgh");
+        assert_eq!(b.space().len(), 3, "compacts when the tail is full");
+        assert_eq!(b.data(), b"defgh");
+        b.consume(5);
+        assert!(b.is_empty());
+        assert_eq!(b.space().len(), 8);
+    }
+
+    #[test]
+    fn pool_recycles_up_to_its_cap() {
+        let mut p = BufPool::new(16, 1);
+        let a = p.take();
+        let b = p.take();
+        p.give(a);
+        p.give(b);
+        assert_eq!(p.free.len(), 1);
+    }
+}

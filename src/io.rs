@@ -1,0 +1,215 @@
+//! The one place that looks at socket results.
+//!
+//! Every read and write in the relay goes through [`Stream::read_into`] and
+//! [`Stream::write_from`], which retry EINTR and sort every other result into
+//! an [`Io`] outcome. Callers then have exactly four cases to handle, and a
+//! dead peer is always [`Io::PeerGone`], whatever errno said it.
+
+use std::io::{self, Read};
+use std::net::Shutdown;
+use std::os::fd::{AsRawFd, RawFd};
+
+use mio::event::Source;
+use mio::net::{TcpStream, UnixStream};
+use mio::{Interest, Registry, Token};
+
+/// What one read or write did.
+#[derive(Debug)]
+pub(crate) enum Io {
+    /// Moved this many bytes (never 0).
+    Progress(usize),
+    /// A read returned 0: the peer finished sending (half-close).
+    Eof,
+    /// Nothing to do until the next readiness edge.
+    WouldBlock,
+    /// The peer is gone (EPIPE, ECONNRESET, ENOTCONN, any read error, ...).
+    PeerGone(io::Error),
+}
+
+fn classify(r: io::Result<usize>, reading: bool) -> Option<Io> {
+    match r {
+        Ok(0) if reading => Some(Io::Eof),
+        // A write of a non-empty buffer that moves nothing: treat as gone
+        // rather than retry forever.
+        Ok(0) => Some(Io::PeerGone(io::ErrorKind::WriteZero.into())),
+        Ok(n) => Some(Io::Progress(n)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(Io::WouldBlock),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => None,
+        Err(e) => Some(Io::PeerGone(e)),
+    }
+}
+
+/// A connected stream socket: TCP, or Unix-domain for sandboxes handed a socket path.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    /// Reads into `buf`, retrying EINTR.
+    pub(crate) fn read_into(&mut self, buf: &mut [u8]) -> Io {
+        loop {
+            let r = match self {
+                Stream::Tcp(s) => s.read(buf),
+                Stream::Unix(s) => s.read(buf),
+            };
+            if let Some(io) = classify(r, true) {
+                return io;
+            }
+        }
+    }
+
+    /// Writes from `buf`, retrying EINTR. Never raises SIGPIPE: MSG_NOSIGNAL
+    /// on Linux, SO_NOSIGPIPE (set by [`Stream::prepare`]) elsewhere.
+    pub(crate) fn write_from(&mut self, buf: &[u8]) -> Io {
+        debug_assert!(!buf.is_empty());
+        loop {
+            if let Some(io) = classify(send_nosignal(self.as_raw_fd(), buf), false) {
+                return io;
+            }
+        }
+    }
+
+    /// Sends our FIN: the peer reads EOF, and may keep sending to us.
+    pub(crate) fn shutdown_write(&self) {
+        // ENOTCONN here means the peer already went; the next read says so.
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(Shutdown::Write),
+            Stream::Unix(s) => s.shutdown(Shutdown::Write),
+        };
+    }
+
+    /// Per-socket options every relayed socket gets.
+    pub(crate) fn prepare(&self) {
+        if let Stream::Tcp(s) = self {
+            // We forward whatever arrives as soon as it arrives; Nagle would
+            // only add latency to interactive tunnels (ssh, kubectl exec).
+            let _ = s.set_nodelay(true);
+        }
+        #[cfg(any(target_os = "macos", target_os = "ios", target_os = "freebsd"))]
+        {
+            let _ = socket2::SockRef::from(self).set_nosigpipe(true);
+        }
+    }
+
+    /// The pending socket error (SO_ERROR), if any.
+    pub(crate) fn take_error(&self) -> Option<io::Error> {
+        let r = match self {
+            Stream::Tcp(s) => s.take_error(),
+            Stream::Unix(s) => s.take_error(),
+        };
+        match r {
+            Ok(e) => e,
+            Err(e) => Some(e),
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn send_nosignal(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is a valid slice for the duration of the call and `fd` is
+    // a socket we own.
+    let n = unsafe { nix::libc::send(fd, buf.as_ptr().cast(), buf.len(), nix::libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn send_nosignal(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: as above; SO_NOSIGPIPE is set on every relayed socket.
+    let n = unsafe { nix::libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+impl std::os::fd::AsFd for Stream {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the fd is open for as long as `self` is borrowed.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.as_raw_fd()) }
+    }
+}
+
+impl Source for Stream {
+    fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.register(r, t, i),
+            Stream::Unix(s) => s.register(r, t, i),
+        }
+    }
+    fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.reregister(r, t, i),
+            Stream::Unix(s) => s.reregister(r, t, i),
+        }
+    }
+    fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.deregister(r),
+            Stream::Unix(s) => s.deregister(r),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification() {
+        assert!(matches!(classify(Ok(0), true), Some(Io::Eof)));
+        assert!(matches!(classify(Ok(0), false), Some(Io::PeerGone(_))));
+        assert!(matches!(classify(Ok(7), false), Some(Io::Progress(7))));
+        assert!(classify(Err(io::ErrorKind::Interrupted.into()), true).is_none());
+        assert!(matches!(
+            classify(Err(io::ErrorKind::WouldBlock.into()), true),
+            Some(Io::WouldBlock)
+        ));
+        for kind in [
+            io::ErrorKind::BrokenPipe,
+            io::ErrorKind::ConnectionReset,
+            io::ErrorKind::NotConnected,
+        ] {
+            assert!(matches!(
+                classify(Err(kind.into()), false),
+                Some(Io::PeerGone(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn write_to_a_closed_peer_is_peer_gone_not_sigpipe() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        drop(s);
+        c.set_nonblocking(true).unwrap();
+        let mut st = Stream::Tcp(TcpStream::from_std(c));
+        let mut gone = false;
+        for _ in 0..1000 {
+            match st.write_from(&[0u8; 4096]) {
+                Io::PeerGone(_) => {
+                    gone = true;
+                    break;
+                }
+                _ => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        }
+        assert!(gone, "writes to a closed peer must end in PeerGone");
+    }
+}

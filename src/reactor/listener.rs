@@ -1,0 +1,100 @@
+//! Listening sockets: TCP and Unix-domain, each with the protocols it serves.
+
+use std::io;
+use std::path::PathBuf;
+
+use mio::net::{TcpListener, UnixListener};
+use mio::{Interest, Registry, Token};
+
+use crate::config::{ListenAddr, ListenerConfig, ListenerProtocol};
+use crate::io::Stream;
+
+/// A bound listener.
+pub(crate) struct Listener {
+    socket: Socket,
+    pub(crate) protocol: ListenerProtocol,
+    pub(crate) local: ListenAddr,
+}
+
+enum Socket {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+/// Who connected, for logs and per-client limits.
+#[derive(Debug, Clone)]
+pub(crate) enum Peer {
+    Tcp(std::net::SocketAddr),
+    Unix,
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::Tcp(a) => write!(f, "{a}"),
+            Peer::Unix => f.write_str("unix"),
+        }
+    }
+}
+
+impl Listener {
+    pub(crate) fn bind(config: &ListenerConfig) -> io::Result<Listener> {
+        let (socket, local) = match &config.addr {
+            ListenAddr::Tcp(addr) => {
+                let l = TcpListener::bind(*addr)?;
+                let local = l.local_addr()?;
+                (Socket::Tcp(l), ListenAddr::Tcp(local))
+            }
+            ListenAddr::Unix(path) => {
+                remove_stale_socket(path)?;
+                let l = UnixListener::bind(path)?;
+                (
+                    Socket::Unix(l, path.clone()),
+                    ListenAddr::Unix(path.clone()),
+                )
+            }
+        };
+        Ok(Listener {
+            socket,
+            protocol: config.protocol,
+            local,
+        })
+    }
+
+    pub(crate) fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
+        match &mut self.socket {
+            Socket::Tcp(l) => registry.register(l, token, Interest::READABLE),
+            Socket::Unix(l, _) => registry.register(l, token, Interest::READABLE),
+        }
+    }
+
+    /// One accept. WouldBlock, EINTR and errors are the caller's to sort.
+    pub(crate) fn accept(&self) -> io::Result<(Stream, Peer)> {
+        match &self.socket {
+            Socket::Tcp(l) => l.accept().map(|(s, a)| (Stream::Tcp(s), Peer::Tcp(a))),
+            Socket::Unix(l, _) => l.accept().map(|(s, _)| (Stream::Unix(s), Peer::Unix)),
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Socket::Unix(_, path) = &self.socket {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Replaces a socket file left by an earlier run, but never a regular file.
+fn remove_stale_socket(path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} exists and is not a socket", path.display()),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}

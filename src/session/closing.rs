@@ -1,0 +1,138 @@
+//! Closing: flush what is owed to the surviving side (a refusal, a SOCKS
+//! reply, the tail of a tunnel), send FIN, optionally linger, then end.
+//! Always bounded by the close timer.
+
+use super::endpoint::Side;
+use super::refusal::{Dialect, Refusal};
+use super::state::State;
+use super::Conn;
+use crate::buffer::ByteBuf;
+use crate::io::Io;
+use crate::reactor::Core;
+use crate::stats::CloseReason;
+
+/// Reads per call while lingering, before yielding to other sessions.
+const LINGER_READS_PER_CALL: usize = 16;
+
+pub(crate) struct Closing {
+    survivor: Side,
+    owed: Option<ByteBuf>,
+    stage: Stage,
+    reason: CloseReason,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Writing what is owed.
+    Flush { linger: bool },
+    /// FIN sent; reading and discarding until the peer's EOF, so that closing
+    /// does not reset the connection before the peer has read our answer.
+    Linger,
+}
+
+/// Refuses the session: the client gets `refusal`'s answer in its dialect.
+pub(crate) fn refuse(
+    refusal: Refusal,
+    dialect: Dialect,
+    conn: &mut Conn,
+    core: &mut Core,
+) -> State {
+    let why = refusal.describe();
+    answer(
+        &refusal.answer(dialect),
+        refusal.close_reason(),
+        why,
+        conn,
+        core,
+    )
+}
+
+/// Sends `bytes` to the client and closes for `reason`; `why` goes in the access line.
+pub(crate) fn answer(
+    bytes: &[u8],
+    reason: CloseReason,
+    why: String,
+    conn: &mut Conn,
+    core: &mut Core,
+) -> State {
+    conn.log.error = Some(why);
+    conn.drop_side(Side::Upstream, core);
+    if bytes.is_empty() {
+        return State::Done(reason);
+    }
+    let mut buf = core.pool.take_at_least(bytes.len());
+    buf.extend(bytes);
+    State::Closing(Closing::new(Side::Client, Some(buf), true, reason))
+}
+
+impl Closing {
+    pub(crate) fn new(
+        survivor: Side,
+        owed: Option<ByteBuf>,
+        linger: bool,
+        reason: CloseReason,
+    ) -> Closing {
+        Closing {
+            survivor,
+            owed,
+            stage: Stage::Flush { linger },
+            reason,
+        }
+    }
+
+    pub(crate) fn drive(mut self, conn: &mut Conn, core: &mut Core) -> State {
+        let key = conn.key;
+        let Some(ep) = conn.side(self.survivor) else {
+            return State::Done(self.reason);
+        };
+        if ep.failed {
+            return State::Done(self.reason);
+        }
+        if let Stage::Flush { linger } = self.stage {
+            while let Some(buf) = self.owed.as_mut().filter(|b| !b.is_empty()) {
+                if !ep.writable {
+                    return State::Closing(self);
+                }
+                match ep.stream.write_from(buf.data()) {
+                    Io::Progress(n) => buf.consume(n),
+                    Io::WouldBlock => {
+                        ep.writable = false;
+                        return State::Closing(self);
+                    }
+                    Io::Eof | Io::PeerGone(_) => return State::Done(self.reason),
+                }
+            }
+            if let Some(buf) = self.owed.take() {
+                core.pool.give(buf);
+            }
+            ep.stream.shutdown_write();
+            if !linger {
+                return State::Done(self.reason);
+            }
+            self.stage = Stage::Linger;
+        }
+        let mut scratch = [0u8; 4096];
+        for _ in 0..LINGER_READS_PER_CALL {
+            if !ep.readable {
+                return State::Closing(self);
+            }
+            match ep.stream.read_into(&mut scratch) {
+                Io::Progress(_) => {}
+                Io::WouldBlock => ep.readable = false,
+                Io::Eof | Io::PeerGone(_) => return State::Done(self.reason),
+            }
+        }
+        core.requeue.push(key);
+        State::Closing(self)
+    }
+
+    /// The close timer fired: whatever is left is abandoned.
+    pub(crate) fn on_timeout(self) -> State {
+        let unflushed = self.owed.as_ref().is_some_and(|b| !b.is_empty());
+        State::Done(if unflushed {
+            CloseReason::CloseTimeout
+        } else {
+            self.reason
+        })
+    }
+}

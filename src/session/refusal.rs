@@ -1,0 +1,147 @@
+//! Every way a session can be refused before its tunnel opens, and the answer
+//! each one gets in the client's own protocol.
+
+use std::io;
+
+use crate::policy::Denial;
+use crate::protocol::{http, socks5};
+use crate::stats::CloseReason;
+
+/// Which protocol the client spoke, so a refusal is answered in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    Http,
+    Socks5,
+}
+
+/// Why a session is refused.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// Unparseable or unsupported request (the string says what).
+    Malformed(String),
+    /// Request head over the limit.
+    HeadTooLarge,
+    /// An HTTP method other than CONNECT.
+    Method(String),
+    /// Missing or wrong HTTP proxy credentials.
+    AuthRequired,
+    /// A SOCKS5 request the protocol module rejected.
+    Socks(socks5::RequestError),
+    /// A SOCKS5 command we do not serve (BIND, UDP ASSOCIATE).
+    SocksCommand,
+    /// A target host that is not a valid name or address.
+    BadHost(String),
+    /// Policy said no.
+    Denied(Denial),
+    /// DNS failed.
+    Resolve(io::Error),
+    /// Every address failed; the last error.
+    Connect(io::Error),
+    /// Resolve + connect took too long.
+    Timeout,
+}
+
+impl Refusal {
+    pub(crate) fn close_reason(&self) -> CloseReason {
+        match self {
+            Refusal::Malformed(_)
+            | Refusal::HeadTooLarge
+            | Refusal::Method(_)
+            | Refusal::Socks(_)
+            | Refusal::SocksCommand
+            | Refusal::BadHost(_) => CloseReason::BadRequest,
+            Refusal::AuthRequired => CloseReason::AuthFailed,
+            Refusal::Denied(_) => CloseReason::Denied,
+            Refusal::Resolve(_) => CloseReason::ResolveFailed,
+            Refusal::Connect(_) => CloseReason::ConnectFailed,
+            Refusal::Timeout => CloseReason::ConnectTimeout,
+        }
+    }
+
+    /// A one-line reason for logs and response bodies.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Refusal::Malformed(why) => format!("malformed request: {why}"),
+            Refusal::HeadTooLarge => "request head too large".into(),
+            Refusal::Method(m) => {
+                format!("method {m} not allowed: this proxy tunnels with CONNECT")
+            }
+            Refusal::AuthRequired => "proxy authentication required".into(),
+            Refusal::Socks(e) => format!("bad SOCKS5 request: {e:?}"),
+            Refusal::SocksCommand => "only the SOCKS5 CONNECT command is supported".into(),
+            Refusal::BadHost(why) => format!("invalid target host: {why}"),
+            Refusal::Denied(d) => format!("{d}"),
+            Refusal::Resolve(e) => format!("could not resolve the target: {e}"),
+            Refusal::Connect(e) => format!("could not connect to the target: {e}"),
+            Refusal::Timeout => "timed out connecting to the target".into(),
+        }
+    }
+
+    /// The `X-Proxy-Error` value: the cause, and for a deny the rule.
+    fn cause(&self) -> String {
+        match self {
+            Refusal::Malformed(_) | Refusal::Socks(_) | Refusal::BadHost(_) => "bad-request".into(),
+            Refusal::SocksCommand => "unsupported-command".into(),
+            Refusal::HeadTooLarge => "head-too-large".into(),
+            Refusal::Method(_) => "method-not-allowed".into(),
+            Refusal::AuthRequired => "auth-required".into(),
+            Refusal::Denied(Denial::Rule(rule)) => format!("denied; rule={rule}"),
+            Refusal::Denied(Denial::NoRule) => "denied; no-matching-rule".into(),
+            Refusal::Denied(Denial::SpecialAddress(addr, range)) => {
+                format!("denied; {range}-address={addr}")
+            }
+            Refusal::Resolve(_) => "resolve-failed".into(),
+            Refusal::Connect(_) => "connect-failed".into(),
+            Refusal::Timeout => "connect-timeout".into(),
+        }
+    }
+
+    /// The bytes that tell the client, in its protocol. Empty: just close.
+    pub(crate) fn answer(&self, dialect: Dialect) -> Vec<u8> {
+        match dialect {
+            Dialect::Http => self.http_answer(),
+            Dialect::Socks5 => self.socks_answer(),
+        }
+    }
+
+    fn http_answer(&self) -> Vec<u8> {
+        let (status, extra): (u16, &[(&str, &str)]) = match self {
+            Refusal::Malformed(_)
+            | Refusal::BadHost(_)
+            | Refusal::Socks(_)
+            | Refusal::SocksCommand => (400, &[]),
+            Refusal::HeadTooLarge => (431, &[]),
+            Refusal::Method(_) => (405, &[("Allow", "CONNECT")]),
+            Refusal::AuthRequired => (407, &[("Proxy-Authenticate", "Basic realm=\"portcullis\"")]),
+            Refusal::Denied(_) => (403, &[]),
+            Refusal::Resolve(_) | Refusal::Connect(_) => (502, &[]),
+            Refusal::Timeout => (504, &[]),
+        };
+        http::error_response(status, &self.cause(), &self.describe(), extra)
+    }
+
+    fn socks_answer(&self) -> Vec<u8> {
+        use socks5::Reply;
+        let reply = match self {
+            // Nothing sensible to say to a peer that does not speak SOCKS5.
+            Refusal::Malformed(_)
+            | Refusal::HeadTooLarge
+            | Refusal::Method(_)
+            | Refusal::AuthRequired => return Vec::new(),
+            Refusal::Socks(e) => e.reply(),
+            Refusal::SocksCommand => Reply::CommandNotSupported,
+            Refusal::BadHost(_) | Refusal::Denied(_) => Reply::NotAllowed,
+            Refusal::Resolve(_) => Reply::HostUnreachable,
+            Refusal::Connect(e) => match e.kind() {
+                io::ErrorKind::ConnectionRefused => Reply::ConnectionRefused,
+                io::ErrorKind::NetworkUnreachable => Reply::NetworkUnreachable,
+                io::ErrorKind::TimedOut => Reply::TtlExpired,
+                _ => Reply::HostUnreachable,
+            },
+            Refusal::Timeout => Reply::TtlExpired,
+        };
+        let mut out = Vec::with_capacity(10);
+        socks5::encode_reply(reply, None, &mut out);
+        out
+    }
+}

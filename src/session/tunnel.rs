@@ -1,0 +1,240 @@
+//! Established: raw passthrough in both directions.
+//!
+//! Each direction is a [`Flow`] with at most one bounded buffer. A side is
+//! read only while its flow's buffer has room, written only while bytes are
+//! pending; reads and writes alternate until WouldBlock, so one call moves as
+//! much as the sockets allow. There is no cumulative limit of any kind. EOF
+//! from one side is flushed and then becomes `shutdown(Write)` on the other;
+//! the tunnel is done when both directions are.
+
+use std::time::{Duration, Instant};
+
+use super::closing::Closing;
+use super::endpoint::{Endpoint, Side};
+use super::state::State;
+use super::Conn;
+use crate::buffer::ByteBuf;
+use crate::io::Io;
+use crate::reactor::Core;
+use crate::stats::CloseReason;
+
+/// Read/write rounds per call before yielding to other sessions, so one fat
+/// tunnel cannot starve the rest (the session is driven again next iteration).
+const ROUNDS_PER_CALL: usize = 32;
+
+pub(crate) struct Tunnel {
+    /// Client to upstream.
+    up: Flow,
+    /// Upstream to client.
+    down: Flow,
+    idle: Option<Duration>,
+    last_active: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FlowPhase {
+    /// Relaying.
+    Open,
+    /// The source sent EOF; flush, then shut the destination's write side.
+    Draining,
+    /// EOF passed on: this direction is finished.
+    Shut,
+}
+
+struct Flow {
+    buf: Option<ByteBuf>,
+    phase: FlowPhase,
+}
+
+/// A side died while relaying.
+struct Gone(Side);
+
+impl Tunnel {
+    /// `to_client` (the proxy's success reply) and `to_upstream` (bytes the
+    /// client pipelined behind its request) are the first bytes each way.
+    pub(crate) fn new(
+        to_client: &[u8],
+        to_upstream: &[u8],
+        idle: Option<Duration>,
+        core: &mut Core,
+    ) -> Tunnel {
+        let mut preload = |bytes: &[u8]| {
+            (!bytes.is_empty()).then(|| {
+                let mut buf = core.pool.take_at_least(bytes.len());
+                buf.extend(bytes);
+                buf
+            })
+        };
+        Tunnel {
+            up: Flow {
+                buf: preload(to_upstream),
+                phase: FlowPhase::Open,
+            },
+            down: Flow {
+                buf: preload(to_client),
+                phase: FlowPhase::Open,
+            },
+            idle,
+            last_active: core.now,
+        }
+    }
+
+    pub(crate) fn idle_timeout(&self) -> Option<Duration> {
+        self.idle
+    }
+
+    pub(crate) fn drive(mut self, conn: &mut Conn, core: &mut Core) -> State {
+        let Conn {
+            client,
+            upstream,
+            log,
+            key,
+            ..
+        } = conn;
+        let Some(upstream) = upstream.as_mut() else {
+            return self.lost(Side::Upstream, conn, core);
+        };
+        if client.failed {
+            return self.lost(Side::Client, conn, core);
+        }
+        if upstream.failed {
+            return self.lost(Side::Upstream, conn, core);
+        }
+        let mut active = false;
+        let mut rounds = 0;
+        loop {
+            let moved = match (
+                self.up
+                    .pump(client, upstream, Side::Client, core, &mut log.up),
+                self.down
+                    .pump(upstream, client, Side::Upstream, core, &mut log.down),
+            ) {
+                (Ok(a), Ok(b)) => a | b,
+                (Err(Gone(side)), _) | (_, Err(Gone(side))) => return self.lost(side, conn, core),
+            };
+            if !moved {
+                break;
+            }
+            active = true;
+            rounds += 1;
+            if rounds == ROUNDS_PER_CALL {
+                core.requeue.push(*key);
+                break;
+            }
+        }
+        if active {
+            self.last_active = core.now;
+        }
+        if self.up.phase == FlowPhase::Shut && self.down.phase == FlowPhase::Shut {
+            return State::Done(CloseReason::Done);
+        }
+        State::Established(self)
+    }
+
+    /// One side is dead: drop it at once and flush what is owed to the other.
+    fn lost(self, dead: Side, conn: &mut Conn, core: &mut Core) -> State {
+        let (owed, stranded) = match dead {
+            Side::Client => (self.up.buf, self.down.buf),
+            Side::Upstream => (self.down.buf, self.up.buf),
+        };
+        if let Some(buf) = stranded {
+            core.pool.give(buf);
+        }
+        conn.drop_side(dead, core);
+        let survivor = match dead {
+            Side::Client => Side::Upstream,
+            Side::Upstream => Side::Client,
+        };
+        // Only a surviving client is worth lingering for: it may still be
+        // reading the tail we owe it. An upstream just gets what is owed.
+        let linger = survivor == Side::Client;
+        State::Closing(Closing::new(survivor, owed, linger, dead.gone_reason()))
+    }
+
+    pub(crate) fn on_timer(self, conn: &mut Conn, core: &mut Core) -> State {
+        let Some(idle) = self.idle else {
+            return State::Established(self);
+        };
+        let due = self.last_active + idle;
+        if core.now >= due {
+            return State::Done(CloseReason::IdleTimeout);
+        }
+        // Traffic moved since the timer was set: sleep until the new deadline.
+        conn.arm(core, due - core.now);
+        State::Established(self)
+    }
+}
+
+impl Flow {
+    /// Moves bytes from `src` to `dst`: at most one read and one write.
+    /// Returns whether anything happened.
+    fn pump(
+        &mut self,
+        src: &mut Endpoint,
+        dst: &mut Endpoint,
+        src_side: Side,
+        core: &mut Core,
+        counter: &mut u64,
+    ) -> Result<bool, Gone> {
+        let mut moved = false;
+        if self.phase == FlowPhase::Open && src.readable {
+            let buf = self.buf.get_or_insert_with(|| core.pool.take());
+            if !buf.is_full() {
+                match src.stream.read_into(buf.space()) {
+                    Io::Progress(n) => {
+                        buf.commit(n);
+                        moved = true;
+                    }
+                    Io::WouldBlock => src.readable = false,
+                    Io::Eof => {
+                        src.readable = false;
+                        self.phase = FlowPhase::Draining;
+                        moved = true;
+                    }
+                    Io::PeerGone(e) => {
+                        log::debug!("{src_side:?} read: {e}");
+                        return Err(Gone(src_side));
+                    }
+                }
+            }
+        }
+        if let Some(buf) = self.buf.as_mut().filter(|b| !b.is_empty()) {
+            if dst.writable {
+                match dst.stream.write_from(buf.data()) {
+                    Io::Progress(n) => {
+                        buf.consume(n);
+                        *counter += n as u64;
+                        match src_side {
+                            Side::Client => core.stats().bytes_up(n),
+                            Side::Upstream => core.stats().bytes_down(n),
+                        }
+                        moved = true;
+                    }
+                    Io::WouldBlock => dst.writable = false,
+                    Io::Eof | Io::PeerGone(_) => {
+                        let dst_side = match src_side {
+                            Side::Client => Side::Upstream,
+                            Side::Upstream => Side::Client,
+                        };
+                        return Err(Gone(dst_side));
+                    }
+                }
+            }
+        }
+        if self.buf.as_ref().is_some_and(ByteBuf::is_empty) {
+            if let Some(buf) = self.buf.take() {
+                core.pool.give(buf);
+            }
+            if self.phase == FlowPhase::Draining {
+                dst.stream.shutdown_write();
+                self.phase = FlowPhase::Shut;
+                moved = true;
+            }
+        } else if self.buf.is_none() && self.phase == FlowPhase::Draining {
+            dst.stream.shutdown_write();
+            self.phase = FlowPhase::Shut;
+            moved = true;
+        }
+        Ok(moved)
+    }
+}
