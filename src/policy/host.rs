@@ -111,8 +111,9 @@ fn ends_in_number(name: &str) -> bool {
 }
 
 /// One `inet_aton` part: `0x`/`0X` hex (empty digits = 0), leading `0` octal,
-/// else decimal. `None` if invalid or larger than `u32`.
-fn parse_ipv4_number(s: &str) -> Option<u64> {
+/// else decimal. `None` if not a number at all; `Some(None)` if a well-formed
+/// number too large for IPv4 (it still makes the name an address: invalid).
+fn parse_ipv4_number(s: &str) -> Option<Option<u64>> {
     if s.is_empty() {
         return None;
     }
@@ -123,13 +124,12 @@ fn parse_ipv4_number(s: &str) -> Option<u64> {
     } else {
         (s, 10)
     };
-    let mut n: u64 = 0;
+    let mut n: Option<u64> = Some(0);
     for c in digits.chars() {
         let d = c.to_digit(radix)?;
-        n = n.checked_mul(u64::from(radix))?.checked_add(u64::from(d))?;
-        if n > u64::from(u32::MAX) {
-            return None;
-        }
+        n = n
+            .and_then(|n| n.checked_mul(u64::from(radix))?.checked_add(u64::from(d)))
+            .filter(|&n| n <= u64::from(u32::MAX));
     }
     Some(n)
 }
@@ -143,7 +143,7 @@ pub(crate) fn parse_ipv4(s: &str) -> Option<Ipv4Addr> {
         if n == 4 {
             return None;
         }
-        parts[n] = parse_ipv4_number(p)?;
+        parts[n] = parse_ipv4_number(p)??;
         n += 1;
     }
     let (last, init) = (parts[n - 1], &parts[..n - 1]);

@@ -10,6 +10,8 @@ mod check;
 mod cidr;
 mod host;
 mod rule;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::net::IpAddr;
