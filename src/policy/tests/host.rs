@@ -190,3 +190,26 @@ fn display() {
     assert_eq!(t("[::1]", 443).to_string(), "[::1]:443");
     assert_eq!(t("127.1", 80).to_string(), "127.0.0.1:80");
 }
+
+#[test]
+fn never_panics_on_garbage() {
+    let alphabet: Vec<char> = "[]:.%/-*0x9fFAZ \u{0}\u{7f}ü。１ß\u{200b}xn--"
+        .chars()
+        .collect();
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state as usize
+    };
+    for _ in 0..5000 {
+        let len = next() % 24;
+        let s: String = (0..len)
+            .map(|_| alphabet[next() % alphabet.len()])
+            .collect();
+        let _ = Target::parse_authority(&s);
+        let _ = Target::new(&s, 1);
+        let _ = parse_cli_rule(Action::Allow, &s);
+    }
+}

@@ -2,6 +2,7 @@
 
 mod check;
 mod host;
+mod parse;
 mod rules;
 mod special;
 
@@ -53,4 +54,19 @@ pub(super) fn literal(p: &Policy, host: &str, port: u16) -> Verdict {
 /// Whether the verdict allows.
 pub(super) fn allowed(v: &Verdict) -> bool {
     matches!(v, Verdict::Allow(_))
+}
+
+/// An empty rule of `action`, to fill with struct-update syntax.
+pub(super) fn cfg(action: Action) -> RuleConfig {
+    RuleConfig {
+        name: None,
+        action,
+        host: None,
+        hosts: Vec::new(),
+        cidr: None,
+        cidrs: Vec::new(),
+        port: None,
+        ports: Vec::new(),
+        idle_timeout: None,
+    }
 }
