@@ -1,12 +1,24 @@
 //! Who may connect where. Pure: no sockets, no clocks, no DNS.
 //!
-//! STUB: the policy helper replaces the bodies; the signatures are the contract
-//! the session code is written against.
+//! Targets and rule host patterns are canonicalised the same way (`host.rs`),
+//! rules are compiled once (`rule.rs`), and verdicts come from a linear scan
+//! (`check.rs`): deny beats allow, no match is a denial, and special addresses
+//! (`addr.rs`) need an allow rule that names them.
+
+mod addr;
+mod check;
+mod cidr;
+mod host;
+mod rule;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
+
+use rule::Rule;
 
 /// A host as the policy sees it: canonical, so no spelling slips past a rule.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -34,13 +46,11 @@ pub struct TargetError(pub String);
 impl Target {
     /// Canonicalises `host` (a name or address literal, IPv6 optionally in brackets).
     pub fn new(host: &str, port: u16) -> Result<Target, TargetError> {
-        let _ = (host, port);
-        todo!()
+        host::target(host, port)
     }
     /// Parses an authority `host:port` / `[v6]:port` (as in a CONNECT line).
     pub fn parse_authority(s: &str) -> Result<Target, TargetError> {
-        let _ = s;
-        todo!()
+        host::parse_authority(s)
     }
 }
 
@@ -122,13 +132,15 @@ impl std::error::Error for PolicyError {}
 /// (IPv6 in brackets when a port follows: `[::1]:443`, `[fd00::/8]:1-1024`).
 /// The rule is named after the flag, e.g. `--allow 127.0.0.1:8080`.
 pub fn parse_cli_rule(action: Action, spec: &str) -> Result<RuleConfig, PolicyError> {
-    let _ = (action, spec);
-    todo!()
+    rule::parse_cli_rule(action, spec)
 }
 
-/// A compiled policy. Cheap to share (`Arc` inside).
+/// A compiled policy. Cheap to share (`Arc` inside). The default has no rules,
+/// so it denies everything.
 #[derive(Debug, Clone, Default)]
-pub struct Policy {}
+pub struct Policy {
+    rules: Arc<Vec<Rule>>,
+}
 
 /// Why a target was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,22 +186,72 @@ pub enum Verdict {
 impl Policy {
     /// Compiles rules in order (names default to `rules[N]`, N from 0).
     pub fn from_rules(rules: &[RuleConfig]) -> Result<Policy, PolicyError> {
-        let _ = rules;
-        todo!()
+        let rules = rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Rule::compile(i, r))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Policy {
+            rules: Arc::new(rules),
+        })
     }
-    /// The built-in default: public internet on ports 80 and 443.
+    /// The built-in default: public internet on ports 80 and 443. Private and
+    /// other special ranges stay refused by the special-address check.
     pub fn builtin_default() -> Policy {
-        todo!()
+        let rule = RuleConfig {
+            name: Some("default-public-web".into()),
+            action: Action::Allow,
+            host: Some("*".into()),
+            hosts: Vec::new(),
+            cidr: None,
+            cidrs: Vec::new(),
+            port: None,
+            ports: vec![PortSpec::Number(80), PortSpec::Number(443)],
+            idle_timeout: None,
+        };
+        Policy::from_rules(&[rule]).expect("built-in rule compiles")
     }
-    /// Checks a domain target before resolving it.
+    /// Parses a TOML policy document and compiles its `[[rules]]` array;
+    /// other top-level keys are ignored so a policy can live in a larger file.
+    /// Never panics, whatever the input.
+    pub fn parse_toml(text: &str) -> Result<Policy, PolicyError> {
+        #[derive(serde::Deserialize)]
+        struct Doc {
+            #[serde(default)]
+            rules: Vec<RuleConfig>,
+        }
+        let doc: Doc =
+            toml::from_str(text).map_err(|e| PolicyError(format!("invalid policy: {e}")))?;
+        Policy::from_rules(&doc.rules)
+    }
+    /// Appends `other`'s rules after ours (the CLI adds `--allow`/`--deny`
+    /// rules to a file's). Names are kept as given.
+    pub fn extend(&mut self, other: Policy) {
+        let other = Arc::try_unwrap(other.rules).unwrap_or_else(|a| (*a).clone());
+        Arc::make_mut(&mut self.rules).extend(other);
+    }
+    /// Rule names in order, for logs and diagnostics.
+    pub fn rule_names(&self) -> Vec<Arc<str>> {
+        self.rules.iter().map(|r| r.name.clone()).collect()
+    }
+    /// Number of rules.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+    /// Whether there are no rules (the policy then denies everything).
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+    /// Checks a domain target before resolving it; an address-literal target
+    /// always gets [`NameVerdict::Resolve`] (pass the literal to
+    /// [`Policy::check_resolved`]).
     pub fn check_name(&self, target: &Target) -> NameVerdict {
-        let _ = target;
-        todo!()
+        check::check_name(&self.rules, target)
     }
     /// Checks a target against its resolved addresses (or its literal address).
+    /// Judging the addresses, not just the name, defeats DNS rebinding.
     pub fn check_resolved(&self, target: &Target, addrs: &[IpAddr]) -> Verdict {
-        let _ = (target, addrs);
-        todo!()
+        check::check_resolved(&self.rules, target, addrs)
     }
 }
 
