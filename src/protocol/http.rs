@@ -1,7 +1,9 @@
 //! HTTP/1.x request heads for the proxy handshake (CONNECT), and the proxy's
 //! own answers. Sans-IO.
 //!
-//! STUB: the protocol helper replaces the bodies; the signatures are the contract.
+//! Parsing is done by `httparse`; this module adds the size limit, maps its
+//! errors to [`HeadError`] (answered 400 or 431) and owns the result, so the
+//! caller may drop or reuse its buffer.
 
 /// What [`parse_request_head`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,18 +42,138 @@ pub enum HeadError {
 /// `Ok(Some((head, n)))`: a whole head of `n` bytes (bytes after it are the
 /// client's, to be forwarded). `Ok(None)`: incomplete and under `max` bytes.
 /// `Err(TooLarge)` once `buf` holds `max` bytes with no end of head.
+///
+/// Only HTTP/1.0 and HTTP/1.1 are accepted; empty lines before the request
+/// line are skipped (RFC 9112 section 2.2) and counted in `n`. A head is never
+/// longer than `max` bytes: only the first `max` bytes of `buf` are looked at.
+/// More than [`MAX_HEADERS`] header lines is [`HeadError::TooLarge`].
 pub fn parse_request_head(
     buf: &[u8],
     max: usize,
 ) -> Result<Option<(RequestHead, usize)>, HeadError> {
-    let _ = (buf, max);
-    todo!()
+    let window = &buf[..buf.len().min(max)];
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(window) {
+        Ok(httparse::Status::Complete(n)) => Ok(Some((RequestHead::from_httparse(&req), n))),
+        Ok(httparse::Status::Partial) if window.len() >= max => Err(HeadError::TooLarge),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(HeadError::TooLarge),
+        Err(e) => Err(HeadError::Malformed(malformed_cause(e).to_owned())),
+    }
+}
+
+/// The most header lines [`parse_request_head`] accepts.
+pub const MAX_HEADERS: usize = 100;
+
+impl RequestHead {
+    /// Owns what `httparse` found in a complete head.
+    fn from_httparse(req: &httparse::Request<'_, '_>) -> Self {
+        RequestHead {
+            method: req.method.unwrap_or_default().to_owned(),
+            target: req.path.unwrap_or_default().to_owned(),
+            version: req.version.unwrap_or_default(),
+            headers: req
+                .headers
+                .iter()
+                .map(|h| (h.name.to_owned(), h.value.to_vec()))
+                .collect(),
+        }
+    }
+}
+
+/// A short human cause for an `httparse` error, for `X-Proxy-Error`.
+fn malformed_cause(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::HeaderName => "invalid header name",
+        httparse::Error::HeaderValue => "invalid header value",
+        httparse::Error::NewLine => "invalid line ending",
+        httparse::Error::Token => "invalid request line",
+        httparse::Error::Version => "invalid or unsupported HTTP version",
+        // Responses only; listed so a new variant is a compile error.
+        httparse::Error::Status | httparse::Error::TooManyHeaders => "invalid request",
+    }
 }
 
 /// Checks a `Proxy-Authorization` value (`Basic base64(user:pass)`).
+///
+/// The scheme is case-insensitive and followed by one or more spaces; the
+/// base64 (standard alphabet) may be padded or not. Trailing spaces and tabs
+/// are ignored. Anything malformed is `false`. The decoded credentials are
+/// compared in time independent of where they differ.
 pub fn basic_auth_matches(value: &[u8], username: &str, password: &str) -> bool {
-    let _ = (value, username, password);
-    todo!()
+    let value = trim_end_ows(value);
+    let Some((scheme, rest)) = value.split_at_checked(5) else {
+        return false;
+    };
+    if !scheme.eq_ignore_ascii_case(b"Basic") || rest.first() != Some(&b' ') {
+        return false;
+    }
+    let start = rest.iter().position(|&b| b != b' ').unwrap_or(rest.len());
+    let Some(decoded) = base64_decode(&rest[start..]) else {
+        return false;
+    };
+    let mut expected = Vec::with_capacity(username.len() + 1 + password.len());
+    expected.extend_from_slice(username.as_bytes());
+    expected.push(b':');
+    expected.extend_from_slice(password.as_bytes());
+    constant_time_eq(&decoded, &expected)
+}
+
+/// `value` without trailing spaces and tabs.
+fn trim_end_ows(value: &[u8]) -> &[u8] {
+    let end = value
+        .iter()
+        .rposition(|&b| b != b' ' && b != b'\t')
+        .map_or(0, |i| i + 1);
+    &value[..end]
+}
+
+/// Equality whose running time depends on the lengths only.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Decodes standard base64, padded or not. `None` if malformed (bad
+/// character, misplaced or wrong padding, impossible length, or non-zero
+/// unused bits, so each credential has exactly one encoding per padding style).
+fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
+    fn sextet(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    }
+    let unpadded = match text {
+        [rest @ .., b'=', b'='] if text.len() % 4 == 0 => rest,
+        [rest @ .., b'='] if text.len() % 4 == 0 => rest,
+        _ => text,
+    };
+    if unpadded.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(unpadded.len() / 4 * 3 + 2);
+    for chunk in unpadded.chunks(4) {
+        let mut acc = 0u32;
+        for &c in chunk {
+            acc = (acc << 6) | sextet(c)?;
+        }
+        let bits = 6 * chunk.len();
+        let bytes = bits / 8;
+        let spare = bits % 8;
+        if acc & ((1 << spare) - 1) != 0 {
+            return None;
+        }
+        let acc = acc >> spare;
+        for i in (0..bytes).rev() {
+            out.push((acc >> (8 * i)) as u8);
+        }
+    }
+    Some(out)
 }
 
 /// The answer to a successful CONNECT.
@@ -60,7 +182,70 @@ pub const CONNECT_ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n
 /// A complete error answer from the proxy itself: status line, `X-Proxy-Error: <cause>`,
 /// `Content-Type: text/plain`, `Content-Length`, `Connection: close`, any `extra`
 /// header lines (e.g. `Proxy-Authenticate`), and `reason` plus a newline as the body.
+///
+/// `cause`, `reason` and the extra values lose any control characters (CR, LF,
+/// NUL, ...), and extra names anything that is not a token character, so text
+/// that came from a client (a target name, say) cannot add header lines.
 pub fn error_response(status: u16, cause: &str, reason: &str, extra: &[(&str, &str)]) -> Vec<u8> {
-    let _ = (status, cause, reason, extra);
-    todo!()
+    let mut body = sanitize(reason);
+    body.push('\n');
+    let mut head = format!(
+        "HTTP/1.1 {status} {}\r\n\
+         X-Proxy-Error: {}\r\n\
+         Content-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: {}\r\n\
+         Connection: close\r\n",
+        reason_phrase(status),
+        sanitize(cause),
+        body.len(),
+    );
+    for (name, value) in extra {
+        let name: String = name.chars().filter(|&c| is_token_char(c)).collect();
+        head.push_str(&format!("{name}: {}\r\n", sanitize(value)));
+    }
+    head.push_str("\r\n");
+    let mut out = head.into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
 }
+
+/// The canonical reason phrase of `status` (RFC 9110), or `"Error"`.
+pub fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        407 => "Proxy Authentication Required",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Error",
+    }
+}
+
+/// `text` without control characters (C0, DEL, C1), trimmed.
+fn sanitize(text: &str) -> String {
+    text.chars()
+        .filter(|c| !c.is_control())
+        .collect::<String>()
+        .trim()
+        .to_owned()
+}
+
+/// An RFC 9110 `tchar`.
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c)
+}
+
+#[cfg(test)]
+#[path = "http_tests.rs"]
+mod tests;

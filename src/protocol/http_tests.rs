@@ -1,0 +1,330 @@
+use super::*;
+
+const MAX: usize = 32 * 1024;
+
+fn parse_ok(buf: &[u8]) -> (RequestHead, usize) {
+    parse_request_head(buf, MAX)
+        .expect("parses")
+        .expect("complete")
+}
+
+/// Every strict prefix of a complete head is incomplete; the whole gives the
+/// same head and length whether or not bytes follow it.
+fn check_splits(head: &[u8]) -> RequestHead {
+    for cut in 0..head.len() {
+        assert_eq!(
+            parse_request_head(&head[..cut], MAX),
+            Ok(None),
+            "prefix of {cut} bytes"
+        );
+    }
+    let (parsed, n) = parse_ok(head);
+    assert_eq!(n, head.len());
+    let mut more = head.to_vec();
+    more.extend_from_slice(b"\x16\x03\x01 pipelined");
+    assert_eq!(parse_ok(&more), (parsed.clone(), head.len()));
+    parsed
+}
+
+#[test]
+fn connect_authority_form() {
+    let head = check_splits(
+        b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\nProxy-Authorization: Basic YTpi\r\n\r\n",
+    );
+    assert_eq!(head.method, "CONNECT");
+    assert_eq!(head.target, "example.com:443");
+    assert_eq!(head.version, 1);
+    assert_eq!(head.headers.len(), 2);
+    assert_eq!(
+        head.headers[0],
+        ("Host".to_owned(), b"example.com:443".to_vec())
+    );
+    assert_eq!(head.header("proxy-authorization"), Some(&b"Basic YTpi"[..]));
+    assert_eq!(head.header("X-Missing"), None);
+}
+
+#[test]
+fn connect_ipv6_http10_no_headers() {
+    let head = check_splits(b"CONNECT [::1]:443 HTTP/1.0\r\n\r\n");
+    assert_eq!(head.target, "[::1]:443");
+    assert_eq!(head.version, 0);
+    assert!(head.headers.is_empty());
+}
+
+#[test]
+fn pipelined_bytes_are_not_consumed() {
+    let buf = b"CONNECT a:1 HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n";
+    let (head, n) = parse_ok(buf);
+    assert_eq!(head.target, "a:1");
+    assert_eq!(&buf[n..], b"GET / HTTP/1.1\r\n\r\n");
+}
+
+#[test]
+fn header_names_as_sent_values_raw() {
+    let (head, _) =
+        parse_ok(b"CONNECT a:1 HTTP/1.1\r\nX-CuStOm:  v\xe9l\xffue \r\nx-custom: second\r\n\r\n");
+    assert_eq!(head.headers[0].0, "X-CuStOm");
+    assert_eq!(head.header("x-custom"), Some(&b"v\xe9l\xffue"[..]));
+    assert_eq!(head.headers[1].1, b"second");
+}
+
+#[test]
+fn leading_empty_lines_are_skipped_and_counted() {
+    let buf = b"\r\n\r\nCONNECT a:1 HTTP/1.1\r\n\r\n";
+    let head = check_splits(buf);
+    assert_eq!(head.method, "CONNECT");
+}
+
+#[test]
+fn bare_lf_line_endings() {
+    let head = check_splits(b"CONNECT a:1 HTTP/1.1\nHost: a\n\n");
+    assert_eq!(head.header("host"), Some(&b"a"[..]));
+}
+
+#[test]
+fn huge_header_is_too_large() {
+    let mut buf = b"CONNECT a:1 HTTP/1.1\r\nX-Big: ".to_vec();
+    buf.extend(vec![b'x'; 64 * 1024]);
+    // Still incomplete, but over the limit.
+    assert_eq!(parse_request_head(&buf, MAX), Err(HeadError::TooLarge));
+    // Complete, but over the limit.
+    buf.extend_from_slice(b"\r\n\r\n");
+    assert_eq!(parse_request_head(&buf, MAX), Err(HeadError::TooLarge));
+    // Under the limit, incomplete: wait.
+    assert_eq!(parse_request_head(&buf[..MAX - 1], MAX), Ok(None));
+}
+
+#[test]
+fn limit_is_inclusive() {
+    let head = b"CONNECT a:1 HTTP/1.1\r\n\r\n";
+    assert!(matches!(parse_request_head(head, head.len()), Ok(Some((_, n))) if n == head.len()));
+    assert_eq!(
+        parse_request_head(head, head.len() - 1),
+        Err(HeadError::TooLarge)
+    );
+    assert_eq!(parse_request_head(b"", 0), Err(HeadError::TooLarge));
+}
+
+#[test]
+fn too_many_headers_is_too_large() {
+    let mut buf = b"CONNECT a:1 HTTP/1.1\r\n".to_vec();
+    for i in 0..MAX_HEADERS {
+        buf.extend(format!("X-H{i}: v\r\n").bytes());
+    }
+    let mut exact = buf.clone();
+    exact.extend_from_slice(b"\r\n");
+    assert_eq!(parse_ok(&exact).0.headers.len(), MAX_HEADERS);
+    buf.extend_from_slice(b"X-One-Too-Many: v\r\n\r\n");
+    assert_eq!(parse_request_head(&buf, MAX), Err(HeadError::TooLarge));
+}
+
+fn malformed(buf: &[u8]) -> String {
+    match parse_request_head(buf, MAX) {
+        Err(HeadError::Malformed(cause)) => cause,
+        other => panic!("{buf:?}: expected Malformed, got {other:?}"),
+    }
+}
+
+#[test]
+fn garbage_is_malformed() {
+    assert_eq!(malformed(b"\x16\x03\x01\x02\x00"), "invalid request line");
+    assert_eq!(
+        malformed(b"hello there friend\r\n\r\n"),
+        "invalid or unsupported HTTP version"
+    );
+    assert_eq!(
+        malformed(b"CONNECT  a:1 HTTP/1.1\r\n\r\n"),
+        "invalid request line"
+    );
+    assert_eq!(
+        malformed(b"CONNECT a:1 HTTP/1.1\r\nBad Name: v\r\n\r\n"),
+        "invalid header name"
+    );
+    assert_eq!(
+        malformed(b"CONNECT a:1 HTTP/1.1\r\nX: a\x00b\r\n\r\n"),
+        "invalid header value"
+    );
+    assert_eq!(malformed(b"CONNECT a:1 HTTP/1.1\rX"), "invalid line ending");
+}
+
+#[test]
+fn http2_preface_and_http09_are_malformed() {
+    malformed(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    malformed(b"CONNECT a:1 HTTP/2.0\r\n\r\n");
+    malformed(b"CONNECT a:1 HTTP/1.2\r\n\r\n");
+    malformed(b"GET /\r\n");
+}
+
+fn b64(user_pass: &str) -> String {
+    // A tiny independent encoder, for the tests only.
+    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in user_pass.as_bytes().chunks(3) {
+        let n =
+            chunk.iter().fold(0u32, |acc, &b| acc << 8 | u32::from(b)) << (8 * (3 - chunk.len()));
+        for i in 0..=chunk.len() {
+            out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+        out.push_str(&"=="[..3 - chunk.len()]);
+    }
+    out
+}
+
+#[test]
+fn basic_auth_good() {
+    assert!(basic_auth_matches(
+        b"Basic YWxpY2U6czNjcmV0",
+        "alice",
+        "s3cret"
+    ));
+    assert!(basic_auth_matches(
+        b"basic   YWxpY2U6czNjcmV0  ",
+        "alice",
+        "s3cret"
+    ));
+    assert!(basic_auth_matches(b"BASIC YTpi", "a", "b"));
+    // Padded and unpadded, all three tail lengths.
+    for (user, pass) in [
+        ("a", "b"),
+        ("ab", "c"),
+        ("abc", "de"),
+        ("", ""),
+        ("u", "p:w ü"),
+    ] {
+        let padded = format!("Basic {}", b64(&format!("{user}:{pass}")));
+        assert!(
+            basic_auth_matches(padded.as_bytes(), user, pass),
+            "{padded}"
+        );
+        let unpadded = padded.trim_end_matches('=');
+        assert!(
+            basic_auth_matches(unpadded.as_bytes(), user, pass),
+            "{unpadded}"
+        );
+    }
+}
+
+#[test]
+fn basic_auth_bad() {
+    let good = format!("Basic {}", b64("alice:s3cret"));
+    assert!(!basic_auth_matches(good.as_bytes(), "alice", "s3cre"));
+    assert!(!basic_auth_matches(good.as_bytes(), "alice", "s3cret!"));
+    assert!(!basic_auth_matches(good.as_bytes(), "bob", "s3cret"));
+    assert!(!basic_auth_matches(good.as_bytes(), "alice:s3cret", ""));
+}
+
+#[test]
+fn basic_auth_malformed() {
+    for value in [
+        &b""[..],
+        b"Basic",
+        b"Basic ",
+        b"BasicYTpi",
+        b"Basic\tYTpi",
+        b"Bearer YTpi",
+        b"Digest YTpi",
+        b"Basic YTpi=",
+        b"Basic YTp",
+        b"Basic YTpiY",
+        b"Basic YT=pi",
+        b"Basic YTpj",
+        b"Basic YT!i",
+        b"Basic YTpi YTpi",
+        b"Basic YTpi\r\n",
+        b"Basic ===",
+        b"Basic \xff",
+    ] {
+        assert!(!basic_auth_matches(value, "a", "b"), "{value:?}");
+    }
+}
+
+fn response_text(status: u16, cause: &str, reason: &str, extra: &[(&str, &str)]) -> String {
+    String::from_utf8(error_response(status, cause, reason, extra)).unwrap()
+}
+
+#[test]
+fn error_response_layout() {
+    let text = response_text(
+        407,
+        "auth required",
+        "proxy authentication required",
+        &[("Proxy-Authenticate", "Basic realm=\"portcullis\"")],
+    );
+    assert_eq!(
+        text,
+        "HTTP/1.1 407 Proxy Authentication Required\r\n\
+         X-Proxy-Error: auth required\r\n\
+         Content-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: 30\r\n\
+         Connection: close\r\n\
+         Proxy-Authenticate: Basic realm=\"portcullis\"\r\n\
+         \r\n\
+         proxy authentication required\n"
+    );
+}
+
+#[test]
+fn error_response_phrases_and_length() {
+    for (status, phrase) in [
+        (200, "OK"),
+        (400, "Bad Request"),
+        (403, "Forbidden"),
+        (405, "Method Not Allowed"),
+        (408, "Request Timeout"),
+        (413, "Content Too Large"),
+        (431, "Request Header Fields Too Large"),
+        (500, "Internal Server Error"),
+        (502, "Bad Gateway"),
+        (503, "Service Unavailable"),
+        (504, "Gateway Timeout"),
+        (599, "Error"),
+    ] {
+        let text = response_text(status, "c", "dénié", &[]);
+        assert!(
+            text.starts_with(&format!("HTTP/1.1 {status} {phrase}\r\n")),
+            "{text}"
+        );
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert_eq!(body, "dénié\n");
+        assert!(head.contains(&format!("\r\nContent-Length: {}\r", body.len())));
+    }
+}
+
+#[test]
+fn error_response_cannot_be_injected() {
+    let hostile = "evil.com\r\nSet-Cookie: a=b\r\n\r\nHTTP/1.1 200 OK\n\0\x7f\u{85}";
+    let bytes = error_response(
+        403,
+        &format!("denied: {hostile}"),
+        &format!("connection to {hostile} refused"),
+        &[("X-Target\r\nX-Evil", hostile)],
+    );
+    // The response must re-parse with exactly our headers, in the same shape.
+    let mut headers = [httparse::EMPTY_HEADER; 16];
+    let mut resp = httparse::Response::new(&mut headers);
+    let n = match resp.parse(&bytes).unwrap() {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => panic!("incomplete"),
+    };
+    assert_eq!(resp.code, Some(403));
+    let names: Vec<&str> = resp.headers.iter().map(|h| h.name).collect();
+    assert_eq!(
+        names,
+        [
+            "X-Proxy-Error",
+            "Content-Type",
+            "Content-Length",
+            "Connection",
+            "X-TargetX-Evil"
+        ]
+    );
+    let body = &bytes[n..];
+    let len: usize = std::str::from_utf8(resp.headers[2].value)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(body.len(), len);
+    assert_eq!(body.iter().filter(|&&b| b == b'\n').count(), 1);
+    assert!(body.ends_with(b"\n"));
+    assert!(!bytes.iter().any(|&b| b == 0 || b == 0x7f));
+}
