@@ -464,13 +464,24 @@ impl ConfigFile {
 
     /// Compiles the rules (none means deny everything) and validates the result.
     pub fn compile(self) -> Result<Config, ConfigError> {
-        let path = self.path.clone();
+        let policy = Policy::from_rules(&self.rules).map_err(|e| {
+            let e = ConfigError::key("rules", e.0);
+            match &self.path {
+                Some(p) => e.in_file(p),
+                None => e,
+            }
+        })?;
+        self.with_policy(policy)
+    }
+
+    /// Builds and validates a [`Config`] with `policy` instead of compiling
+    /// [`rules`](ConfigFile::rules) (which are ignored).
+    pub fn with_policy(self, policy: Policy) -> Result<Config, ConfigError> {
+        let path = self.path;
         let attach = |e: ConfigError| match &path {
             Some(p) => e.in_file(p),
             None => e,
         };
-        let policy =
-            Policy::from_rules(&self.rules).map_err(|e| attach(ConfigError::key("rules", e.0)))?;
         let config = Config {
             listeners: self.listeners.unwrap_or_else(|| vec![default_listener()]),
             policy,
