@@ -350,3 +350,32 @@ fn load_names_the_file() {
     assert_eq!(f.path.as_deref(), Some(path.as_path()));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn readme_example_parses() {
+    let readme = include_str!("../README.md");
+    let start = readme.find("```toml\n").expect("README has a TOML example") + 8;
+    let end = start + readme[start..].find("```").expect("closed");
+    let f = ConfigFile::parse(&readme[start..end]).expect("README example parses");
+    assert_eq!(f.listeners.as_ref().map(Vec::len), Some(2));
+    assert!(f.auth.is_some());
+    assert_eq!(
+        f.rule_names(),
+        vec!["github", "python-packages", "build-cache", "no-metadata"]
+    );
+}
+
+#[test]
+fn with_policy_validates_and_names_the_file() {
+    let mut f = ConfigFile::parse("[limits]\nresolver_threads = 0\n").unwrap();
+    f.path = Some(PathBuf::from("p.toml"));
+    let e = f.with_policy(Policy::default()).unwrap_err();
+    assert_eq!(e.path(), Some(Path::new("p.toml")));
+    assert_eq!(e.key_name(), Some("limits.resolver_threads"));
+
+    let c = ConfigFile::parse("")
+        .unwrap()
+        .with_policy(Policy::default())
+        .unwrap();
+    assert_eq!(c.listeners, vec![default_listener()]);
+}
