@@ -52,8 +52,6 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let protocols: Vec<ListenerProtocol> =
-        setup.config.listeners.iter().map(|l| l.protocol).collect();
     let running = setup.config.clone();
     let proxy = match Proxy::new(setup.config) {
         Ok(p) => p,
@@ -62,8 +60,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    for (addr, protocol) in proxy.local_addrs().iter().zip(protocols) {
-        log_listener(addr, protocol, running.auth.is_some());
+    for (addr, l) in proxy.local_addrs().iter().zip(&running.listeners) {
+        log_listener(addr, l.protocol, running.auth.is_some());
     }
     log_policy(&args, setup.rules.as_deref());
 
