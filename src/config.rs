@@ -5,10 +5,12 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::policy::Policy;
+use serde::Deserialize;
+
+use crate::policy::{Policy, RuleConfig};
 
 /// Where a listener listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,10 +136,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:3128";
 impl Default for Config {
     fn default() -> Self {
         Config {
-            listeners: vec![ListenerConfig {
-                addr: ListenAddr::Tcp(DEFAULT_LISTEN.parse().expect("valid default")),
-                protocol: ListenerProtocol::Auto,
-            }],
+            listeners: vec![default_listener()],
             policy: Policy::builtin_default(),
             timeouts: Timeouts::default(),
             limits: Limits::default(),
@@ -145,3 +144,459 @@ impl Default for Config {
         }
     }
 }
+
+/// The built-in default listener address, parsed.
+fn default_listener() -> ListenerConfig {
+    ListenerConfig {
+        addr: ListenAddr::Tcp(DEFAULT_LISTEN.parse().expect("valid default")),
+        protocol: ListenerProtocol::Auto,
+    }
+}
+
+/// Smallest accepted `limits.buffer_size`.
+pub const MIN_BUFFER_SIZE: usize = 4096;
+/// Largest accepted `limits.buffer_size` (16 MiB).
+pub const MAX_BUFFER_SIZE: usize = 16 * 1024 * 1024;
+/// Smallest accepted `limits.max_head_bytes`.
+pub const MIN_HEAD_BYTES: usize = 1024;
+/// Largest accepted `limits.resolver_threads`.
+pub const MAX_RESOLVER_THREADS: usize = 64;
+
+/// Parses a listener address: `unix:/path/to.sock`, or a socket address such
+/// as `127.0.0.1:3128` or `[::1]:3128` (port 0 picks an ephemeral port).
+pub fn parse_listen_addr(s: &str) -> Result<ListenAddr, String> {
+    let t = s.trim();
+    if let Some(path) = t.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err(format!(
+                "invalid listen address {s:?}: empty Unix socket path"
+            ));
+        }
+        return Ok(ListenAddr::Unix(PathBuf::from(path)));
+    }
+    t.parse::<SocketAddr>().map(ListenAddr::Tcp).map_err(|_| {
+        format!(
+            "invalid listen address {s:?}: expected IP:PORT (e.g. 127.0.0.1:3128, [::1]:3128) or unix:/path"
+        )
+    })
+}
+
+impl std::str::FromStr for ListenerProtocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(ListenerProtocol::Auto),
+            "http" => Ok(ListenerProtocol::Http),
+            "socks5" => Ok(ListenerProtocol::Socks5),
+            _ => Err(format!(
+                "invalid protocol {s:?}: expected auto, http or socks5"
+            )),
+        }
+    }
+}
+
+/// A configuration file that does not load, parse or validate: says which
+/// file, which key (when known) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    path: Option<PathBuf>,
+    key: Option<String>,
+    message: String,
+}
+
+impl ConfigError {
+    /// An error about `key` (a dotted path such as `limits.buffer_size`).
+    pub fn key(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            path: None,
+            key: Some(key.into()),
+            message: message.into(),
+        }
+    }
+    /// An error not tied to one key.
+    pub fn other(message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            path: None,
+            key: None,
+            message: message.into(),
+        }
+    }
+    /// Attributes the error to a file.
+    pub fn in_file(mut self, path: impl Into<PathBuf>) -> ConfigError {
+        self.path = Some(path.into());
+        self
+    }
+    /// The file, if the error came from one.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+    /// The offending key, if known.
+    pub fn key_name(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+    /// What is wrong.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    fn from_toml(e: &toml::de::Error, input: &str) -> ConfigError {
+        let message = e.message().trim().replace('\n', "; ");
+        let message = match e.span() {
+            Some(span) => {
+                let (line, col) = line_col(input, span.start);
+                format!("line {line}, column {col}: {message}")
+            }
+            None => message,
+        };
+        ConfigError::other(message)
+    }
+}
+
+/// 1-based line and column of byte `offset` in `input`.
+fn line_col(input: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(input.len());
+    let before = input.get(..offset).unwrap_or(input);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let col = before[line_start..].chars().count() + 1;
+    (line, col)
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(p) = &self.path {
+            write!(f, "{}: ", p.display())?;
+        }
+        if let Some(k) = &self.key {
+            write!(f, "{k}: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+// ---------------------------------------------------------------------------
+// The TOML file, as written.
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    listen: Option<Vec<RawListen>>,
+    #[serde(default)]
+    auth: Option<RawAuth>,
+    #[serde(default)]
+    timeouts: RawTimeouts,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default)]
+    rules: Vec<RuleConfig>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListen {
+    address: String,
+    #[serde(default)]
+    protocol: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    username: String,
+    password: String,
+}
+
+/// A duration as written: `"10s"`, `"off"`, or a bare number of seconds.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawDuration {
+    Secs(u64),
+    Text(String),
+}
+
+impl RawDuration {
+    fn parse(&self, key: &str) -> Result<Option<Duration>, ConfigError> {
+        match self {
+            RawDuration::Secs(0) => Ok(None),
+            RawDuration::Secs(n) => Ok(Some(Duration::from_secs(*n))),
+            RawDuration::Text(s) => crate::duration::parse(s).map_err(|e| ConfigError::key(key, e)),
+        }
+    }
+    fn parse_required(&self, key: &str) -> Result<Duration, ConfigError> {
+        self.parse(key)?.ok_or_else(|| {
+            ConfigError::key(
+                key,
+                "must be greater than zero (\"off\" is not allowed here)",
+            )
+        })
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTimeouts {
+    #[serde(default)]
+    handshake: Option<RawDuration>,
+    #[serde(default)]
+    connect: Option<RawDuration>,
+    #[serde(default)]
+    idle: Option<RawDuration>,
+    #[serde(default)]
+    close: Option<RawDuration>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    #[serde(default)]
+    max_head_bytes: Option<usize>,
+    #[serde(default)]
+    buffer_size: Option<usize>,
+    #[serde(default)]
+    resolver_threads: Option<usize>,
+}
+
+/// A configuration file parsed but not yet compiled: the policy is still a
+/// list of [`RuleConfig`]s, so a front end (the binary) can override parts and
+/// append rules before [`compile`](ConfigFile::compile) builds the [`Config`].
+#[derive(Debug, Clone, Default)]
+pub struct ConfigFile {
+    /// The file this came from, for error messages (`None` for a string).
+    pub path: Option<PathBuf>,
+    /// `[[listen]]` tables; `None` when the file has none (the default listener applies).
+    pub listeners: Option<Vec<ListenerConfig>>,
+    /// `[auth]`.
+    pub auth: Option<Credentials>,
+    /// `[timeouts]`, defaults filled in.
+    pub timeouts: Timeouts,
+    /// `[limits]`, defaults filled in.
+    pub limits: Limits,
+    /// `[[rules]]`, in file order.
+    pub rules: Vec<RuleConfig>,
+}
+
+impl ConfigFile {
+    /// Parses TOML text. Unknown keys are errors.
+    pub fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
+        let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::from_toml(&e, text))?;
+        ConfigFile::from_raw(raw)
+    }
+
+    /// Reads and parses a file; errors name it.
+    pub fn load(path: impl AsRef<Path>) -> Result<ConfigFile, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::other(format!("cannot read: {e}")).in_file(path))?;
+        let mut file = ConfigFile::parse(&text).map_err(|e| e.in_file(path))?;
+        file.path = Some(path.to_path_buf());
+        Ok(file)
+    }
+
+    fn from_raw(raw: RawFile) -> Result<ConfigFile, ConfigError> {
+        let listeners = match raw.listen {
+            None => None,
+            Some(list) => Some(
+                list.into_iter()
+                    .enumerate()
+                    .map(|(i, l)| {
+                        let addr = parse_listen_addr(&l.address)
+                            .map_err(|e| ConfigError::key(format!("listen[{i}].address"), e))?;
+                        let protocol = match l.protocol {
+                            None => ListenerProtocol::Auto,
+                            Some(p) => p.parse().map_err(|e| {
+                                ConfigError::key(format!("listen[{i}].protocol"), e)
+                            })?,
+                        };
+                        Ok(ListenerConfig { addr, protocol })
+                    })
+                    .collect::<Result<Vec<_>, ConfigError>>()?,
+            ),
+        };
+
+        let d = Timeouts::default();
+        let t = &raw.timeouts;
+        let timeouts = Timeouts {
+            handshake: match &t.handshake {
+                Some(v) => v.parse_required("timeouts.handshake")?,
+                None => d.handshake,
+            },
+            connect: match &t.connect {
+                Some(v) => v.parse_required("timeouts.connect")?,
+                None => d.connect,
+            },
+            idle: match &t.idle {
+                Some(v) => v.parse("timeouts.idle")?,
+                None => d.idle,
+            },
+            close: match &t.close {
+                Some(v) => v.parse_required("timeouts.close")?,
+                None => d.close,
+            },
+        };
+
+        let d = Limits::default();
+        let limits = Limits {
+            max_head_bytes: raw.limits.max_head_bytes.unwrap_or(d.max_head_bytes),
+            buffer_size: raw.limits.buffer_size.unwrap_or(d.buffer_size),
+            resolver_threads: raw.limits.resolver_threads.unwrap_or(d.resolver_threads),
+        };
+
+        Ok(ConfigFile {
+            path: None,
+            listeners,
+            auth: raw.auth.map(|a| Credentials {
+                username: a.username,
+                password: a.password,
+            }),
+            timeouts,
+            limits,
+            rules: raw.rules,
+        })
+    }
+
+    /// The name each rule will have in logs: its `name`, or `rules[N]`.
+    pub fn rule_names(&self) -> Vec<String> {
+        rule_names(&self.rules)
+    }
+
+    /// Compiles the rules (none means deny everything) and validates the result.
+    pub fn compile(self) -> Result<Config, ConfigError> {
+        let policy = Policy::from_rules(&self.rules).map_err(|e| {
+            let e = ConfigError::key("rules", e.0);
+            match &self.path {
+                Some(p) => e.in_file(p),
+                None => e,
+            }
+        })?;
+        self.with_policy(policy)
+    }
+
+    /// Builds and validates a [`Config`] with `policy` instead of compiling
+    /// [`rules`](ConfigFile::rules) (which are ignored).
+    pub fn with_policy(self, policy: Policy) -> Result<Config, ConfigError> {
+        let path = self.path;
+        let attach = |e: ConfigError| match &path {
+            Some(p) => e.in_file(p),
+            None => e,
+        };
+        let config = Config {
+            listeners: self.listeners.unwrap_or_else(|| vec![default_listener()]),
+            policy,
+            timeouts: self.timeouts,
+            limits: self.limits,
+            auth: self.auth,
+        };
+        config.validate().map_err(attach)?;
+        Ok(config)
+    }
+}
+
+/// The name each rule has in logs: its `name`, or `rules[N]` (N from 0).
+pub fn rule_names(rules: &[RuleConfig]) -> Vec<String> {
+    rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| r.name.clone().unwrap_or_else(|| format!("rules[{i}]")))
+        .collect()
+}
+
+impl Config {
+    /// Parses a TOML configuration (format in README.md) and validates it.
+    /// A file with no `[[rules]]` denies everything; it does not fall back to
+    /// the built-in default policy.
+    pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
+        ConfigFile::parse(text)?.compile()
+    }
+
+    /// Reads, parses and validates a TOML configuration file.
+    pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        ConfigFile::load(path)?.compile()
+    }
+
+    /// Checks limits, listeners, timeouts and credentials; errors name the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let l = &self.limits;
+        if !(MIN_BUFFER_SIZE..=MAX_BUFFER_SIZE).contains(&l.buffer_size) {
+            return Err(ConfigError::key(
+                "limits.buffer_size",
+                format!(
+                    "{} is out of range: must be between {MIN_BUFFER_SIZE} and {MAX_BUFFER_SIZE} bytes",
+                    l.buffer_size
+                ),
+            ));
+        }
+        if l.max_head_bytes < MIN_HEAD_BYTES {
+            return Err(ConfigError::key(
+                "limits.max_head_bytes",
+                format!(
+                    "{} is too small: must be at least {MIN_HEAD_BYTES} bytes",
+                    l.max_head_bytes
+                ),
+            ));
+        }
+        if !(1..=MAX_RESOLVER_THREADS).contains(&l.resolver_threads) {
+            return Err(ConfigError::key(
+                "limits.resolver_threads",
+                format!(
+                    "{} is out of range: must be between 1 and {MAX_RESOLVER_THREADS}",
+                    l.resolver_threads
+                ),
+            ));
+        }
+        if self.listeners.is_empty() {
+            return Err(ConfigError::key(
+                "listen",
+                "at least one listener is required",
+            ));
+        }
+        for (i, l) in self.listeners.iter().enumerate() {
+            if matches!(&l.addr, ListenAddr::Unix(p) if p.as_os_str().is_empty()) {
+                return Err(ConfigError::key(
+                    format!("listen[{i}].address"),
+                    "empty Unix socket path",
+                ));
+            }
+        }
+        let t = &self.timeouts;
+        for (key, d) in [
+            ("timeouts.handshake", t.handshake),
+            ("timeouts.connect", t.connect),
+            ("timeouts.close", t.close),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::key(key, "must be greater than zero"));
+            }
+        }
+        if t.idle == Some(Duration::ZERO) {
+            return Err(ConfigError::key(
+                "timeouts.idle",
+                "must be greater than zero, or \"off\"",
+            ));
+        }
+        if let Some(a) = &self.auth {
+            // SOCKS5 user/password auth (RFC 1929) carries each in 1..=255 bytes.
+            for (key, v) in [
+                ("auth.username", &a.username),
+                ("auth.password", &a.password),
+            ] {
+                if v.is_empty() || v.len() > 255 {
+                    return Err(ConfigError::key(key, "must be 1 to 255 bytes long"));
+                }
+            }
+            if a.username.contains(':') {
+                return Err(ConfigError::key(
+                    "auth.username",
+                    "must not contain ':' (HTTP Basic credentials are USER:PASS)",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

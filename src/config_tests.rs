@@ -1,0 +1,381 @@
+//! Unit tests for the configuration file (`src/config.rs`).
+
+use super::*;
+use crate::policy::{Action, PortSpec};
+
+const FULL: &str = r#"
+[[listen]]
+address = "127.0.0.1:3128"
+protocol = "auto"
+
+[[listen]]
+address = "[::1]:3129"
+protocol = "socks5"
+
+[[listen]]
+address = "unix:/run/portcullis.sock"
+protocol = "http"
+
+[auth]
+username = "agent"
+password = "s3cret"
+
+[timeouts]
+handshake = "5s"
+connect = "250ms"
+idle = "off"
+close = 2
+
+[limits]
+max_head_bytes = 16384
+buffer_size = 131072
+resolver_threads = 4
+
+[[rules]]
+name = "github"
+action = "allow"
+hosts = ["github.com", "*.github.com"]
+ports = [443]
+
+[[rules]]
+action = "deny"
+cidr = "10.0.0.0/8"
+port = "1-1024"
+idle_timeout = "30s"
+"#;
+
+#[test]
+fn full_example_parses() {
+    let f = ConfigFile::parse(FULL).expect("parses");
+    assert_eq!(
+        f.listeners,
+        Some(vec![
+            ListenerConfig {
+                addr: ListenAddr::Tcp("127.0.0.1:3128".parse().unwrap()),
+                protocol: ListenerProtocol::Auto,
+            },
+            ListenerConfig {
+                addr: ListenAddr::Tcp("[::1]:3129".parse().unwrap()),
+                protocol: ListenerProtocol::Socks5,
+            },
+            ListenerConfig {
+                addr: ListenAddr::Unix(PathBuf::from("/run/portcullis.sock")),
+                protocol: ListenerProtocol::Http,
+            },
+        ])
+    );
+    assert_eq!(
+        f.auth,
+        Some(Credentials {
+            username: "agent".into(),
+            password: "s3cret".into()
+        })
+    );
+    assert_eq!(
+        f.timeouts,
+        Timeouts {
+            handshake: Duration::from_secs(5),
+            connect: Duration::from_millis(250),
+            idle: None,
+            close: Duration::from_secs(2),
+        }
+    );
+    assert_eq!(
+        f.limits,
+        Limits {
+            max_head_bytes: 16384,
+            buffer_size: 131072,
+            resolver_threads: 4,
+        }
+    );
+    assert_eq!(f.rules.len(), 2);
+    assert_eq!(f.rules[0].action, Action::Allow);
+    assert_eq!(f.rules[0].hosts, vec!["github.com", "*.github.com"]);
+    assert_eq!(f.rules[0].ports, vec![PortSpec::Number(443)]);
+    assert_eq!(f.rules[1].action, Action::Deny);
+    assert_eq!(f.rules[1].cidr.as_deref(), Some("10.0.0.0/8"));
+    assert_eq!(f.rules[1].port, Some(PortSpec::Text("1-1024".into())));
+    assert_eq!(f.rules[1].idle_timeout.as_deref(), Some("30s"));
+    assert_eq!(f.rule_names(), vec!["github", "rules[1]"]);
+}
+
+/// Needs `Policy::from_rules` (policy branch).
+#[test]
+fn full_example_compiles_into_a_config() {
+    let c = Config::from_toml_str(FULL).expect("valid");
+    assert_eq!(c.listeners.len(), 3);
+    assert_eq!(c.limits.resolver_threads, 4);
+    assert!(c.auth.is_some());
+}
+
+/// Needs `Policy::from_rules` (policy branch).
+#[test]
+fn empty_file_gets_defaults_and_compiles() {
+    let c = Config::from_toml_str("").expect("valid");
+    assert_eq!(c.listeners, Config::default().listeners);
+    assert_eq!(c.timeouts, Timeouts::default());
+    assert_eq!(c.limits, Limits::default());
+    assert_eq!(c.auth, None);
+}
+
+#[test]
+fn missing_sections_take_defaults() {
+    let f = ConfigFile::parse("").expect("empty file is fine");
+    assert_eq!(f.listeners, None);
+    assert_eq!(f.auth, None);
+    assert_eq!(f.timeouts, Timeouts::default());
+    assert_eq!(f.limits, Limits::default());
+    assert!(f.rules.is_empty());
+
+    let f = ConfigFile::parse("[timeouts]\nidle = \"5m\"\n[limits]\nbuffer_size = 8192\n").unwrap();
+    assert_eq!(f.timeouts.idle, Some(Duration::from_secs(300)));
+    assert_eq!(f.timeouts.handshake, Timeouts::default().handshake);
+    assert_eq!(f.limits.buffer_size, 8192);
+    assert_eq!(f.limits.max_head_bytes, Limits::default().max_head_bytes);
+}
+
+#[test]
+fn listener_protocol_defaults_to_auto() {
+    let f = ConfigFile::parse("[[listen]]\naddress = \"0.0.0.0:8080\"\n").unwrap();
+    assert_eq!(
+        f.listeners.unwrap(),
+        vec![ListenerConfig {
+            addr: ListenAddr::Tcp("0.0.0.0:8080".parse().unwrap()),
+            protocol: ListenerProtocol::Auto,
+        }]
+    );
+}
+
+fn err(text: &str) -> String {
+    ConfigFile::parse(text)
+        .expect_err("should fail")
+        .to_string()
+}
+
+#[test]
+fn unknown_keys_are_rejected_by_name() {
+    let e = err("[limits]\nbuffer_size = 8192\nbogus_limit = 1\n");
+    assert!(e.contains("bogus_limit"), "{e}");
+    assert!(e.contains("line 3"), "{e}");
+    let e = err("colour = \"blue\"\n");
+    assert!(e.contains("colour"), "{e}");
+    let e = err("[[listen]]\naddress = \"127.0.0.1:1\"\nproto = \"http\"\n");
+    assert!(e.contains("proto"), "{e}");
+    let e = err("[[rules]]\naction = \"allow\"\nhostz = [\"a\"]\n");
+    assert!(e.contains("hostz"), "{e}");
+    let e = err("[auth]\nusername = \"a\"\npassword = \"b\"\ntoken = \"c\"\n");
+    assert!(e.contains("token"), "{e}");
+}
+
+#[test]
+fn errors_are_one_line() {
+    let e = err("[limits\n");
+    assert!(!e.contains('\n'), "{e:?}");
+    let e = err("[limits]\nbogus = 1\n");
+    assert!(!e.contains('\n'), "{e:?}");
+}
+
+#[test]
+fn bad_durations_name_their_key() {
+    let e = err("[timeouts]\nconnect = \"ten seconds\"\n");
+    assert!(e.starts_with("timeouts.connect: "), "{e}");
+    let e = err("[timeouts]\nidle = \"5y\"\n");
+    assert!(e.starts_with("timeouts.idle: "), "{e}");
+    let e = err("[timeouts]\nhandshake = \"off\"\n");
+    assert!(e.starts_with("timeouts.handshake: "), "{e}");
+    let e = err("[timeouts]\nclose = 0\n");
+    assert!(e.starts_with("timeouts.close: "), "{e}");
+    // idle may be off, by word or by zero.
+    assert_eq!(
+        ConfigFile::parse("[timeouts]\nidle = 0\n")
+            .unwrap()
+            .timeouts
+            .idle,
+        None
+    );
+    assert_eq!(
+        ConfigFile::parse("[timeouts]\nidle = \"2h\"\n")
+            .unwrap()
+            .timeouts
+            .idle,
+        Some(Duration::from_secs(7200))
+    );
+}
+
+#[test]
+fn bad_listeners_name_their_key() {
+    let e = err("[[listen]]\naddress = \"localhost\"\n");
+    assert!(e.starts_with("listen[0].address: "), "{e}");
+    let e = err("[[listen]]\naddress = \"127.0.0.1:1\"\n[[listen]]\naddress = \"unix:\"\n");
+    assert!(e.starts_with("listen[1].address: "), "{e}");
+    let e = err("[[listen]]\naddress = \"127.0.0.1:1\"\nprotocol = \"socks4\"\n");
+    assert!(e.starts_with("listen[0].protocol: "), "{e}");
+}
+
+#[test]
+fn unix_listener() {
+    let f = ConfigFile::parse("[[listen]]\naddress = \"unix:/tmp/p.sock\"\n").unwrap();
+    let l = f.listeners.unwrap();
+    assert_eq!(l[0].addr, ListenAddr::Unix(PathBuf::from("/tmp/p.sock")));
+    assert_eq!(l[0].addr.to_string(), "unix:/tmp/p.sock");
+}
+
+#[test]
+fn listen_addr_parsing() {
+    assert_eq!(
+        parse_listen_addr("127.0.0.1:3128"),
+        Ok(ListenAddr::Tcp("127.0.0.1:3128".parse().unwrap()))
+    );
+    assert_eq!(
+        parse_listen_addr("[::1]:0"),
+        Ok(ListenAddr::Tcp("[::1]:0".parse().unwrap()))
+    );
+    assert_eq!(
+        parse_listen_addr("unix:relative.sock"),
+        Ok(ListenAddr::Unix(PathBuf::from("relative.sock")))
+    );
+    assert!(parse_listen_addr("unix:").is_err());
+    assert!(parse_listen_addr("127.0.0.1").is_err());
+    assert!(parse_listen_addr("::1:3128").is_err());
+    assert!(parse_listen_addr("example.com:80").is_err());
+}
+
+#[test]
+fn protocol_parsing() {
+    assert_eq!("auto".parse(), Ok(ListenerProtocol::Auto));
+    assert_eq!("HTTP".parse(), Ok(ListenerProtocol::Http));
+    assert_eq!("socks5".parse(), Ok(ListenerProtocol::Socks5));
+    assert!("socks4".parse::<ListenerProtocol>().is_err());
+}
+
+/// A config with an empty policy, so validation tests need no policy code.
+fn valid() -> Config {
+    Config {
+        listeners: vec![default_listener()],
+        policy: Policy::default(),
+        timeouts: Timeouts::default(),
+        limits: Limits::default(),
+        auth: None,
+    }
+}
+
+fn invalid_key(c: &Config) -> String {
+    c.validate()
+        .expect_err("should be invalid")
+        .key_name()
+        .expect("names a key")
+        .to_string()
+}
+
+#[test]
+fn validation_names_the_key() {
+    assert_eq!(valid().validate(), Ok(()));
+
+    let mut c = valid();
+    c.limits.buffer_size = 4095;
+    assert_eq!(invalid_key(&c), "limits.buffer_size");
+    c.limits.buffer_size = MAX_BUFFER_SIZE + 1;
+    assert_eq!(invalid_key(&c), "limits.buffer_size");
+    c.limits.buffer_size = MIN_BUFFER_SIZE;
+    assert_eq!(c.validate(), Ok(()));
+    c.limits.buffer_size = MAX_BUFFER_SIZE;
+    assert_eq!(c.validate(), Ok(()));
+
+    let mut c = valid();
+    c.limits.max_head_bytes = 1023;
+    assert_eq!(invalid_key(&c), "limits.max_head_bytes");
+
+    let mut c = valid();
+    c.limits.resolver_threads = 0;
+    assert_eq!(invalid_key(&c), "limits.resolver_threads");
+    c.limits.resolver_threads = 65;
+    assert_eq!(invalid_key(&c), "limits.resolver_threads");
+    c.limits.resolver_threads = 64;
+    assert_eq!(c.validate(), Ok(()));
+
+    let mut c = valid();
+    c.listeners.clear();
+    assert_eq!(invalid_key(&c), "listen");
+
+    let mut c = valid();
+    c.timeouts.connect = Duration::ZERO;
+    assert_eq!(invalid_key(&c), "timeouts.connect");
+    let mut c = valid();
+    c.timeouts.idle = Some(Duration::ZERO);
+    assert_eq!(invalid_key(&c), "timeouts.idle");
+
+    let mut c = valid();
+    c.auth = Some(Credentials {
+        username: String::new(),
+        password: "x".into(),
+    });
+    assert_eq!(invalid_key(&c), "auth.username");
+    c.auth = Some(Credentials {
+        username: "a:b".into(),
+        password: "x".into(),
+    });
+    assert_eq!(invalid_key(&c), "auth.username");
+    c.auth = Some(Credentials {
+        username: "a".into(),
+        password: "x".repeat(256),
+    });
+    assert_eq!(invalid_key(&c), "auth.password");
+}
+
+#[test]
+fn error_display_has_file_and_key() {
+    let e = ConfigError::key("limits.buffer_size", "too big").in_file("/etc/p.toml");
+    assert_eq!(e.to_string(), "/etc/p.toml: limits.buffer_size: too big");
+    assert_eq!(e.path(), Some(Path::new("/etc/p.toml")));
+}
+
+#[test]
+fn load_names_the_file() {
+    let dir = std::env::temp_dir().join(format!("portcullis-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, "[limits]\nbuffer_size = \"big\"\n").unwrap();
+    let e = ConfigFile::load(&path).unwrap_err();
+    assert_eq!(e.path(), Some(path.as_path()));
+    assert!(
+        e.to_string().starts_with(&format!("{}: ", path.display())),
+        "{e}"
+    );
+
+    let e = ConfigFile::load(dir.join("missing.toml")).unwrap_err();
+    assert!(e.to_string().contains("cannot read"), "{e}");
+
+    std::fs::write(&path, "[limits]\nbuffer_size = 8192\n").unwrap();
+    let f = ConfigFile::load(&path).unwrap();
+    assert_eq!(f.path.as_deref(), Some(path.as_path()));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn readme_example_parses() {
+    let readme = include_str!("../README.md");
+    let start = readme.find("```toml\n").expect("README has a TOML example") + 8;
+    let end = start + readme[start..].find("```").expect("closed");
+    let f = ConfigFile::parse(&readme[start..end]).expect("README example parses");
+    assert_eq!(f.listeners.as_ref().map(Vec::len), Some(2));
+    assert!(f.auth.is_some());
+    assert_eq!(
+        f.rule_names(),
+        vec!["github", "python-packages", "build-cache", "no-metadata"]
+    );
+}
+
+#[test]
+fn with_policy_validates_and_names_the_file() {
+    let mut f = ConfigFile::parse("[limits]\nresolver_threads = 0\n").unwrap();
+    f.path = Some(PathBuf::from("p.toml"));
+    let e = f.with_policy(Policy::default()).unwrap_err();
+    assert_eq!(e.path(), Some(Path::new("p.toml")));
+    assert_eq!(e.key_name(), Some("limits.resolver_threads"));
+
+    let c = ConfigFile::parse("")
+        .unwrap()
+        .with_policy(Policy::default())
+        .unwrap();
+    assert_eq!(c.listeners, vec![default_listener()]);
+}
