@@ -43,7 +43,11 @@ fuzz_target!(|data: &[u8]| {
         };
         let mut out = Vec::new();
         encode_reply(Reply::Succeeded, bound, &mut out);
-        let expected = if matches!(bound, Some(SocketAddr::V6(_))) { 22 } else { 10 };
+        let expected = if matches!(bound, Some(SocketAddr::V6(_))) {
+            22
+        } else {
+            10
+        };
         assert_eq!(out.len(), expected);
     }
     if let Some((up, n)) = check(parse_user_pass, data) {
