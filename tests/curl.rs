@@ -91,7 +91,10 @@ fn curl_through_connect_denied() {
         &format!("http://{p}"),
         &format!("http://{}/", denied.target()),
     ]);
-    assert!(!out.status.success(), "curl through a denied CONNECT succeeded");
+    assert!(
+        !out.status.success(),
+        "curl through a denied CONNECT succeeded"
+    );
     let err = text(&out.stderr);
     assert!(err.contains("403"), "curl -v shows no 403: {err}");
     assert!(
@@ -130,7 +133,10 @@ fn curl_through_socks5h_denied() {
         &format!("socks5h://{p}"),
         &format!("http://{}/", denied.target()),
     ]);
-    assert!(!out.status.success(), "curl through a denied SOCKS5 succeeded");
+    assert!(
+        !out.status.success(),
+        "curl through a denied SOCKS5 succeeded"
+    );
     assert!(!text(&out.stdout).contains(BODY));
 
     // Raw client: the reply code must be 0x02 (not allowed by ruleset),

@@ -16,18 +16,25 @@ const UP_SEED: u64 = 0x5001;
 const DOWN_SEED: u64 = 0xd0f1;
 
 /// Runs the bulk exchange over an established tunnel `stream` to `server`.
-fn exchange(stream: TcpStream, server: &Server, rx: std::sync::mpsc::Receiver<Result<WsReport, String>>) {
+fn exchange(
+    stream: TcpStream,
+    server: &Server,
+    rx: std::sync::mpsc::Receiver<Result<WsReport, String>>,
+) {
     let writer_stream = stream.try_clone().unwrap();
     let url = format!("ws://{}/bulk", server.target());
-    let (mut reader, resp) = tungstenite::client::client_with_config(url, stream, Some(ws_config()))
-        .unwrap_or_else(|e| panic!("websocket handshake through the proxy: {e}"));
+    let (mut reader, resp) =
+        tungstenite::client::client_with_config(url, stream, Some(ws_config()))
+            .unwrap_or_else(|e| panic!("websocket handshake through the proxy: {e}"));
     assert_eq!(resp.status().as_u16(), 101);
     // The handshake instance reads (it may hold buffered frames); a second
     // instance on a clone of the socket writes, so both directions run at once.
     let mut writer = WebSocket::from_raw_socket(writer_stream, Role::Client, Some(ws_config()));
     let up = thread::spawn(move || ws_push(&mut writer, UP_SEED, LEN, MSG));
     let down = ws_receive(&mut reader).expect("client receive");
-    up.join().expect("client writer thread").expect("client send");
+    up.join()
+        .expect("client writer thread")
+        .expect("client send");
 
     // Writer finished: close on the reading instance, then drain to the end.
     let _ = reader.close(None);

@@ -316,7 +316,11 @@ pub fn start_proxy(policy: Policy) -> SpawnedProxy {
 
 /// Builds and spawns.
 pub fn spawn(builder: ProxyBuilder) -> SpawnedProxy {
-    builder.build().expect("bind proxy").spawn().expect("spawn proxy")
+    builder
+        .build()
+        .expect("bind proxy")
+        .spawn()
+        .expect("spawn proxy")
 }
 
 /// Limits with a given relay buffer size.
@@ -494,7 +498,9 @@ fn ws_serve(
     let mut writer = WebSocket::from_raw_socket(writer_stream, Role::Server, Some(ws_config()));
     let pusher = thread::spawn(move || ws_push(&mut writer, push_seed, push_len, msg_size));
     let report = ws_receive(&mut reader);
-    let pushed = pusher.join().map_err(|_| "ws pusher panicked".to_string())?;
+    let pushed = pusher
+        .join()
+        .map_err(|_| "ws pusher panicked".to_string())?;
     pushed?;
     let report = report?;
     // The client closes; answer the close handshake on the reading half
@@ -705,7 +711,10 @@ impl From<io::Error> for SocksError {
 /// Encodes a SOCKS5 address: IPv4/IPv6 literal (ATYP 1/4) or domain (ATYP 3).
 pub fn socks_addr(host: &str, port: u16) -> Vec<u8> {
     let mut v = Vec::new();
-    match host.trim_matches(|c| c == '[' || c == ']').parse::<IpAddr>() {
+    match host
+        .trim_matches(|c| c == '[' || c == ']')
+        .parse::<IpAddr>()
+    {
         Ok(IpAddr::V4(a)) => {
             v.push(0x01);
             v.extend_from_slice(&a.octets());
@@ -1075,7 +1084,13 @@ impl ChildProxy {
     /// (`open`, `wakeups`, `handshake`, ..., and `closed:` reasons like `client-gone`).
     pub fn stats(&self) -> HashMap<String, u64> {
         let is_stats = |l: &String| l.contains("stats: ");
-        let before = self.lines.lock().unwrap().iter().filter(|l| is_stats(l)).count();
+        let before = self
+            .lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| is_stats(l))
+            .count();
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.pid() as i32),
             nix::sys::signal::Signal::SIGUSR1,
