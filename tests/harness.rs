@@ -60,7 +60,10 @@ fn stats_line_parses() {
     assert_eq!(stat(&m, "open"), 1);
     assert_eq!(stat(&m, "established"), 1);
     assert_eq!(stat(&m, "wakeups"), 17);
-    assert_eq!(stat(&m, "client-gone"), 1);
+    assert_eq!(stat(&m, "closed.client-gone"), 1);
+    assert_eq!(stat(&m, "closed.denied"), 1);
+    assert_eq!(stat(&m, "denied"), 1);
+    assert_eq!(stat(&m, "accepted"), 3);
     assert_eq!(stat(&m, "handshake"), 0);
 }
 

@@ -156,7 +156,7 @@ fn client_killed_mid_stream_releases_everything() {
         up.finished.load(Ordering::SeqCst)
     });
     let s = proxy.stats();
-    assert_eq!(stat(&s, "client-gone"), 1, "{s:?}");
+    assert_eq!(stat(&s, "closed.client-gone"), 1, "{s:?}");
 }
 
 #[test]
@@ -225,7 +225,7 @@ fn upstream_killed_mid_stream_releases_everything() {
 
     assert_released(&proxy, baseline);
     let st = proxy.stats();
-    assert_eq!(stat(&st, "upstream-gone"), 1, "{st:?}");
+    assert_eq!(stat(&st, "closed.upstream-gone"), 1, "{st:?}");
 }
 
 /// The same client kill against an in-process proxy, checked through the API.

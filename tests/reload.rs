@@ -3,8 +3,6 @@
 
 mod support;
 
-use std::io::Read;
-
 use portcullis::CloseReason;
 use support::*;
 
@@ -56,10 +54,6 @@ fn reload_closes_only_tunnels_no_longer_allowed() {
     assert_eq!(st.closed.get(CloseReason::PolicyReload), 1, "{st}");
     assert_eq!(st.open.established, 3, "{st}");
     assert!(bg.finish() > 0);
-
-    // A's upstream side was closed too.
-    let mut buf = [0u8; 1];
-    assert!(matches!(a.read(&mut buf), Ok(0) | Err(_)));
 }
 
 #[test]

@@ -1118,16 +1118,27 @@ impl Drop for ChildProxy {
     }
 }
 
-/// Parses `... stats: accepted=1 ... open=0 (handshake=0 ...) ... wakeups=7 ...`.
+/// Parses `... stats: accepted=1 ... open=0 (handshake=0 ...) ... wakeups=7 ... closed: client-gone=1`.
+/// Close reasons after `closed:` are keyed `closed.REASON` (e.g. `closed.client-gone`),
+/// so `closed.denied` does not clash with the top-level `denied`.
 pub fn parse_stats_line(line: &str) -> HashMap<String, u64> {
     let rest = &line[line.find("stats: ").expect("stats line") + "stats: ".len()..];
-    rest.split_whitespace()
-        .filter_map(|tok| {
-            let tok = tok.trim_matches(|c| c == '(' || c == ')' || c == ',');
-            let (k, v) = tok.split_once('=')?;
-            Some((k.to_string(), v.parse().ok()?))
-        })
-        .collect()
+    let mut prefix = "";
+    let mut m = HashMap::new();
+    for tok in rest.split_whitespace() {
+        if tok == "closed:" {
+            prefix = "closed.";
+            continue;
+        }
+        let tok = tok.trim_matches(|c| c == '(' || c == ')' || c == ',');
+        let Some((k, v)) = tok.split_once('=') else {
+            continue;
+        };
+        if let Ok(v) = v.parse() {
+            m.insert(format!("{prefix}{k}"), v);
+        }
+    }
+    m
 }
 
 /// Reads a stats key, panicking with the whole map when it is missing.
