@@ -9,7 +9,7 @@ mod support;
 use std::io::{Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
 
@@ -61,6 +61,14 @@ while True:
 "#;
 
 const MIB: u64 = 1 << 20;
+
+/// These tests stream flat out until the kill; run them one at a time so a
+/// neighbour's load never eats into another's bounded waits.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// An in-process upstream that streams to each connection and counts what it reads.
 struct StreamingUpstream {
@@ -119,6 +127,7 @@ fn assert_released(proxy: &ChildProxy, baseline: usize) {
 
 #[test]
 fn client_killed_mid_stream_releases_everything() {
+    let _serial = serial();
     let up = streaming_upstream();
     let proxy = ChildProxy::start(&[
         "--allow",
@@ -161,6 +170,7 @@ fn client_killed_mid_stream_releases_everything() {
 
 #[test]
 fn upstream_killed_mid_stream_releases_everything() {
+    let _serial = serial();
     let mut upstream = spawn_python(PY_UPSTREAM, &[]);
     let port: u16 = child_line(&mut upstream, "python upstream")
         .parse()
@@ -231,6 +241,7 @@ fn upstream_killed_mid_stream_releases_everything() {
 /// The same client kill against an in-process proxy, checked through the API.
 #[test]
 fn client_killed_in_process_stats() {
+    let _serial = serial();
     let up = streaming_upstream();
     let proxy = start_proxy(allow_ports(&[up.server.port()]));
     let p = proxy_addr(&proxy);
