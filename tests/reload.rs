@@ -1,0 +1,75 @@
+//! Policy reload: tunnels the new policy no longer allows are closed, the
+//! rest carry on, and new connections follow the new policy at once.
+
+mod support;
+
+use portcullis::CloseReason;
+use support::*;
+
+#[test]
+fn reload_closes_only_tunnels_no_longer_allowed() {
+    let up1 = echo_server();
+    let up2 = echo_server();
+    let proxy = start_proxy(allow_ports(&[up1.port(), up2.port()]));
+    let p = proxy_addr(&proxy);
+
+    let mut a = connect_via_http(p, &up1.target());
+    let mut b = connect_via_socks5(p, "127.0.0.1", up2.port()).expect("SOCKS5 to upstream 2");
+    assert_echo(&mut a, b"A before reload");
+    assert_echo(&mut b, b"B before reload");
+    let bg = {
+        let c = connect_via_http(p, &up2.target());
+        BackgroundTunnel::start(c, 0x7e10ad)
+    };
+    bg.check("setup");
+    assert_eq!(proxy.stats().open.established, 3);
+
+    proxy.reload(allow_ports(&[up2.port()]));
+
+    // A is closed: the client sees EOF (or a reset), promptly.
+    let rest = expect_closed(&mut a, "tunnel A after the reload");
+    assert!(rest.is_empty(), "unexpected bytes on A: {rest:?}");
+    wait_for("the policy-reload tally", PROMPTLY, || {
+        proxy.stats().closed.get(CloseReason::PolicyReload) == 1
+    });
+
+    // B and the background tunnel keep relaying.
+    assert_echo(&mut b, b"B after reload");
+    bg.check("reload");
+
+    // New connections use the new policy.
+    let (mut s, head) = http_connect(p, &up1.target(), &[]).expect("CONNECT after reload");
+    assert_eq!(head.status, 403, "{}", head.raw);
+    assert!(head.header("X-Proxy-Error").is_some(), "{}", head.raw);
+    expect_closed(&mut s, "refused CONNECT");
+    assert_eq!(
+        connect_via_socks5(p, "127.0.0.1", up1.port()).err(),
+        Some(0x02)
+    );
+    let mut c = connect_via_http(p, &up2.target());
+    assert_echo(&mut c, b"new tunnel to upstream 2");
+
+    assert_eq!(up1.accepted(), 1, "upstream 1 was dialled after the reload");
+    let st = proxy.stats();
+    assert_eq!(st.closed.get(CloseReason::PolicyReload), 1, "{st}");
+    assert_eq!(st.open.established, 3, "{st}");
+    assert!(bg.finish() > 0);
+}
+
+#[test]
+fn reload_to_the_same_policy_keeps_everything() {
+    let up = echo_server();
+    let proxy = start_proxy(allow_ports(&[up.port()]));
+    let p = proxy_addr(&proxy);
+    let mut a = connect_via_http(p, &up.target());
+    assert_echo(&mut a, b"before");
+    proxy.reload(allow_ports(&[up.port()]));
+    // The reload is asynchronous and the API has no acknowledgement; a new
+    // session afterwards makes it very likely to have been processed.
+    let mut b = connect_via_http(p, &up.target());
+    assert_echo(&mut b, b"new");
+    assert_echo(&mut a, b"after");
+    let st = proxy.stats();
+    assert_eq!(st.closed.get(CloseReason::PolicyReload), 0, "{st}");
+    assert_eq!(st.open.established, 2, "{st}");
+}
