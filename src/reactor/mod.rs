@@ -162,7 +162,7 @@ impl Reactor {
 
     pub(crate) fn run(mut self) -> io::Result<()> {
         for l in &self.listeners {
-            log::info!("listening on {} ({})", l.local, protocol_name(l.protocol));
+            log::debug!("listening on {} ({})", l.local, protocol_name(l.protocol));
         }
         loop {
             let timeout = if self.core.requeue.is_empty() {

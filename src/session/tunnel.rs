@@ -44,6 +44,9 @@ enum FlowPhase {
 struct Flow {
     buf: Option<ByteBuf>,
     phase: FlowPhase,
+    /// Leading buffered bytes that are the proxy's own (its success reply),
+    /// not payload: written like payload, never counted as relayed.
+    own: usize,
 }
 
 /// A side died while relaying.
@@ -69,10 +72,12 @@ impl Tunnel {
             up: Flow {
                 buf: preload(to_upstream),
                 phase: FlowPhase::Open,
+                own: 0,
             },
             down: Flow {
                 buf: preload(to_client),
                 phase: FlowPhase::Open,
+                own: to_client.len(),
             },
             idle,
             last_active: core.now,
@@ -201,8 +206,11 @@ impl Flow {
         if let Some(buf) = self.buf.as_mut().filter(|b| !b.is_empty()) {
             if dst.writable {
                 match dst.stream.write_from(buf.data()) {
-                    Io::Progress(n) => {
-                        buf.consume(n);
+                    Io::Progress(written) => {
+                        buf.consume(written);
+                        let ours = written.min(self.own);
+                        self.own -= ours;
+                        let n = written - ours;
                         *counter += n as u64;
                         match src_side {
                             Side::Client => core.stats().bytes_up(n),
