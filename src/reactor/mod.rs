@@ -359,6 +359,15 @@ impl Reactor {
         if freed {
             self.resume_accepting();
         }
+        // Every armed timer has an owner: with no session and accepting open,
+        // none may be left (an idle proxy must be able to sleep forever).
+        debug_assert!(
+            !self.sessions.is_empty()
+                || !matches!(self.accepting, Accepting::Open)
+                || self.core.timers.is_empty(),
+            "{} timers armed with no session",
+            self.core.timers.len()
+        );
     }
 
     fn shutdown(&mut self) {
