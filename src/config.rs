@@ -63,6 +63,9 @@ pub struct Timeouts {
     pub idle: Option<Duration>,
     /// Flushing what is owed before closing.
     pub close: Duration,
+    /// On graceful shutdown, how long open sessions may finish before they
+    /// are closed.
+    pub drain: Duration,
 }
 
 impl Default for Timeouts {
@@ -72,6 +75,7 @@ impl Default for Timeouts {
             connect: Duration::from_secs(10),
             idle: None,
             close: Duration::from_secs(5),
+            drain: Duration::from_secs(30),
         }
     }
 }
@@ -85,6 +89,14 @@ pub struct Limits {
     pub buffer_size: usize,
     /// Resolver threads.
     pub resolver_threads: usize,
+    /// Open sessions overall; past it new clients are refused (503 / SOCKS 0x01).
+    pub max_sessions: usize,
+    /// Open sessions per client address (or per Unix-socket peer uid).
+    pub max_sessions_per_client: usize,
+    /// Sessions still in their handshake, overall.
+    pub max_pending_handshakes: usize,
+    /// Sessions still in their handshake, per client address (or uid).
+    pub max_pending_handshakes_per_client: usize,
 }
 
 impl Default for Limits {
@@ -93,6 +105,10 @@ impl Default for Limits {
             max_head_bytes: 32 * 1024,
             buffer_size: 64 * 1024,
             resolver_threads: 2,
+            max_sessions: 10_000,
+            max_sessions_per_client: 10_000,
+            max_pending_handshakes: 1_024,
+            max_pending_handshakes_per_client: 256,
         }
     }
 }
@@ -346,6 +362,8 @@ struct RawTimeouts {
     idle: Option<RawDuration>,
     #[serde(default)]
     close: Option<RawDuration>,
+    #[serde(default)]
+    drain: Option<RawDuration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -357,6 +375,14 @@ struct RawLimits {
     buffer_size: Option<usize>,
     #[serde(default)]
     resolver_threads: Option<usize>,
+    #[serde(default)]
+    max_sessions: Option<usize>,
+    #[serde(default)]
+    max_sessions_per_client: Option<usize>,
+    #[serde(default)]
+    max_pending_handshakes: Option<usize>,
+    #[serde(default)]
+    max_pending_handshakes_per_client: Option<usize>,
 }
 
 /// A configuration file parsed but not yet compiled: the policy is still a
@@ -435,6 +461,10 @@ impl ConfigFile {
                 Some(v) => v.parse_required("timeouts.close")?,
                 None => d.close,
             },
+            drain: match &t.drain {
+                Some(v) => v.parse_required("timeouts.drain")?,
+                None => d.drain,
+            },
         };
 
         let d = Limits::default();
@@ -442,6 +472,19 @@ impl ConfigFile {
             max_head_bytes: raw.limits.max_head_bytes.unwrap_or(d.max_head_bytes),
             buffer_size: raw.limits.buffer_size.unwrap_or(d.buffer_size),
             resolver_threads: raw.limits.resolver_threads.unwrap_or(d.resolver_threads),
+            max_sessions: raw.limits.max_sessions.unwrap_or(d.max_sessions),
+            max_sessions_per_client: raw
+                .limits
+                .max_sessions_per_client
+                .unwrap_or(d.max_sessions_per_client),
+            max_pending_handshakes: raw
+                .limits
+                .max_pending_handshakes
+                .unwrap_or(d.max_pending_handshakes),
+            max_pending_handshakes_per_client: raw
+                .limits
+                .max_pending_handshakes_per_client
+                .unwrap_or(d.max_pending_handshakes_per_client),
         };
 
         Ok(ConfigFile {
@@ -546,6 +589,16 @@ impl Config {
                 ),
             ));
         }
+        for (key, n) in [
+            ("limits.max_sessions", l.max_sessions),
+            ("limits.max_sessions_per_client", l.max_sessions_per_client),
+            ("limits.max_pending_handshakes", l.max_pending_handshakes),
+            ("limits.max_pending_handshakes_per_client", l.max_pending_handshakes_per_client),
+        ] {
+            if n == 0 {
+                return Err(ConfigError::key(key, "must be at least 1"));
+            }
+        }
         if self.listeners.is_empty() {
             return Err(ConfigError::key(
                 "listen",
@@ -565,6 +618,7 @@ impl Config {
             ("timeouts.handshake", t.handshake),
             ("timeouts.connect", t.connect),
             ("timeouts.close", t.close),
+            ("timeouts.drain", t.drain),
         ] {
             if d.is_zero() {
                 return Err(ConfigError::key(key, "must be greater than zero"));

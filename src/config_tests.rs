@@ -78,6 +78,7 @@ fn full_example_parses() {
             connect: Duration::from_millis(250),
             idle: None,
             close: Duration::from_secs(2),
+            ..Timeouts::default()
         }
     );
     assert_eq!(
@@ -86,6 +87,7 @@ fn full_example_parses() {
             max_head_bytes: 16384,
             buffer_size: 131072,
             resolver_threads: 4,
+            ..Limits::default()
         }
     );
     assert_eq!(f.rules.len(), 2);

@@ -84,6 +84,7 @@ pub(crate) fn check_resolved(rules: &[Rule], target: &Target, addrs: &[IpAddr]) 
                         rule: rule.name.clone(),
                         idle_timeout: rule.idle_timeout,
                         addrs: vetted,
+                        inspect: None,
                     })
                 }
             },

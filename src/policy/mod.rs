@@ -114,6 +114,58 @@ pub struct RuleConfig {
     /// Idle timeout for tunnels this rule allows (`"30s"`, `"5m"`, `"off"`).
     #[serde(default)]
     pub idle_timeout: Option<String>,
+    /// `"http"`: parse the tunnel's bytes as HTTP/1.1 and apply `requests`.
+    #[serde(default)]
+    pub inspect: Option<String>,
+    /// Request rules for an inspected destination (empty: every request allowed).
+    #[serde(default)]
+    pub requests: Vec<RequestRuleConfig>,
+}
+
+/// One request rule inside an inspecting `[[rules]]` table:
+/// `{ action = "allow", method = "GET", path = "/v1/**" }`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestRuleConfig {
+    /// Allow or deny; a deny beats any allow.
+    pub action: Action,
+    /// Method, exact (`GET`), or `*` for any. Defaults to `*`.
+    #[serde(default)]
+    pub method: Option<String>,
+    /// Path glob: `*` matches one segment, `**` any number. Defaults to `/**`.
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+/// Compiled request rules of one inspecting rule.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RequestRules {
+    /// STUB until the request-rules engine lands.
+    pub name: Arc<str>,
+}
+
+/// What request rules say about one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestVerdict {
+    /// Allowed; names the request rule (or the rule, when it has no request rules).
+    Allow(Arc<str>),
+    /// Refused; names the request rule, or says that none matched.
+    Deny(Arc<str>),
+}
+
+impl RequestRules {
+    /// Checks a request's method and path (the path without the query string).
+    pub fn check(&self, method: &str, path: &str) -> RequestVerdict {
+        let _ = (method, path);
+        todo!()
+    }
+}
+
+/// Parses `--inspect RULE` (same syntax as `--allow`): an allow rule that
+/// inspects HTTP with every request allowed.
+pub fn parse_cli_inspect(spec: &str) -> Result<RuleConfig, PolicyError> {
+    let _ = spec;
+    todo!()
 }
 
 /// A policy file or rule that does not compile; says which rule and why.
@@ -163,6 +215,8 @@ pub struct Allowed {
     pub idle_timeout: Option<Duration>,
     /// The addresses that passed, in resolver order: dial exactly these.
     pub addrs: Vec<IpAddr>,
+    /// Set when the allowing rule inspects HTTP: its request rules.
+    pub inspect: Option<Arc<RequestRules>>,
 }
 
 /// The answer before DNS.
@@ -208,6 +262,8 @@ impl Policy {
             port: None,
             ports: vec![PortSpec::Number(80), PortSpec::Number(443)],
             idle_timeout: None,
+            inspect: None,
+            requests: Vec::new(),
         };
         Policy::from_rules(&[rule]).expect("built-in rule compiles")
     }

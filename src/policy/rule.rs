@@ -232,6 +232,8 @@ pub(crate) fn parse_cli_rule(action: Action, spec: &str) -> Result<RuleConfig, P
         port: port.map(|p| PortSpec::Text(p.to_owned())),
         ports: Vec::new(),
         idle_timeout: None,
+        inspect: None,
+        requests: Vec::new(),
     };
     // Compile now so a bad flag fails at startup, naming the flag.
     Rule::compile(0, &cfg)?;

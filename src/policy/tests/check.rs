@@ -19,6 +19,7 @@ fn rebinding_is_refused() {
             rule: "--allow *.example.com".into(),
             idle_timeout: None,
             addrs: vec![ip("93.184.216.34")],
+            inspect: None,
         })
     );
     // Order kept, specials dropped, mapped reduced.

@@ -68,5 +68,7 @@ pub(super) fn cfg(action: Action) -> RuleConfig {
         port: None,
         ports: Vec::new(),
         idle_timeout: None,
+        inspect: None,
+        requests: Vec::new(),
     }
 }
