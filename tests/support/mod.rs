@@ -277,6 +277,7 @@ pub fn test_timeouts() -> Timeouts {
         connect: Duration::from_secs(5),
         idle: None,
         close: Duration::from_secs(2),
+        drain: Duration::from_secs(2),
     }
 }
 
