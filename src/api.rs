@@ -200,9 +200,15 @@ impl ProxyHandle {
     pub fn reload(&self, policy: Policy) {
         self.shared.send(Control::Reload(policy));
     }
-    /// Stops the reactor: listeners close, open sessions are closed.
+    /// Graceful shutdown: listeners close at once (new connects are
+    /// refused), open sessions may finish within the drain timeout
+    /// ([`Timeouts::drain`]), then the rest are closed and the reactor exits.
     pub fn shutdown(&self) {
-        self.shared.send(Control::Shutdown);
+        self.shared.send(Control::Shutdown { graceful: true });
+    }
+    /// Immediate shutdown: every session is closed now and the reactor exits.
+    pub fn shutdown_now(&self) {
+        self.shared.send(Control::Shutdown { graceful: false });
     }
 }
 
@@ -238,7 +244,7 @@ impl Deref for SpawnedProxy {
 impl Drop for SpawnedProxy {
     fn drop(&mut self) {
         if let Some(t) = self.thread.take() {
-            self.handle.shutdown();
+            self.handle.shutdown_now();
             let _ = t.join();
         }
     }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use mio::net::{TcpListener, UnixListener};
 use mio::{Interest, Registry, Token};
 
+use super::admission::ClientKey;
 use crate::config::{ListenAddr, ListenerConfig, ListenerProtocol};
 use crate::io::Stream;
 
@@ -25,16 +26,50 @@ enum Socket {
 #[derive(Debug, Clone)]
 pub(crate) enum Peer {
     Tcp(std::net::SocketAddr),
-    Unix,
+    /// A Unix-socket peer, by uid where the platform tells it.
+    Unix(Option<u32>),
+}
+
+impl Peer {
+    pub(crate) fn key(&self) -> ClientKey {
+        match self {
+            Peer::Tcp(a) => ClientKey::Ip(a.ip()),
+            Peer::Unix(Some(uid)) => ClientKey::Uid(*uid),
+            Peer::Unix(None) => ClientKey::Unix,
+        }
+    }
 }
 
 impl std::fmt::Display for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Peer::Tcp(a) => write!(f, "{a}"),
-            Peer::Unix => f.write_str("unix"),
+            Peer::Unix(Some(uid)) => write!(f, "unix:uid={uid}"),
+            Peer::Unix(None) => f.write_str("unix"),
         }
     }
+}
+
+/// The uid of a Unix-socket peer.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn peer_uid(s: &mio::net::UnixStream) -> Option<u32> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    getsockopt(s, PeerCredentials).ok().map(|c| c.uid())
+}
+
+/// The uid of a Unix-socket peer.
+#[cfg(any(
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "netbsd"
+))]
+fn peer_uid(s: &mio::net::UnixStream) -> Option<u32> {
+    use std::os::fd::AsFd;
+    nix::unistd::getpeereid(s.as_fd())
+        .ok()
+        .map(|(uid, _)| uid.as_raw())
 }
 
 impl Listener {
@@ -68,11 +103,21 @@ impl Listener {
         }
     }
 
+    pub(crate) fn deregister(&mut self, registry: &Registry) {
+        let _ = match &mut self.socket {
+            Socket::Tcp(l) => registry.deregister(l),
+            Socket::Unix(l, _) => registry.deregister(l),
+        };
+    }
+
     /// One accept. WouldBlock, EINTR and errors are the caller's to sort.
     pub(crate) fn accept(&self) -> io::Result<(Stream, Peer)> {
         match &self.socket {
             Socket::Tcp(l) => l.accept().map(|(s, a)| (Stream::Tcp(s), Peer::Tcp(a))),
-            Socket::Unix(l, _) => l.accept().map(|(s, _)| (Stream::Unix(s), Peer::Unix)),
+            Socket::Unix(l, _) => l.accept().map(|(s, _)| {
+                let uid = peer_uid(&s);
+                (Stream::Unix(s), Peer::Unix(uid))
+            }),
         }
     }
 }

@@ -7,6 +7,7 @@
 //! same iteration can reach a slot's next tenant; timers and resolver answers
 //! also carry the session id and are dropped when it does not match.
 
+pub(crate) mod admission;
 pub(crate) mod listener;
 pub(crate) mod resolver;
 pub mod timer;
@@ -22,10 +23,11 @@ use slab::Slab;
 
 use crate::api::Shared;
 use crate::buffer::BufPool;
-use crate::config::{Config, Credentials, Limits, Timeouts};
+use crate::config::{Config, Credentials, Limits, ListenerProtocol, Timeouts};
 use crate::policy::Policy;
 use crate::session::Session;
 use crate::stats::{CloseReason, Stats};
+use admission::Admit;
 use listener::Listener;
 use resolver::{Answer, Resolver};
 use timer::{TimerId, TimerWheel};
@@ -34,7 +36,11 @@ use token::Owner;
 /// Messages from handles to the reactor thread (delivered through the Waker).
 pub(crate) enum Control {
     Reload(Policy),
-    Shutdown,
+    /// Stop accepting; `graceful`: let open sessions finish within the drain
+    /// timeout, else close them at once.
+    Shutdown {
+        graceful: bool,
+    },
 }
 
 /// What a timer in the wheel is for.
@@ -44,6 +50,8 @@ pub(crate) enum Timer {
     Session { key: usize, id: u64 },
     /// Try accepting again after running out of file descriptors.
     ResumeAccept,
+    /// The graceful-shutdown drain timeout.
+    Drain,
 }
 
 /// Settings sessions read.
@@ -61,6 +69,7 @@ pub(crate) struct Core {
     pub(crate) resolver: Resolver,
     pub(crate) settings: Settings,
     pub(crate) pool: BufPool,
+    pub(crate) admission: admission::Admission,
     /// Sessions that stopped at their per-call budget with work left.
     pub(crate) requeue: Vec<usize>,
     /// The time of this iteration's wakeup.
@@ -91,7 +100,8 @@ enum Accepting {
 pub(crate) struct Reactor {
     poll: Poll,
     events: Events,
-    listeners: Vec<Listener>,
+    /// Indexed by listener token; `None` once closed for shutdown.
+    listeners: Vec<Option<Listener>>,
     sessions: Slab<Session>,
     core: Core,
     control: Receiver<Control>,
@@ -102,6 +112,8 @@ pub(crate) struct Reactor {
     accepting: Accepting,
     /// An fd-exhaustion episode is in progress (logged once, cleared by the next accept).
     exhausted: bool,
+    /// Shutting down gracefully: listeners are closed, sessions draining.
+    draining: bool,
 }
 
 impl Reactor {
@@ -123,6 +135,7 @@ impl Reactor {
             listeners.push(l);
         }
         let local_addrs = listeners.iter().map(|l| l.local.clone()).collect();
+        let listeners = listeners.into_iter().map(Some).collect();
         let (control_tx, control) = mpsc::channel();
         let (answers_tx, answers) = mpsc::channel();
         let shared = Arc::new(Shared::new(local_addrs, control_tx, Arc::clone(&waker)));
@@ -139,6 +152,7 @@ impl Reactor {
                 auth: config.auth,
             },
             pool: BufPool::new(config.limits.buffer_size, POOL_IDLE),
+            admission: admission::Admission::default(),
             requeue: Vec::new(),
             now,
             shared: Arc::clone(&shared),
@@ -156,12 +170,13 @@ impl Reactor {
             expired: Vec::new(),
             accepting: Accepting::Open,
             exhausted: false,
+            draining: false,
         };
         Ok((reactor, shared))
     }
 
     pub(crate) fn run(mut self) -> io::Result<()> {
-        for l in &self.listeners {
+        for l in self.listeners.iter().flatten() {
             log::debug!("listening on {} ({})", l.local, protocol_name(l.protocol));
         }
         loop {
@@ -182,10 +197,16 @@ impl Reactor {
                 break;
             }
             self.drive_requeued();
-            self.fire_timers();
+            if self.fire_timers() {
+                break;
+            }
             self.reap();
+            if self.draining && self.sessions.is_empty() {
+                log::info!("drained: every session finished");
+                break;
+            }
         }
-        self.shutdown();
+        self.close_all();
         Ok(())
     }
 
@@ -196,11 +217,7 @@ impl Reactor {
         for ev in events.iter() {
             match token::owner(ev.token(), self.listeners.len()) {
                 Owner::Waker => stop |= self.on_wake(),
-                Owner::Listener(i) => {
-                    if matches!(self.accepting, Accepting::Open) {
-                        self.accept(i);
-                    }
-                }
+                Owner::Listener(i) => self.accept(i),
                 Owner::Session(key, side) => {
                     if let Some(s) = self.sessions.get_mut(key) {
                         s.on_ready(side, ev, &mut self.core);
@@ -215,12 +232,13 @@ impl Reactor {
         stop
     }
 
-    /// Drains control messages and resolver answers.
+    /// Drains control messages and resolver answers. Returns true to stop now.
     fn on_wake(&mut self) -> bool {
         let mut stop = false;
         while let Ok(msg) = self.control.try_recv() {
             match msg {
-                Control::Shutdown => stop = true,
+                Control::Shutdown { graceful: false } => stop = true,
+                Control::Shutdown { graceful: true } => self.start_draining(),
                 Control::Reload(policy) => {
                     self.core.policy = policy;
                     log::info!(
@@ -251,24 +269,44 @@ impl Reactor {
         stop
     }
 
+    /// Graceful shutdown: close the listeners (new connects are refused by
+    /// the kernel) and give open sessions the drain timeout to finish.
+    fn start_draining(&mut self) {
+        if self.draining {
+            return;
+        }
+        self.draining = true;
+        for l in self.listeners.iter_mut() {
+            if let Some(mut l) = l.take() {
+                l.deregister(&self.core.registry);
+            }
+        }
+        if let Accepting::Paused(id) = std::mem::replace(&mut self.accepting, Accepting::Open) {
+            self.core.timers.cancel(id);
+        }
+        let drain = self.core.settings.timeouts.drain;
+        log::info!(
+            "shutting down: listeners closed, {} sessions have {drain:?} to finish",
+            self.sessions.len()
+        );
+        self.core.timers.insert(self.core.now + drain, Timer::Drain);
+    }
+
     /// Accepts until WouldBlock (readiness is edge-triggered).
     fn accept(&mut self, index: usize) {
+        if !matches!(self.accepting, Accepting::Open) {
+            return;
+        }
         loop {
-            let listener = &self.listeners[index];
+            let Some(listener) = self.listeners.get(index).and_then(Option::as_ref) else {
+                return;
+            };
             match listener.accept() {
                 Ok((stream, peer)) => {
                     self.exhausted = false;
                     self.core.stats().accepted();
-                    let entry = self.sessions.vacant_entry();
-                    let (key, id) = (entry.key(), self.next_id);
-                    self.next_id += 1;
-                    match Session::accept(key, id, stream, peer, listener.protocol, &mut self.core)
-                    {
-                        Ok(session) => {
-                            entry.insert(session);
-                        }
-                        Err(e) => log::warn!("could not register an accepted connection: {e}"),
-                    }
+                    let protocol = listener.protocol;
+                    self.admit(stream, peer, protocol);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -284,6 +322,44 @@ impl Reactor {
                     self.pause_accepting(&e);
                     return;
                 }
+            }
+        }
+    }
+
+    /// Starts a session for an accepted connection, or refuses it at a limit.
+    fn admit(
+        &mut self,
+        stream: crate::io::Stream,
+        peer: listener::Peer,
+        protocol: ListenerProtocol,
+    ) {
+        let client = peer.key();
+        let refusing = match self
+            .core
+            .admission
+            .admit(client, &self.core.settings.limits)
+        {
+            Admit::Yes => None,
+            Admit::Refuse(limit) => {
+                log::warn!("{peer}: refused, at the {limit} limit");
+                Some(limit)
+            }
+            // Past even the cap on refusals: the socket closes unanswered.
+            Admit::Drop => {
+                self.core.stats().closed(CloseReason::Limit);
+                return;
+            }
+        };
+        let entry = self.sessions.vacant_entry();
+        let (key, id) = (entry.key(), self.next_id);
+        self.next_id += 1;
+        match Session::accept(key, id, stream, peer, protocol, refusing, &mut self.core) {
+            Ok(session) => {
+                entry.insert(session);
+            }
+            Err(e) => {
+                log::warn!("could not register an accepted connection: {e}");
+                self.core.admission.ended(client, refusing.is_none());
             }
         }
     }
@@ -306,9 +382,7 @@ impl Reactor {
             self.core.timers.cancel(id);
             // Connections that queued while paused raised no new edge.
             for i in 0..self.listeners.len() {
-                if matches!(self.accepting, Accepting::Open) {
-                    self.accept(i);
-                }
+                self.accept(i);
             }
         }
     }
@@ -325,8 +399,10 @@ impl Reactor {
         }
     }
 
-    fn fire_timers(&mut self) {
+    /// Fires due timers. Returns true when the drain timeout ended a shutdown.
+    fn fire_timers(&mut self) -> bool {
         self.core.timers.expire(self.core.now, &mut self.expired);
+        let mut stop = false;
         let mut expired = std::mem::take(&mut self.expired);
         for timer in expired.drain(..) {
             match timer {
@@ -342,9 +418,17 @@ impl Reactor {
                     // Cancelling the timer that just fired is a harmless no-op.
                     self.resume_accepting();
                 }
+                Timer::Drain => {
+                    log::info!(
+                        "drain timeout: closing {} sessions still open",
+                        self.sessions.len()
+                    );
+                    stop = true;
+                }
             }
         }
         self.expired = expired;
+        stop
     }
 
     /// Frees the slots of ended sessions; their client fds close here.
@@ -357,6 +441,10 @@ impl Reactor {
             }
         }
         if freed {
+            // A session can requeue itself and then end in the same
+            // iteration (its close timer fired): no zero-timeout poll for it.
+            let sessions = &self.sessions;
+            self.core.requeue.retain(|&k| sessions.contains(k));
             self.resume_accepting();
         }
         // Every armed timer has an owner: with no session and accepting open,
@@ -364,18 +452,23 @@ impl Reactor {
         debug_assert!(
             !self.sessions.is_empty()
                 || !matches!(self.accepting, Accepting::Open)
+                || self.draining
                 || self.core.timers.is_empty(),
             "{} timers armed with no session",
             self.core.timers.len()
         );
     }
 
-    fn shutdown(&mut self) {
-        log::info!("shutting down: closing {} sessions", self.sessions.len());
+    /// Closes every session still open (reason `shutdown`) and the listeners.
+    fn close_all(&mut self) {
+        if !self.sessions.is_empty() {
+            log::info!("shutting down: closing {} sessions", self.sessions.len());
+        }
         for (_, s) in self.sessions.iter_mut() {
             s.abort(CloseReason::Shutdown, &mut self.core);
         }
         self.sessions.clear();
+        self.listeners.clear();
     }
 }
 

@@ -20,6 +20,9 @@ const READ_CHUNK: usize = 4096;
 
 pub(crate) struct Handshake {
     protocol: ListenerProtocol,
+    /// Past this limit: answer the client in its dialect as soon as it is
+    /// known, then close.
+    refusing: Option<&'static str>,
     stage: Stage,
     /// Bytes read and not yet parsed.
     buf: Vec<u8>,
@@ -57,9 +60,10 @@ enum Parsed {
 }
 
 impl Handshake {
-    pub(crate) fn new(protocol: ListenerProtocol) -> Self {
+    pub(crate) fn new(protocol: ListenerProtocol, refusing: Option<&'static str>) -> Self {
         Handshake {
             protocol,
+            refusing,
             stage: Stage::Sniff,
             buf: Vec::new(),
             owed: Vec::new(),
@@ -131,6 +135,21 @@ impl Handshake {
                     }
                 };
                 Parsed::Again
+            }
+            // A client past a limit is told as soon as its dialect is known
+            // (for SOCKS5, once its greeting is whole).
+            Stage::Http if self.refusing.is_some() => {
+                let limit = self.refusing.unwrap_or_default();
+                Parsed::Leave(refuse(Refusal::Limit(limit), Dialect::Http, conn, core))
+            }
+            Stage::SocksGreeting if self.refusing.is_some() => {
+                match socks5::parse_greeting(&self.buf) {
+                    Parse::Incomplete => Parsed::More,
+                    Parse::Invalid(_) | Parse::Done(..) => {
+                        let limit = self.refusing.unwrap_or_default();
+                        Parsed::Leave(refuse(Refusal::Limit(limit), Dialect::Socks5, conn, core))
+                    }
+                }
             }
             Stage::Http => self.parse_http(conn, core),
             Stage::SocksGreeting => self.parse_greeting(conn, core),

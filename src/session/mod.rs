@@ -29,15 +29,20 @@ use state::State;
 use crate::config::ListenerProtocol;
 use crate::io::Stream;
 use crate::policy::Target;
+use crate::reactor::admission::ClientKey;
 use crate::reactor::timer::TimerId;
 use crate::reactor::{listener::Peer, Core, Timer};
-use crate::stats::CloseReason;
+use crate::stats::{CloseReason, Phase};
 
 /// Everything about a session except its state: its sockets, its deadline,
 /// and what its access line will say.
 pub(crate) struct Conn {
     key: usize,
     id: u64,
+    /// Whom the admission limits count this session against.
+    client_key: ClientKey,
+    /// Counted by admission (false: past a limit, being refused).
+    admitted: bool,
     client: Endpoint,
     upstream: Option<Endpoint>,
     timer: Option<TimerId>,
@@ -118,17 +123,20 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// Registers an accepted client and starts its handshake.
+    /// Registers an accepted client and starts its handshake. `refusing`
+    /// names the limit the client is past, if any: it is answered and closed.
     pub(crate) fn accept(
         key: usize,
         id: u64,
         stream: Stream,
         peer: Peer,
         protocol: ListenerProtocol,
+        refusing: Option<&'static str>,
         core: &mut Core,
     ) -> io::Result<Session> {
         let token = crate::reactor::token::session(key, Side::Client);
         let client = Endpoint::register(stream, token, &core.registry)?;
+        let peer_key = peer.key();
         let log = AccessLog {
             peer,
             started: core.now,
@@ -142,15 +150,16 @@ impl Session {
         let mut conn = Conn {
             key,
             id,
+            client_key: peer_key,
+            admitted: refusing.is_none(),
             client,
             upstream: None,
             timer: None,
             log,
         };
         conn.arm(core, core.settings.timeouts.handshake);
-        core.stats()
-            .phase(None, Some(crate::stats::Phase::Handshake));
-        let state = State::Handshake(handshake::Handshake::new(protocol));
+        core.stats().phase(None, Some(Phase::Handshake));
+        let state = State::Handshake(handshake::Handshake::new(protocol, refusing));
         Ok(Session { conn, state })
     }
 
@@ -246,6 +255,9 @@ impl Session {
         }
         log::debug!("conn={} {from}=>{to}", self.conn.id);
         core.stats().phase(from_phase, next.phase());
+        if from_phase == Some(Phase::Handshake) && self.conn.admitted {
+            core.admission.left_handshake(self.conn.client_key);
+        }
         match &next {
             State::Handshake(_) => {}
             State::Resolving(_) => self.conn.arm(core, core.settings.timeouts.connect),
@@ -273,6 +285,7 @@ impl Conn {
         self.drop_side(Side::Upstream, core);
         self.drop_side(Side::Client, core);
         core.stats().closed(reason);
+        core.admission.ended(self.client_key, self.admitted);
         let log = &self.log;
         let target = log
             .target

@@ -39,6 +39,8 @@ pub(crate) enum Refusal {
     Connect(io::Error),
     /// Resolve + connect took too long.
     Timeout,
+    /// The proxy is at a limit (named) and takes no new sessions.
+    Limit(&'static str),
 }
 
 impl Refusal {
@@ -55,6 +57,7 @@ impl Refusal {
             Refusal::Resolve(_) => CloseReason::ResolveFailed,
             Refusal::Connect(_) => CloseReason::ConnectFailed,
             Refusal::Timeout => CloseReason::ConnectTimeout,
+            Refusal::Limit(_) => CloseReason::Limit,
         }
     }
 
@@ -74,6 +77,7 @@ impl Refusal {
             Refusal::Resolve(e) => format!("could not resolve the target: {e}"),
             Refusal::Connect(e) => format!("could not connect to the target: {e}"),
             Refusal::Timeout => "timed out connecting to the target".into(),
+            Refusal::Limit(which) => format!("the proxy is at its {which} limit; try again later"),
         }
     }
 
@@ -93,6 +97,7 @@ impl Refusal {
             Refusal::Resolve(_) => "resolve-failed".into(),
             Refusal::Connect(_) => "connect-failed".into(),
             Refusal::Timeout => "connect-timeout".into(),
+            Refusal::Limit(which) => format!("limit; {which}"),
         }
     }
 
@@ -116,6 +121,7 @@ impl Refusal {
             Refusal::Denied(_) => (403, &[]),
             Refusal::Resolve(_) | Refusal::Connect(_) => (502, &[]),
             Refusal::Timeout => (504, &[]),
+            Refusal::Limit(_) => (503, &[("Retry-After", "1")]),
         };
         http::error_response(status, &self.cause(), &self.describe(), extra)
     }
@@ -139,6 +145,13 @@ impl Refusal {
                 _ => Reply::HostUnreachable,
             },
             Refusal::Timeout => Reply::TtlExpired,
+            // After the greeting's method selection: the request is answered
+            // before it is read, so the client is told at its first read.
+            Refusal::Limit(_) => {
+                let mut out = socks5::method_selection(socks5::METHOD_NO_AUTH).to_vec();
+                socks5::encode_reply(Reply::GeneralFailure, None, &mut out);
+                return out;
+            }
         };
         let mut out = Vec::with_capacity(10);
         socks5::encode_reply(reply, None, &mut out);
