@@ -5,25 +5,28 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use portcullis::config::{self, ConfigError, ConfigFile};
-use portcullis::policy::{parse_cli_rule, Action, RuleConfig};
+use portcullis::policy::{parse_cli_inspect, parse_cli_rule, Action, RuleConfig};
 use portcullis::{Config, Credentials, ListenAddr, ListenerConfig, ListenerProtocol, Policy};
 
 const AFTER_HELP: &str = "\
-Policy: with no --config and no --allow/--deny, the built-in default applies
-(public internet on ports 80 and 443; private, loopback and other special
-ranges refused). Otherwise the policy is exactly the file's [[rules]] plus the
---allow/--deny rules, and everything else is denied.
+Policy: with no --config and no --allow/--deny/--inspect, the built-in default
+applies (public internet on ports 80 and 443; private, loopback and other
+special ranges refused). Otherwise the policy is exactly the file's [[rules]]
+plus the --allow/--deny/--inspect rules, and everything else is denied.
 
 Examples:
   portcullis
   portcullis --allow github.com:443 --allow '*.github.com:443'
   portcullis --config portcullis.toml --listen unix:/tmp/portcullis.sock
   portcullis --config portcullis.toml --check
+  portcullis --inspect example.com:80
+
+  curl -x http://127.0.0.1:3128 http://example.com/
 
   curl -p -x http://127.0.0.1:3128 https://example.com
   curl -x socks5h://127.0.0.1:3128 https://example.com
 
-Signals: SIGHUP reloads the policy (--config file plus --allow/--deny);
+Signals: SIGHUP reloads the policy (--config file plus the rule flags);
 SIGUSR1 logs the counters; SIGTERM/SIGINT shut down.
 Logging: RUST_LOG (default: info).";
 
@@ -52,6 +55,11 @@ pub struct Args {
     /// Deny a destination, same syntax as --allow. Repeatable; a deny beats any allow.
     #[arg(short, long, value_name = "RULE", value_parser = deny_rule)]
     pub deny: Vec<RuleConfig>,
+
+    /// Allow a destination like --allow, and inspect it as HTTP/1.1 (every
+    /// request allowed; request rules need a --config file). Repeatable.
+    #[arg(long, value_name = "RULE", value_parser = inspect_rule)]
+    pub inspect: Vec<RuleConfig>,
 
     /// Require proxy credentials (HTTP Basic and SOCKS5 username/password).
     /// Overrides the file's [auth].
@@ -116,6 +124,10 @@ fn deny_rule(s: &str) -> Result<RuleConfig, String> {
     parse_cli_rule(Action::Deny, s).map_err(|e| e.0)
 }
 
+fn inspect_rule(s: &str) -> Result<RuleConfig, String> {
+    parse_cli_inspect(s).map_err(|e| e.0)
+}
+
 fn parse_auth(s: &str) -> Result<Credentials, String> {
     match s.split_once(':') {
         Some((user, pass)) if !user.is_empty() && !pass.is_empty() => Ok(Credentials {
@@ -135,9 +147,13 @@ pub struct Setup {
 }
 
 impl Args {
-    /// True when the built-in default policy applies: no file, no rule flags.
+    /// True when the built-in default policy applies: no file, no rule flags
+    /// (`--allow`, `--deny`, `--inspect`).
     pub fn uses_builtin_policy(&self) -> bool {
-        self.config.is_none() && self.allow.is_empty() && self.deny.is_empty()
+        self.config.is_none()
+            && self.allow.is_empty()
+            && self.deny.is_empty()
+            && self.inspect.is_empty()
     }
 
     /// Reads the `--config` file (if any), applies the flags over it, and
@@ -177,6 +193,7 @@ impl Args {
         }
         file.rules.extend(self.allow.iter().cloned());
         file.rules.extend(self.deny.iter().cloned());
+        file.rules.extend(self.inspect.iter().cloned());
         let rules = file.rule_names();
         let config = file.compile()?;
         Ok(Setup {
@@ -314,6 +331,8 @@ mod tests {
             &["--auth", "nopassword"],
             &["--connect-timeout", "off"],
             &["--idle-timeout", "soon"],
+            &["--inspect", ""],
+            &["--inspect", "example.com:0"],
             &["--bogus"],
         ] {
             let e = parse(bad).expect_err("should fail");
@@ -361,5 +380,47 @@ mod tests {
         assert!(!a.uses_builtin_policy());
         let s = a.load().unwrap();
         assert_eq!(s.rules.map(|r| r.len()), Some(2));
+    }
+
+    #[test]
+    fn inspect_flags_are_rule_flags() {
+        let a = parse(&["--inspect", "api.example.com:8080", "--inspect", "10.1.2.3"]).unwrap();
+        assert!(!a.uses_builtin_policy());
+        assert_eq!(a.inspect.len(), 2);
+        let r = &a.inspect[0];
+        assert_eq!(r.name.as_deref(), Some("--inspect api.example.com:8080"));
+        assert_eq!(r.action, Action::Allow);
+        assert_eq!(r.inspect.as_deref(), Some("http"));
+        assert!(r.requests.is_empty());
+        let s = a.load().unwrap();
+        assert_eq!(
+            s.rules,
+            Some(vec![
+                "--inspect api.example.com:8080".to_string(),
+                "--inspect 10.1.2.3".to_string()
+            ])
+        );
+    }
+
+    #[test]
+    fn inspect_rules_follow_allow_and_deny() {
+        let a = parse(&[
+            "--inspect",
+            "a.example:80",
+            "--deny",
+            "b.example",
+            "--allow",
+            "c.example",
+        ])
+        .unwrap();
+        let names = a.load().unwrap().rules.unwrap();
+        assert_eq!(
+            names,
+            [
+                "--allow c.example",
+                "--deny b.example",
+                "--inspect a.example:80"
+            ]
+        );
     }
 }

@@ -363,8 +363,15 @@ fn readme_example_parses() {
     assert!(f.auth.is_some());
     assert_eq!(
         f.rule_names(),
-        vec!["github", "python-packages", "build-cache", "no-metadata"]
+        vec![
+            "github",
+            "python-packages",
+            "build-cache",
+            "api",
+            "no-metadata"
+        ]
     );
+    Policy::from_rules(&f.rules).expect("README example rules compile");
 }
 
 #[test]

@@ -37,7 +37,9 @@ fn matches(rule: &Rule, target: &Target, addr: IpAddr) -> bool {
     rule.port_matches(target.port) && (rule.host_matches(&target.host) || rule.cidr_matches(addr))
 }
 
-/// Judges one canonical address: the allowing rule, or why not.
+/// Judges one canonical address: the allowing rule, or why not. When several
+/// allow rules qualify, the first that inspects HTTP wins over plain allows,
+/// so a broad allow cannot switch off a narrower rule's request rules.
 fn check_addr<'a>(rules: &'a [Rule], target: &Target, addr: IpAddr) -> Result<&'a Rule, Denial> {
     if let Some(r) = rules
         .iter()
@@ -45,25 +47,28 @@ fn check_addr<'a>(rules: &'a [Rule], target: &Target, addr: IpAddr) -> Result<&'
     {
         return Err(Denial::Rule(r.name.clone()));
     }
-    let mut allows = rules
+    let allows = rules
         .iter()
         .filter(|r| r.action == Action::Allow && matches(r, target, addr));
-    match special(addr) {
-        None => allows.next().ok_or(Denial::NoRule),
-        Some(sp) => {
-            let mut any = false;
-            for r in allows {
-                any = true;
-                if r.names(addr, sp.range.prefix()) {
-                    return Ok(r);
-                }
+    let mut any = false;
+    let mut chosen: Option<&Rule> = None;
+    let sp = special(addr);
+    for r in allows {
+        any = true;
+        if let Some(sp) = &sp {
+            if !r.names(addr, sp.range.prefix()) {
+                continue;
             }
-            Err(if any {
-                Denial::SpecialAddress(addr, sp.name)
-            } else {
-                Denial::NoRule
-            })
         }
+        if r.inspect.is_some() {
+            return Ok(r);
+        }
+        chosen.get_or_insert(r);
+    }
+    match (chosen, sp) {
+        (Some(r), _) => Ok(r),
+        (None, Some(sp)) if any => Err(Denial::SpecialAddress(addr, sp.name)),
+        (None, _) => Err(Denial::NoRule),
     }
 }
 
@@ -76,6 +81,9 @@ pub(crate) fn check_resolved(rules: &[Rule], target: &Target, addrs: &[IpAddr]) 
         let addr = canonical_ip(addr);
         match check_addr(rules, target, addr) {
             Ok(rule) => match &mut allowed {
+                // Never dial an address uninspected when the rule that
+                // allows it inspects (the first address's rule does not).
+                Some(a) if a.inspect.is_none() && rule.inspect.is_some() => {}
                 Some(a) => a.addrs.push(addr),
                 None => {
                     let mut vetted = Vec::with_capacity(addrs.len());
@@ -84,7 +92,7 @@ pub(crate) fn check_resolved(rules: &[Rule], target: &Target, addrs: &[IpAddr]) 
                         rule: rule.name.clone(),
                         idle_timeout: rule.idle_timeout,
                         addrs: vetted,
-                        inspect: None,
+                        inspect: rule.inspect.clone(),
                     })
                 }
             },

@@ -9,6 +9,7 @@ mod addr;
 mod check;
 mod cidr;
 mod host;
+mod request;
 mod rule;
 #[cfg(test)]
 mod tests;
@@ -18,6 +19,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use request::normalize_path;
 use rule::Rule;
 
 /// A host as the policy sees it: canonical, so no spelling slips past a rule.
@@ -137,11 +139,16 @@ pub struct RequestRuleConfig {
     pub path: Option<String>,
 }
 
-/// Compiled request rules of one inspecting rule.
+/// Compiled request rules of one inspecting rule (see `request.rs`). The
+/// default has no request rules and an empty name: it allows every request.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RequestRules {
-    /// STUB until the request-rules engine lands.
-    pub name: Arc<str>,
+    /// The inspecting rule's name.
+    name: Arc<str>,
+    /// In file order; empty means every request is allowed.
+    rules: Vec<request::RequestRule>,
+    /// The verdict's name when requests are given and none matches.
+    no_match: Arc<str>,
 }
 
 /// What request rules say about one request.
@@ -153,19 +160,11 @@ pub enum RequestVerdict {
     Deny(Arc<str>),
 }
 
-impl RequestRules {
-    /// Checks a request's method and path (the path without the query string).
-    pub fn check(&self, method: &str, path: &str) -> RequestVerdict {
-        let _ = (method, path);
-        todo!()
-    }
-}
-
 /// Parses `--inspect RULE` (same syntax as `--allow`): an allow rule that
 /// inspects HTTP with every request allowed.
+/// Named `--inspect SPEC`.
 pub fn parse_cli_inspect(spec: &str) -> Result<RuleConfig, PolicyError> {
-    let _ = spec;
-    todo!()
+    rule::parse_cli_inspect(spec)
 }
 
 /// A policy file or rule that does not compile; says which rule and why.

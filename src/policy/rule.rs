@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::cidr::Cidr;
 use super::host::{canonical_host, parse_port};
-use super::{Action, Host, PolicyError, PortSpec, RuleConfig};
+use super::{Action, Host, PolicyError, PortSpec, RequestRules, RuleConfig};
 
 /// A canonical host pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +79,8 @@ pub(crate) struct Rule {
     /// Empty means any port.
     ports: Vec<PortRange>,
     pub(crate) idle_timeout: Option<Duration>,
+    /// Set when the rule inspects HTTP: its request rules.
+    pub(crate) inspect: Option<Arc<RequestRules>>,
 }
 
 impl Rule {
@@ -140,6 +142,28 @@ impl Rule {
             Some(t) => crate::duration::parse(t).map_err(|e| fail("idle_timeout", e))?,
             None => None,
         };
+        let inspect = match cfg.inspect.as_deref() {
+            None if cfg.requests.is_empty() => None,
+            None => {
+                return Err(fail(
+                    "requests",
+                    "request rules need inspect = \"http\"".into(),
+                ))
+            }
+            Some("http") if cfg.action == Action::Deny => {
+                return Err(fail(
+                    "inspect",
+                    "only an allow rule can inspect (a deny rule lets nothing through)".into(),
+                ))
+            }
+            Some("http") => Some(Arc::new(RequestRules::new(name.clone(), &cfg.requests)?)),
+            Some(other) => {
+                return Err(fail(
+                    "inspect",
+                    format!("{other:?}: the only inspection is \"http\""),
+                ))
+            }
+        };
         Ok(Rule {
             name,
             action: cfg.action,
@@ -147,6 +171,7 @@ impl Rule {
             cidrs,
             ports,
             idle_timeout,
+            inspect,
         })
     }
 }
@@ -215,6 +240,22 @@ pub(crate) fn parse_cli_rule(action: Action, spec: &str) -> Result<RuleConfig, P
         Action::Allow => "--allow",
         Action::Deny => "--deny",
     };
+    cli_rule(flag, action, None, spec)
+}
+
+/// See [`super::parse_cli_inspect`]: `--allow` syntax, inspecting HTTP, no
+/// request rules (every request allowed).
+pub(crate) fn parse_cli_inspect(spec: &str) -> Result<RuleConfig, PolicyError> {
+    cli_rule("--inspect", Action::Allow, Some("http"), spec)
+}
+
+/// A command-line rule named `FLAG SPEC`.
+fn cli_rule(
+    flag: &str,
+    action: Action,
+    inspect: Option<&str>,
+    spec: &str,
+) -> Result<RuleConfig, PolicyError> {
     let name = format!("{flag} {spec}");
     let (target, port) =
         split_cli_spec(spec.trim()).map_err(|e| PolicyError(format!("rule {name:?}: {e}")))?;
@@ -232,7 +273,7 @@ pub(crate) fn parse_cli_rule(action: Action, spec: &str) -> Result<RuleConfig, P
         port: port.map(|p| PortSpec::Text(p.to_owned())),
         ports: Vec::new(),
         idle_timeout: None,
-        inspect: None,
+        inspect: inspect.map(str::to_owned),
         requests: Vec::new(),
     };
     // Compile now so a bad flag fails at startup, naming the flag.

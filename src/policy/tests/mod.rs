@@ -3,6 +3,7 @@
 mod check;
 mod host;
 mod parse;
+mod request;
 mod rules;
 mod special;
 
