@@ -2,5 +2,6 @@
 //! imports mio or touches a socket, so it is unit-tested and fuzzed directly.
 
 pub mod http;
+pub mod http1;
 pub mod sniff;
 pub mod socks5;
