@@ -31,6 +31,10 @@ impl ByteBuf {
     pub(crate) fn is_empty(&self) -> bool {
         self.start == self.end
     }
+    /// How many more bytes fit (after compaction).
+    pub(crate) fn room(&self) -> usize {
+        self.data.len() - self.len()
+    }
     /// No room to read more.
     pub(crate) fn is_full(&self) -> bool {
         self.len() == self.data.len()

@@ -66,6 +66,9 @@ pub struct Timeouts {
     /// On graceful shutdown, how long open sessions may finish before they
     /// are closed.
     pub drain: Duration,
+    /// Inspected HTTP: how long an upstream may take to start answering a
+    /// request (504 after that).
+    pub response: Duration,
 }
 
 impl Default for Timeouts {
@@ -76,6 +79,7 @@ impl Default for Timeouts {
             idle: None,
             close: Duration::from_secs(5),
             drain: Duration::from_secs(30),
+            response: Duration::from_secs(60),
         }
     }
 }
@@ -364,6 +368,8 @@ struct RawTimeouts {
     close: Option<RawDuration>,
     #[serde(default)]
     drain: Option<RawDuration>,
+    #[serde(default)]
+    response: Option<RawDuration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -464,6 +470,10 @@ impl ConfigFile {
             drain: match &t.drain {
                 Some(v) => v.parse_required("timeouts.drain")?,
                 None => d.drain,
+            },
+            response: match &t.response {
+                Some(v) => v.parse_required("timeouts.response")?,
+                None => d.response,
             },
         };
 
@@ -622,6 +632,7 @@ impl Config {
             ("timeouts.connect", t.connect),
             ("timeouts.close", t.close),
             ("timeouts.drain", t.drain),
+            ("timeouts.response", t.response),
         ] {
             if d.is_zero() {
                 return Err(ConfigError::key(key, "must be greater than zero"));

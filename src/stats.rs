@@ -40,11 +40,13 @@ pub enum CloseReason {
     Shutdown,
     /// A limit was hit (sessions, pending handshakes).
     Limit,
+    /// An inspected request got no response head within the response timeout.
+    ResponseTimeout,
 }
 
 impl CloseReason {
     /// Every reason, in a fixed order (the order of the tallies).
-    pub const ALL: [CloseReason; 15] = [
+    pub const ALL: [CloseReason; 16] = [
         CloseReason::Done,
         CloseReason::ClientGone,
         CloseReason::UpstreamGone,
@@ -60,6 +62,7 @@ impl CloseReason {
         CloseReason::PolicyReload,
         CloseReason::Shutdown,
         CloseReason::Limit,
+        CloseReason::ResponseTimeout,
     ];
 
     /// The short name used in logs and stats, e.g. `client-gone`.
@@ -80,6 +83,7 @@ impl CloseReason {
             CloseReason::PolicyReload => "policy-reload",
             CloseReason::Shutdown => "shutdown",
             CloseReason::Limit => "limit",
+            CloseReason::ResponseTimeout => "response-timeout",
         }
     }
 
@@ -129,6 +133,10 @@ pub struct Stats {
     wakeups: AtomicU64,
     events: AtomicU64,
     accept_pauses: AtomicU64,
+    requests: AtomicU64,
+    requests_allowed: AtomicU64,
+    requests_denied: AtomicU64,
+    upgrades: AtomicU64,
 }
 
 impl Stats {
@@ -166,6 +174,19 @@ impl Stats {
     pub(crate) fn accept_paused(&self) {
         self.accept_pauses.fetch_add(1, Relaxed);
     }
+    /// An inspected HTTP request was parsed; `allowed` says what its rules said.
+    pub(crate) fn request(&self, allowed: bool) {
+        self.requests.fetch_add(1, Relaxed);
+        if allowed {
+            self.requests_allowed.fetch_add(1, Relaxed);
+        } else {
+            self.requests_denied.fetch_add(1, Relaxed);
+        }
+    }
+    /// An inspected session switched to raw passthrough after a 101.
+    pub(crate) fn upgraded(&self) {
+        self.upgrades.fetch_add(1, Relaxed);
+    }
 
     /// A copy of every counter.
     pub fn snapshot(&self) -> StatsSnapshot {
@@ -187,6 +208,10 @@ impl Stats {
             wakeups: self.wakeups.load(Relaxed),
             events: self.events.load(Relaxed),
             accept_pauses: self.accept_pauses.load(Relaxed),
+            requests: self.requests.load(Relaxed),
+            requests_allowed: self.requests_allowed.load(Relaxed),
+            requests_denied: self.requests_denied.load(Relaxed),
+            upgrades: self.upgrades.load(Relaxed),
         }
     }
 }
@@ -258,6 +283,14 @@ pub struct StatsSnapshot {
     pub events: u64,
     /// Times accepting was paused for lack of file descriptors.
     pub accept_pauses: u64,
+    /// HTTP requests parsed in inspected sessions and by the forward proxy.
+    pub requests: u64,
+    /// Of those, allowed by their request rules and forwarded.
+    pub requests_allowed: u64,
+    /// Of those, refused by their request rules (or malformed).
+    pub requests_denied: u64,
+    /// Inspected sessions that switched to raw passthrough after a 101.
+    pub upgrades: u64,
 }
 
 impl fmt::Display for StatsSnapshot {
@@ -265,10 +298,11 @@ impl fmt::Display for StatsSnapshot {
         let o = &self.open;
         write!(
             f,
-            "accepted={} allowed={} denied={} open={} (handshake={} resolving={} connecting={} established={} closing={}) bytes_up={} bytes_down={} wakeups={} events={} accept_pauses={} closed:",
+            "accepted={} allowed={} denied={} open={} (handshake={} resolving={} connecting={} established={} closing={}) bytes_up={} bytes_down={} wakeups={} events={} accept_pauses={} requests={} requests_allowed={} requests_denied={} upgrades={} closed:",
             self.accepted, self.allowed, self.denied, o.total(), o.handshake, o.resolving,
             o.connecting, o.established, o.closing, self.bytes_up, self.bytes_down,
-            self.wakeups, self.events, self.accept_pauses
+            self.wakeups, self.events, self.accept_pauses, self.requests,
+            self.requests_allowed, self.requests_denied, self.upgrades
         )?;
         for (r, n) in self.closed.iter() {
             write!(f, " {r}={n}")?;

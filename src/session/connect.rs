@@ -4,16 +4,18 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::closing::refuse;
 use super::endpoint::{Endpoint, Side};
+use super::inspect::Inspect;
 use super::refusal::{Dialect, Refusal};
 use super::state::State;
 use super::tunnel::Tunnel;
 use super::{Conn, Decision};
 use crate::io::Stream;
-use crate::policy::{Denial, Host, NameVerdict, Target, Verdict};
+use crate::policy::{Denial, Host, NameVerdict, RequestRules, Target, Verdict};
 use crate::protocol::{http, socks5};
 use crate::reactor::resolver::Job;
 use crate::reactor::Core;
@@ -76,6 +78,7 @@ fn decide(request: Request, addrs: &[IpAddr], conn: &mut Conn, core: &mut Core) 
                 next: 0,
                 last_error: None,
                 idle: allowed.idle_timeout,
+                inspect: allowed.inspect,
             };
             connecting.attempt(conn, core)
         }
@@ -126,6 +129,8 @@ pub(crate) struct Connecting {
     last_error: Option<io::Error>,
     /// The allowing rule's idle timeout, if it sets one.
     idle: Option<Duration>,
+    /// The allowing rule's request rules, when it inspects HTTP.
+    inspect: Option<Arc<RequestRules>>,
 }
 
 impl Connecting {
@@ -191,16 +196,40 @@ impl Connecting {
     }
 
     fn established(self, local: Option<SocketAddr>, _conn: &mut Conn, core: &mut Core) -> State {
-        let reply = match self.request.dialect {
+        let idle = self.idle.or(core.settings.timeouts.idle);
+        let Request {
+            target,
+            dialect,
+            early,
+        } = self.request;
+        let reply = match dialect {
             Dialect::Http => http::CONNECT_ESTABLISHED.to_vec(),
             Dialect::Socks5 => {
                 let mut out = Vec::with_capacity(22);
                 socks5::encode_reply(socks5::Reply::Succeeded, local, &mut out);
                 out
             }
+            // The forward proxy's client gets the upstream's own answer.
+            Dialect::Forward => {
+                return State::Inspect(Box::new(Inspect::forward(
+                    target,
+                    &early,
+                    self.inspect,
+                    idle,
+                    core,
+                )))
+            }
         };
-        let idle = self.idle.or(core.settings.timeouts.idle);
-        State::Established(Tunnel::new(&reply, &self.request.early, idle, core))
+        match self.inspect {
+            Some(rules) => State::Inspect(Box::new(Inspect::tunnel(
+                &reply,
+                &early,
+                Some(rules),
+                idle,
+                core,
+            ))),
+            None => State::Established(Tunnel::new(&reply, &early, idle, core)),
+        }
     }
 
     pub(crate) fn on_timeout(self, conn: &mut Conn, core: &mut Core) -> State {

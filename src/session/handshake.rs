@@ -10,6 +10,7 @@ use crate::config::ListenerProtocol;
 use crate::io::Io;
 use crate::policy::Target;
 use crate::protocol::http::{self, HeadError};
+use crate::protocol::http1;
 use crate::protocol::sniff::{sniff, Sniffed};
 use crate::protocol::socks5::{self, Parse};
 use crate::reactor::Core;
@@ -171,9 +172,6 @@ impl Handshake {
                     return refuse_http(Refusal::Malformed(why), conn, core)
                 }
             };
-        if head.method != "CONNECT" {
-            return refuse_http(Refusal::Method(head.method), conn, core);
-        }
         if let Some(creds) = &core.settings.auth {
             let ok = head
                 .header("Proxy-Authorization")
@@ -181,6 +179,9 @@ impl Handshake {
             if !ok {
                 return refuse_http(Refusal::AuthRequired, conn, core);
             }
+        }
+        if head.method != "CONNECT" {
+            return self.forward(head, conn, core);
         }
         let target = match Target::parse_authority(&head.target) {
             Ok(t) => t,
@@ -190,6 +191,25 @@ impl Handshake {
         // client's first payload: it goes upstream, never dropped.
         let early = self.buf.split_off(n);
         Parsed::Leave(connect::start(target, Dialect::Http, early, conn, core))
+    }
+
+    /// Any method but CONNECT: with an absolute URI (`GET http://host/path`)
+    /// the forward proxy takes it; the head stays buffered for it to parse.
+    fn forward(&mut self, head: http::RequestHead, conn: &mut Conn, core: &mut Core) -> Parsed {
+        let refuse_http = |r, conn: &mut Conn, core: &mut Core| {
+            Parsed::Leave(refuse(r, Dialect::Http, conn, core))
+        };
+        let abs = match http1::parse_absolute_target(&head.target) {
+            Ok(Some(abs)) => abs,
+            Ok(None) => return refuse_http(Refusal::Method(head.method), conn, core),
+            Err(why) => return refuse_http(Refusal::Malformed(why), conn, core),
+        };
+        let target = match Target::new(&abs.host, abs.port) {
+            Ok(t) => t,
+            Err(e) => return refuse_http(Refusal::BadHost(e.0), conn, core),
+        };
+        let early = std::mem::take(&mut self.buf);
+        Parsed::Leave(connect::start(target, Dialect::Forward, early, conn, core))
     }
 
     fn parse_greeting(&mut self, conn: &mut Conn, core: &mut Core) -> Parsed {

@@ -11,6 +11,7 @@ mod closing;
 mod connect;
 mod endpoint;
 mod handshake;
+mod inspect;
 mod refusal;
 mod state;
 mod tunnel;
@@ -59,6 +60,10 @@ struct AccessLog {
     decision: Decision,
     /// Why the session was refused, if it was.
     error: Option<String>,
+    /// Inspected HTTP requests this session carried.
+    requests: u32,
+    /// An inspected session switched to raw passthrough after a 101.
+    upgraded: bool,
     up: u64,
     down: u64,
 }
@@ -144,6 +149,8 @@ impl Session {
             upstream_ip: None,
             decision: Decision::Undecided,
             error: None,
+            requests: 0,
+            upgraded: false,
             up: 0,
             down: 0,
         };
@@ -212,7 +219,10 @@ impl Session {
 
     /// A new policy is in force: a tunnel it no longer allows is closed.
     pub(crate) fn on_reload(&mut self, core: &mut Core) {
-        if !matches!(self.state, State::Connecting(_) | State::Established(_)) {
+        if !matches!(
+            self.state,
+            State::Connecting(_) | State::Established(_) | State::Inspect(_)
+        ) {
             return;
         }
         let (Some(target), Some(ip)) = (&self.conn.log.target, self.conn.log.upstream_ip) else {
@@ -268,6 +278,8 @@ impl Session {
                 Some(idle) => self.conn.arm(core, idle),
                 None => self.conn.disarm(core),
             },
+            // Inspect keeps its own deadline (response, idle) as it goes.
+            State::Inspect(_) => self.conn.disarm(core),
             State::Closing(_) => self.conn.arm(core, core.settings.timeouts.close),
             State::Done(reason) => self.conn.finish(*reason, core),
         }
@@ -300,8 +312,13 @@ impl Conn {
             .error
             .as_ref()
             .map_or_else(String::new, |e| format!(" error={e:?}"));
+        let http = if log.requests > 0 || log.upgraded {
+            format!(" requests={} upgraded={}", log.requests, log.upgraded)
+        } else {
+            String::new()
+        };
         log::info!(
-            "access conn={} client={} target={target} decision={decision} up={} down={} duration={:.3}s close={reason}{error}",
+            "access conn={} client={} target={target} decision={decision} up={} down={} duration={:.3}s close={reason}{http}{error}",
             self.id,
             log.peer,
             log.up,

@@ -10,8 +10,13 @@ use crate::stats::CloseReason;
 /// Which protocol the client spoke, so a refusal is answered in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Dialect {
+    /// HTTP CONNECT.
     Http,
+    /// SOCKS5 CONNECT.
     Socks5,
+    /// A forward-proxied request (`GET http://host/...`): answered like HTTP,
+    /// and the upstream, not the proxy, answers once connected.
+    Forward,
 }
 
 /// Why a session is refused.
@@ -67,7 +72,7 @@ impl Refusal {
             Refusal::Malformed(why) => format!("malformed request: {why}"),
             Refusal::HeadTooLarge => "request head too large".into(),
             Refusal::Method(m) => {
-                format!("method {m} not allowed: this proxy tunnels with CONNECT")
+                format!("method {m} not allowed: use CONNECT, or an absolute URI (http://host/path) for the forward proxy")
             }
             Refusal::AuthRequired => "proxy authentication required".into(),
             Refusal::Socks(e) => format!("bad SOCKS5 request: {e:?}"),
@@ -104,7 +109,7 @@ impl Refusal {
     /// The bytes that tell the client, in its protocol. Empty: just close.
     pub(crate) fn answer(&self, dialect: Dialect) -> Vec<u8> {
         match dialect {
-            Dialect::Http => self.http_answer(),
+            Dialect::Http | Dialect::Forward => self.http_answer(),
             Dialect::Socks5 => self.socks_answer(),
         }
     }

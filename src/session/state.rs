@@ -3,6 +3,9 @@
 //!
 //! ```text
 //! Handshake ──> Resolving ──> Connecting ──> Established ──> Done
+//!                   ^              │                ^
+//!                   │              └──> Inspect ────┘ (101: raw from here)
+//!                   └── forward proxy, next host ──┘
 //!     │             │              │               │
 //!     └─────────────┴──────────────┴───────────────┴──> Closing ──> Done
 //! ```
@@ -10,6 +13,7 @@
 use super::closing::Closing;
 use super::connect::{Connecting, Resolving};
 use super::handshake::Handshake;
+use super::inspect::Inspect;
 use super::tunnel::Tunnel;
 use super::Conn;
 use crate::reactor::Core;
@@ -24,6 +28,9 @@ pub(crate) enum State {
     Connecting(Connecting),
     /// Relaying both ways.
     Established(Tunnel),
+    /// Relaying HTTP/1.1 message by message (inspection, forward proxy).
+    /// Boxed: its four buffers would otherwise size every slab slot.
+    Inspect(Box<Inspect>),
     /// Flushing what is owed to the surviving side, then closing.
     Closing(Closing),
     /// Torn down; the reactor reaps the slot at the end of this iteration.
@@ -37,6 +44,7 @@ impl State {
             State::Resolving(_) => "Resolving",
             State::Connecting(_) => "Connecting",
             State::Established(_) => "Established",
+            State::Inspect(_) => "Inspect",
             State::Closing(_) => "Closing",
             State::Done(_) => "Done",
         }
@@ -47,7 +55,7 @@ impl State {
             State::Handshake(_) => Some(Phase::Handshake),
             State::Resolving(_) => Some(Phase::Resolving),
             State::Connecting(_) => Some(Phase::Connecting),
-            State::Established(_) => Some(Phase::Established),
+            State::Established(_) | State::Inspect(_) => Some(Phase::Established),
             State::Closing(_) => Some(Phase::Closing),
             State::Done(_) => None,
         }
@@ -60,6 +68,7 @@ impl State {
             State::Resolving(r) => r.drive(conn, core),
             State::Connecting(c) => c.drive(conn, core),
             State::Established(t) => t.drive(conn, core),
+            State::Inspect(i) => i.drive(conn, core),
             State::Closing(c) => c.drive(conn, core),
             done @ State::Done(_) => done,
         }
@@ -72,6 +81,7 @@ impl State {
             State::Resolving(r) => r.on_timeout(conn, core),
             State::Connecting(c) => c.on_timeout(conn, core),
             State::Established(t) => t.on_timer(conn, core),
+            State::Inspect(i) => i.on_timer(conn, core),
             State::Closing(c) => c.on_timeout(),
             done @ State::Done(_) => done,
         }

@@ -84,6 +84,30 @@ impl Tunnel {
         }
     }
 
+    /// Raw passthrough after an upgrade: whatever was buffered either way is
+    /// sent first, then bytes flow untouched.
+    pub(crate) fn resume(
+        to_upstream: Option<ByteBuf>,
+        to_client: Option<ByteBuf>,
+        idle: Option<Duration>,
+        core: &Core,
+    ) -> Tunnel {
+        Tunnel {
+            up: Flow {
+                buf: to_upstream,
+                phase: FlowPhase::Open,
+                own: 0,
+            },
+            down: Flow {
+                buf: to_client,
+                phase: FlowPhase::Open,
+                own: 0,
+            },
+            idle,
+            last_active: core.now,
+        }
+    }
+
     pub(crate) fn idle_timeout(&self) -> Option<Duration> {
         self.idle
     }

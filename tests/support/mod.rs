@@ -278,6 +278,7 @@ pub fn test_timeouts() -> Timeouts {
         idle: None,
         close: Duration::from_secs(2),
         drain: Duration::from_secs(2),
+        response: Duration::from_secs(5),
     }
 }
 

@@ -1,0 +1,845 @@
+//! Inspect: HTTP/1.1 relayed message by message, for a tunnel whose rule
+//! says `inspect = "http"` and for the forward proxy (`GET http://...`).
+//!
+//! Client bytes are parsed into request heads, checked against the rule's
+//! request rules, and forwarded (a refused request is answered 403 here, in
+//! order with the responses still due); bodies stream through by their
+//! framing and never sit whole in memory. Responses are parsed only to find
+//! where each ends. A request that asks to upgrade stops the parsing of
+//! client bytes until its response: a `101` hands every buffered byte, both
+//! ways, to a raw [`Tunnel`] and nothing is parsed again; anything else and
+//! parsing resumes.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::closing::Closing;
+use super::endpoint::{Endpoint, Side};
+use super::refusal::Dialect;
+use super::state::State;
+use super::tunnel::Tunnel;
+use super::Conn;
+use crate::buffer::ByteBuf;
+use crate::io::Io;
+use crate::policy::{normalize_path, RequestRules, RequestVerdict, Target};
+use crate::protocol::http::{self, parse_request_head, HeadError, RequestHead};
+use crate::protocol::http1::{self, Body, BodyKind, HeadEdit, ResponseHead};
+use crate::reactor::Core;
+use crate::stats::CloseReason;
+
+/// What the proxy says it is in `Via`.
+const VIA: &str = "1.1 portcullis";
+/// IO rounds per call before yielding to other sessions.
+const ROUNDS_PER_CALL: usize = 32;
+
+/// Whose HTTP this is.
+pub(crate) enum Mode {
+    /// Inside a CONNECT or SOCKS5 tunnel: heads are forwarded as they came.
+    Tunnel,
+    /// The forward proxy, connected to `upstream`: requests are rewritten to
+    /// origin-form, hop-by-hop headers dropped, `Via` added both ways.
+    Forward { upstream: Target },
+}
+
+pub(crate) struct Inspect {
+    mode: Mode,
+    /// The allowing rule's request rules; `None`: every request allowed.
+    rules: Option<Arc<RequestRules>>,
+    /// Client bytes not yet parsed or forwarded.
+    cin: ByteBuf,
+    /// Bytes for the upstream.
+    uout: ByteBuf,
+    /// Upstream bytes not yet parsed or forwarded.
+    uin: ByteBuf,
+    /// Bytes for the client.
+    cout: ByteBuf,
+    req: Req,
+    resp: Resp,
+    /// Exchanges whose answers are still due to the client, in order.
+    due: VecDeque<Exchange>,
+    client_eof: bool,
+    upstream_eof: bool,
+    /// Close once everything due has been answered and flushed.
+    close_after: bool,
+    idle: Option<Duration>,
+    last_active: Instant,
+    /// A forwarded request is waiting for its response head since then.
+    waiting_since: Option<Instant>,
+    armed: Option<Wait>,
+    /// Requests parsed so far (for the access line).
+    requests: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Response,
+    Idle,
+}
+
+/// The request side.
+enum Req {
+    /// At a message boundary: the next bytes are a request head.
+    Head,
+    /// In a request body; `forward`: to the upstream, else discarded (the
+    /// request was refused). Then `next`.
+    Body {
+        body: Body,
+        forward: bool,
+        next: After,
+    },
+    /// An upgrade was requested: client bytes wait for its response.
+    AwaitUpgrade,
+    /// No more requests are read (after `Connection: close` or an error).
+    Stopped,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum After {
+    Head,
+    AwaitUpgrade,
+    Stopped,
+}
+
+impl After {
+    fn req(self) -> Req {
+        match self {
+            After::Head => Req::Head,
+            After::AwaitUpgrade => Req::AwaitUpgrade,
+            After::Stopped => Req::Stopped,
+        }
+    }
+}
+
+/// The response side.
+enum Resp {
+    Head,
+    Body(Body),
+}
+
+enum Exchange {
+    /// Forwarded: the upstream answers.
+    Upstream {
+        method: String,
+        upgrade: bool,
+        close: bool,
+    },
+    /// Answered by the proxy itself.
+    Local { answer: Vec<u8>, close: bool },
+}
+
+/// Why the message loop stopped.
+enum Stop {
+    /// One side is gone.
+    Gone(Side),
+    /// A 101 answered an upgrade: raw passthrough from here on.
+    Upgrade,
+    /// The forward proxy needs another upstream for this request.
+    Switch(Target),
+    /// The upstream broke HTTP before any of the response reached the client.
+    BadUpstream(String),
+}
+
+fn why_answer(status: u16, cause: &str, reason: &str) -> Vec<u8> {
+    http::error_response(status, cause, reason, &[])
+}
+
+impl Inspect {
+    /// An inspected tunnel: `to_client` is the proxy's success reply,
+    /// `early` the bytes the client sent behind its request.
+    pub(crate) fn tunnel(
+        to_client: &[u8],
+        early: &[u8],
+        rules: Option<Arc<RequestRules>>,
+        idle: Option<Duration>,
+        core: &mut Core,
+    ) -> Inspect {
+        let mut s = Inspect::new(Mode::Tunnel, rules, early, idle, core);
+        s.cout.extend(to_client);
+        s
+    }
+
+    /// The forward proxy, connected to `upstream`; `early` starts with the
+    /// request head that led here.
+    pub(crate) fn forward(
+        upstream: Target,
+        early: &[u8],
+        rules: Option<Arc<RequestRules>>,
+        idle: Option<Duration>,
+        core: &mut Core,
+    ) -> Inspect {
+        Inspect::new(Mode::Forward { upstream }, rules, early, idle, core)
+    }
+
+    fn new(
+        mode: Mode,
+        rules: Option<Arc<RequestRules>>,
+        early: &[u8],
+        idle: Option<Duration>,
+        core: &mut Core,
+    ) -> Inspect {
+        // A whole head must fit in the input buffers, whatever buffer_size is.
+        let size = core
+            .settings
+            .limits
+            .buffer_size
+            .max(core.settings.limits.max_head_bytes);
+        let mut take = || core.pool.take_at_least(size);
+        let mut cin = take();
+        cin.extend(early);
+        Inspect {
+            mode,
+            rules,
+            cin,
+            uout: take(),
+            uin: take(),
+            cout: take(),
+            req: Req::Head,
+            resp: Resp::Head,
+            due: VecDeque::new(),
+            client_eof: false,
+            upstream_eof: false,
+            close_after: false,
+            idle,
+            last_active: core.now,
+            waiting_since: None,
+            armed: None,
+            requests: 0,
+        }
+    }
+
+    pub(crate) fn drive(mut self: Box<Self>, conn: &mut Conn, core: &mut Core) -> State {
+        if conn.client.failed {
+            return State::Done(CloseReason::ClientGone);
+        }
+        let result = self.pump(conn, core);
+        conn.log.requests = self.requests;
+        match result {
+            Ok(()) => {}
+            Err(Stop::Gone(Side::Client)) => return State::Done(CloseReason::ClientGone),
+            Err(Stop::Gone(Side::Upstream)) => {
+                conn.drop_side(Side::Upstream, core);
+                return self.close(CloseReason::UpstreamGone);
+            }
+            Err(Stop::BadUpstream(why)) => {
+                log::info!("conn={} upstream broke HTTP: {why}", conn.id);
+                conn.log.error = Some(why.clone());
+                conn.drop_side(Side::Upstream, core);
+                self.cout
+                    .extend(&why_answer(502, "bad-upstream-response", &why));
+                return self.close(CloseReason::UpstreamGone);
+            }
+            Err(Stop::Upgrade) => return self.upgrade(conn, core),
+            Err(Stop::Switch(target)) => {
+                conn.drop_side(Side::Upstream, core);
+                let early = self.cin.data().to_vec();
+                return super::connect::start(target, Dialect::Forward, early, conn, core);
+            }
+        }
+        if let Some(reason) = self.finished(conn, core) {
+            return self.close(reason);
+        }
+        self.rearm(conn, core);
+        State::Inspect(self)
+    }
+
+    /// Moves bytes and messages both ways until nothing more can move.
+    fn pump(&mut self, conn: &mut Conn, core: &mut Core) -> Result<(), Stop> {
+        let Conn {
+            client,
+            upstream,
+            log,
+            key,
+            id,
+            ..
+        } = conn;
+        let Some(upstream) = upstream.as_mut() else {
+            return Err(Stop::Gone(Side::Upstream));
+        };
+        if upstream.failed {
+            return Err(Stop::Gone(Side::Upstream));
+        }
+        for round in 0.. {
+            if round == ROUNDS_PER_CALL {
+                core.requeue.push(*key);
+                break;
+            }
+            let mut moved = false;
+            if !self.client_eof {
+                moved |= fill(client, &mut self.cin, &mut self.client_eof, Side::Client)?;
+            }
+            moved |= self.requests(*id, core)?;
+            moved |= flush(upstream, &mut self.uout, Side::Upstream, &mut log.up, |n| {
+                core.stats().bytes_up(n)
+            })?;
+            if !self.upstream_eof {
+                moved |= fill(
+                    upstream,
+                    &mut self.uin,
+                    &mut self.upstream_eof,
+                    Side::Upstream,
+                )?;
+            }
+            moved |= self.responses(core)?;
+            moved |= flush(client, &mut self.cout, Side::Client, &mut log.down, |n| {
+                core.stats().bytes_down(n)
+            })?;
+            if !moved {
+                break;
+            }
+            self.last_active = core.now;
+        }
+        Ok(())
+    }
+
+    /// Parses and forwards (or refuses) requests from `cin`.
+    fn requests(&mut self, id: u64, core: &mut Core) -> Result<bool, Stop> {
+        let mut moved = false;
+        loop {
+            match &mut self.req {
+                Req::AwaitUpgrade | Req::Stopped => return Ok(moved),
+                Req::Head => {
+                    if self.cin.is_empty() {
+                        return Ok(moved);
+                    }
+                    let max = core.settings.limits.max_head_bytes;
+                    match parse_request_head(self.cin.data(), max) {
+                        Ok(None) => return Ok(moved),
+                        Ok(Some((head, n))) => {
+                            if !self.request(head, n, id, core)? {
+                                return Ok(moved);
+                            }
+                        }
+                        Err(HeadError::TooLarge) => {
+                            core.stats().request(false);
+                            let why = "request head too large".into();
+                            self.refuse(431, "head-too-large", why, true);
+                        }
+                        Err(HeadError::Malformed(why)) => {
+                            core.stats().request(false);
+                            let why = format!("malformed request: {why}");
+                            self.refuse(400, "bad-request", why, true);
+                        }
+                    }
+                    self.requests += 1;
+                    moved = true;
+                }
+                Req::Body {
+                    body,
+                    forward,
+                    next,
+                } => {
+                    let room = if *forward {
+                        self.uout.room()
+                    } else {
+                        usize::MAX
+                    };
+                    let avail = self.cin.len().min(room);
+                    if avail == 0 && !body.is_done() {
+                        return Ok(moved);
+                    }
+                    let n = match body.advance(&self.cin.data()[..avail]) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            // The head is already upstream: all we can do is stop.
+                            log::info!("conn={id} request body broke its framing: {e}");
+                            self.req = Req::Stopped;
+                            self.close_after = true;
+                            return Ok(true);
+                        }
+                    };
+                    if *forward {
+                        self.uout.extend(&self.cin.data()[..n]);
+                    }
+                    self.cin.consume(n);
+                    if body.is_done() {
+                        self.req = next.req();
+                    } else if n == 0 {
+                        return Ok(moved);
+                    }
+                    moved = true;
+                }
+            }
+        }
+    }
+
+    /// Acts on one parsed request head of `n` bytes. Returns false to wait
+    /// (for room upstream, or for the due answers before a switch).
+    fn request(
+        &mut self,
+        head: RequestHead,
+        n: usize,
+        id: u64,
+        core: &mut Core,
+    ) -> Result<bool, Stop> {
+        if head.method == "CONNECT" {
+            core.stats().request(false);
+            let why = "CONNECT is not allowed inside an inspected connection".to_string();
+            self.refuse(405, "method-not-allowed", why, true);
+            return Ok(true);
+        }
+        let (path_and_query, authority) = match &self.mode {
+            Mode::Tunnel => match http1::parse_absolute_target(&head.target) {
+                Ok(Some(abs)) => (abs.path_and_query, None),
+                _ => (head.target.clone(), None),
+            },
+            Mode::Forward { .. } => match http1::parse_absolute_target(&head.target) {
+                Ok(Some(abs)) => match Target::new(&abs.host, abs.port) {
+                    Ok(t) => (abs.path_and_query, Some(t)),
+                    Err(e) => {
+                        core.stats().request(false);
+                        self.refuse(400, "bad-request", format!("invalid host: {}", e.0), true);
+                        return Ok(true);
+                    }
+                },
+                Ok(None) => {
+                    core.stats().request(false);
+                    let why =
+                        "a forward proxy request needs an absolute URI (http://host/path)".into();
+                    self.refuse(400, "bad-request", why, true);
+                    return Ok(true);
+                }
+                Err(why) => {
+                    core.stats().request(false);
+                    self.refuse(400, "bad-request", why, true);
+                    return Ok(true);
+                }
+            },
+        };
+        if let (Some(target), Mode::Forward { upstream }) = (&authority, &self.mode) {
+            if target != upstream {
+                // Another host: its own upstream, once everything due is answered.
+                let idle = self.due.is_empty()
+                    && matches!(self.resp, Resp::Head)
+                    && self.uout.is_empty()
+                    && self.cout.is_empty();
+                return if idle {
+                    Err(Stop::Switch(target.clone()))
+                } else {
+                    Ok(false)
+                };
+            }
+        }
+        let path = match normalize_path(&path_and_query) {
+            Ok(p) => p,
+            Err(why) => {
+                core.stats().request(false);
+                self.refuse(400, "bad-request", format!("invalid path: {why}"), true);
+                return Ok(true);
+            }
+        };
+        let kind = match http1::request_body_kind(&head) {
+            Ok(k) => k,
+            Err(e) => {
+                core.stats().request(false);
+                self.refuse(
+                    400,
+                    "bad-request",
+                    format!("bad request framing: {e}"),
+                    true,
+                );
+                return Ok(true);
+            }
+        };
+        let close = http1::wants_close(head.version, &head.headers);
+        let upgrade = http1::is_upgrade_request(&head);
+        let verdict = match &self.rules {
+            Some(rules) => rules.check(&head.method, &path),
+            None => RequestVerdict::Allow("-".into()),
+        };
+        if let RequestVerdict::Deny(rule) = verdict {
+            core.stats().request(false);
+            log::info!("conn={id} request denied: {} {path} by {rule}", head.method);
+            let why = format!("{} {path} is denied by {rule}", head.method);
+            let answer = http::error_response(403, &format!("denied; rule={rule}"), &why, &[]);
+            self.due.push_back(Exchange::Local { answer, close });
+            self.cin.consume(n);
+            // The refused request's body is read and dropped, so the next
+            // request on this connection parses cleanly.
+            let next = if close { After::Stopped } else { After::Head };
+            self.req = match kind {
+                BodyKind::Empty => next.req(),
+                kind => Req::Body {
+                    body: Body::new(kind),
+                    forward: false,
+                    next,
+                },
+            };
+            return Ok(true);
+        }
+        let mut out = Vec::with_capacity(n + 64);
+        match (&self.mode, &authority) {
+            (Mode::Forward { .. }, Some(target)) => {
+                // RFC 9112 3.2.2: the absolute URI's authority replaces Host.
+                let mut head = head.clone();
+                head.headers
+                    .retain(|(name, _)| !name.eq_ignore_ascii_case("host"));
+                let host = match target.port {
+                    80 => host_of(target),
+                    port => format!("{}:{port}", host_of(target)),
+                };
+                head.headers.push(("Host".into(), host.into_bytes()));
+                let edit = HeadEdit {
+                    strip_hop_by_hop: true,
+                    upgrading: upgrade,
+                    close,
+                    via: Some(VIA.into()),
+                };
+                http1::write_request_head(&head, &path_and_query, &edit, &mut out);
+            }
+            _ => out.extend_from_slice(&self.cin.data()[..n]),
+        }
+        if self.uout.room() < out.len() {
+            return Ok(false);
+        }
+        core.stats().request(true);
+        log::debug!("conn={id} request {} {path}", head.method);
+        self.uout.extend(&out);
+        self.cin.consume(n);
+        if self.waiting_since.is_none() {
+            self.waiting_since = Some(core.now);
+        }
+        self.due.push_back(Exchange::Upstream {
+            method: head.method,
+            upgrade,
+            close,
+        });
+        let next = match (upgrade, close) {
+            (true, _) => After::AwaitUpgrade,
+            (false, true) => After::Stopped,
+            (false, false) => After::Head,
+        };
+        self.req = match kind {
+            BodyKind::Empty => next.req(),
+            kind => Req::Body {
+                body: Body::new(kind),
+                forward: true,
+                next,
+            },
+        };
+        Ok(true)
+    }
+
+    /// Answers a request here (4xx); `fatal`: the request stream cannot be
+    /// followed past it, so no more requests are read.
+    fn refuse(&mut self, status: u16, cause: &str, why: String, fatal: bool) {
+        log::info!("inspect: {status} {why}");
+        let answer = why_answer(status, cause, &why);
+        self.due.push_back(Exchange::Local {
+            answer,
+            close: fatal,
+        });
+        if fatal {
+            self.req = Req::Stopped;
+        }
+    }
+
+    /// Emits answers due to the client: local ones, and upstream responses
+    /// parsed from `uin` and streamed into `cout`.
+    fn responses(&mut self, core: &mut Core) -> Result<bool, Stop> {
+        let mut moved = false;
+        loop {
+            match &mut self.resp {
+                Resp::Head => {
+                    match self.due.front() {
+                        Some(Exchange::Local { answer, close }) => {
+                            if self.cout.room() < answer.len() {
+                                return Ok(moved);
+                            }
+                            self.cout.extend(answer);
+                            self.close_after |= *close;
+                            self.due.pop_front();
+                            moved = true;
+                            continue;
+                        }
+                        Some(Exchange::Upstream { .. }) => {}
+                        None if self.uin.is_empty() => return Ok(moved),
+                        None => {
+                            return Err(Stop::BadUpstream(
+                                "the upstream sent a response to no request".into(),
+                            ))
+                        }
+                    }
+                    if self.uin.is_empty() {
+                        return Ok(moved);
+                    }
+                    let max = core.settings.limits.max_head_bytes;
+                    let (head, n) = match http1::parse_response_head(self.uin.data(), max) {
+                        Ok(None) => return Ok(moved),
+                        Ok(Some(parsed)) => parsed,
+                        Err(HeadError::TooLarge) => {
+                            return Err(Stop::BadUpstream("response head too large".into()))
+                        }
+                        Err(HeadError::Malformed(why)) => {
+                            return Err(Stop::BadUpstream(format!("malformed response: {why}")))
+                        }
+                    };
+                    if !self.response(head, n, core)? {
+                        return Ok(moved);
+                    }
+                    moved = true;
+                }
+                Resp::Body(body) => {
+                    let avail = self.uin.len().min(self.cout.room());
+                    if avail == 0 && !body.is_done() {
+                        return Ok(moved);
+                    }
+                    let n = match body.advance(&self.uin.data()[..avail]) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            // Part of the response is already out: the only
+                            // honest answer left is to close.
+                            log::info!("inspect: response body broke its framing: {e}");
+                            return Err(Stop::Gone(Side::Upstream));
+                        }
+                    };
+                    self.cout.extend(&self.uin.data()[..n]);
+                    self.uin.consume(n);
+                    if body.is_done() {
+                        self.exchange_done(core);
+                    } else if n == 0 {
+                        return Ok(moved);
+                    }
+                    moved = true;
+                }
+            }
+        }
+    }
+
+    /// Acts on one parsed response head of `n` bytes. Returns false to wait
+    /// for room toward the client.
+    fn response(&mut self, head: ResponseHead, n: usize, core: &mut Core) -> Result<bool, Stop> {
+        let Some(Exchange::Upstream {
+            method,
+            upgrade,
+            close,
+        }) = self.due.front()
+        else {
+            return Err(Stop::BadUpstream(
+                "the upstream sent a response to no request".into(),
+            ));
+        };
+        let switching = head.status == 101;
+        if switching && !upgrade {
+            return Err(Stop::BadUpstream(
+                "101 Switching Protocols without an upgrade request".into(),
+            ));
+        }
+        let kind = match http1::response_body_kind(method, &head) {
+            Ok(k) => k,
+            Err(e) => return Err(Stop::BadUpstream(format!("bad response framing: {e}"))),
+        };
+        let closing = *close || http1::wants_close(head.version, &head.headers);
+        let mut out = Vec::with_capacity(n + 64);
+        match &self.mode {
+            Mode::Tunnel => out.extend_from_slice(&self.uin.data()[..n]),
+            Mode::Forward { .. } => {
+                let edit = HeadEdit {
+                    strip_hop_by_hop: true,
+                    upgrading: switching,
+                    close: closing && !switching,
+                    via: Some(VIA.into()),
+                };
+                http1::write_response_head(&head, &edit, &mut out);
+            }
+        }
+        if self.cout.room() < out.len() {
+            return Ok(false);
+        }
+        self.cout.extend(&out);
+        self.uin.consume(n);
+        self.waiting_since = None;
+        if switching {
+            return Err(Stop::Upgrade);
+        }
+        if (100..200).contains(&head.status) {
+            // Interim (100 Continue): the final response follows.
+            self.waiting_since = Some(core.now);
+            return Ok(true);
+        }
+        self.close_after |= closing;
+        match kind {
+            BodyKind::Empty => self.exchange_done(core),
+            kind => self.resp = Resp::Body(Body::new(kind)),
+        }
+        Ok(true)
+    }
+
+    /// The response at the front of `due` is complete.
+    fn exchange_done(&mut self, core: &Core) {
+        self.resp = Resp::Head;
+        if let Some(Exchange::Upstream { upgrade: true, .. }) = self.due.pop_front() {
+            // The upgrade was declined: the client's bytes are HTTP again.
+            if matches!(self.req, Req::AwaitUpgrade) {
+                self.req = Req::Head;
+            }
+        }
+        if matches!(self.due.front(), Some(Exchange::Upstream { .. })) {
+            self.waiting_since = Some(core.now);
+        }
+    }
+
+    /// After pumping: does the session end, or move on?
+    fn finished(&mut self, conn: &mut Conn, core: &mut Core) -> Option<CloseReason> {
+        // A close-delimited body ends with the upstream's EOF.
+        if self.upstream_eof && self.uin.is_empty() {
+            if let Resp::Body(body) = &self.resp {
+                if body.kind() == BodyKind::UntilClose {
+                    self.exchange_done(core);
+                    self.close_after = true;
+                }
+            }
+        }
+        let answered = self.due.is_empty() && matches!(self.resp, Resp::Head);
+        if self.upstream_eof {
+            if matches!(self.due.front(), Some(Exchange::Upstream { .. })) && self.uin.is_empty() {
+                let why = "the upstream closed the connection before answering";
+                let started = !matches!(self.resp, Resp::Head);
+                conn.log.error = Some(why.into());
+                if !started {
+                    self.cout.extend(&why_answer(502, "upstream-closed", why));
+                }
+            }
+            // Nothing more can come from the upstream: finish what is owed.
+            conn.drop_side(Side::Upstream, core);
+            return Some(CloseReason::Done);
+        }
+        if answered && self.cout.is_empty() && (self.close_after || self.client_eof) {
+            conn.drop_side(Side::Upstream, core);
+            return Some(CloseReason::Done);
+        }
+        None
+    }
+
+    /// Flushes what is owed to the client, then closes.
+    fn close(self: Box<Self>, reason: CloseReason) -> State {
+        let this = *self;
+        let owed = (!this.cout.is_empty()).then_some(this.cout);
+        State::Closing(Closing::new(Side::Client, owed, true, reason))
+    }
+
+    /// The 101 is out: every buffered byte goes on raw, both ways.
+    fn upgrade(self: Box<Self>, conn: &mut Conn, core: &mut Core) -> State {
+        let this = *self;
+        core.stats().upgraded();
+        conn.log.upgraded = true;
+        log::debug!("conn={} upgraded: raw passthrough from here", conn.id);
+        let to_client = join(this.cout, this.uin, core);
+        let to_upstream = join(this.uout, this.cin, core);
+        State::Established(Tunnel::resume(to_upstream, to_client, this.idle, core))
+    }
+
+    /// Keeps the one session timer on what the session waits for: a
+    /// response head (504 when it does not come) or, if set, idleness.
+    fn rearm(&mut self, conn: &mut Conn, core: &mut Core) {
+        let want = if self.waiting_since.is_some() {
+            Some(Wait::Response)
+        } else {
+            self.idle.map(|_| Wait::Idle)
+        };
+        if want == self.armed {
+            return;
+        }
+        self.armed = want;
+        match want {
+            Some(Wait::Response) => conn.arm(core, core.settings.timeouts.response),
+            Some(Wait::Idle) => conn.arm(core, self.idle.unwrap_or_default()),
+            None => conn.disarm(core),
+        }
+    }
+
+    pub(crate) fn on_timer(mut self: Box<Self>, conn: &mut Conn, core: &mut Core) -> State {
+        self.armed = None;
+        if let Some(since) = self.waiting_since {
+            if core.now >= since + core.settings.timeouts.response {
+                let why = "the upstream did not answer in time";
+                log::info!("conn={} {why}", conn.id);
+                conn.log.error = Some(why.into());
+                conn.drop_side(Side::Upstream, core);
+                if matches!(self.resp, Resp::Head) {
+                    self.cout.extend(&why_answer(504, "response-timeout", why));
+                }
+                return self.close(CloseReason::ResponseTimeout);
+            }
+        } else if let Some(idle) = self.idle {
+            if core.now >= self.last_active + idle {
+                return State::Done(CloseReason::IdleTimeout);
+            }
+        }
+        self.rearm(conn, core);
+        State::Inspect(self)
+    }
+}
+
+/// Reads into `buf` until it is full or the socket would block.
+fn fill(ep: &mut Endpoint, buf: &mut ByteBuf, eof: &mut bool, side: Side) -> Result<bool, Stop> {
+    let mut moved = false;
+    while ep.readable && buf.room() > 0 {
+        match ep.stream.read_into(buf.space()) {
+            Io::Progress(n) => {
+                buf.commit(n);
+                moved = true;
+            }
+            Io::WouldBlock => ep.readable = false,
+            Io::Eof => {
+                ep.readable = false;
+                *eof = true;
+                return Ok(true);
+            }
+            Io::PeerGone(_) => return Err(Stop::Gone(side)),
+        }
+    }
+    Ok(moved)
+}
+
+/// Writes `buf` until it is empty or the socket would block.
+fn flush(
+    ep: &mut Endpoint,
+    buf: &mut ByteBuf,
+    side: Side,
+    counter: &mut u64,
+    count: impl Fn(usize),
+) -> Result<bool, Stop> {
+    let mut moved = false;
+    while ep.writable && !buf.is_empty() {
+        match ep.stream.write_from(buf.data()) {
+            Io::Progress(n) => {
+                buf.consume(n);
+                *counter += n as u64;
+                count(n);
+                moved = true;
+            }
+            Io::WouldBlock => ep.writable = false,
+            Io::Eof | Io::PeerGone(_) => return Err(Stop::Gone(side)),
+        }
+    }
+    Ok(moved)
+}
+
+/// The host part of a target as it goes in a Host header.
+fn host_of(target: &Target) -> String {
+    match &target.host {
+        crate::policy::Host::Domain(d) => d.clone(),
+        crate::policy::Host::Ip(std::net::IpAddr::V6(a)) => format!("[{a}]"),
+        crate::policy::Host::Ip(a) => a.to_string(),
+    }
+}
+
+/// `a` then `b` in one buffer (`None` when both are empty).
+fn join(mut a: ByteBuf, b: ByteBuf, core: &mut Core) -> Option<ByteBuf> {
+    match (a.is_empty(), b.is_empty()) {
+        (true, true) => None,
+        (false, true) => Some(a),
+        (true, false) => Some(b),
+        (false, false) if a.room() >= b.len() => {
+            a.extend(b.data());
+            Some(a)
+        }
+        (false, false) => {
+            let mut joined = core.pool.take_at_least(a.len() + b.len());
+            joined.extend(a.data());
+            joined.extend(b.data());
+            Some(joined)
+        }
+    }
+}
