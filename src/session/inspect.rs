@@ -691,16 +691,18 @@ impl Inspect {
             }
         }
         let answered = self.due.is_empty() && matches!(self.resp, Resp::Head);
-        if self.upstream_eof {
-            if matches!(self.due.front(), Some(Exchange::Upstream { .. })) && self.uin.is_empty() {
+        // Nothing more comes from the upstream. Once what it sent is through
+        // (or is a head that can never complete), finish what is owed.
+        let drained =
+            self.uin.is_empty() || matches!(self.resp, Resp::Head) && self.cout.is_empty();
+        if self.upstream_eof && drained {
+            if matches!(self.due.front(), Some(Exchange::Upstream { .. })) {
                 let why = "the upstream closed the connection before answering";
-                let started = !matches!(self.resp, Resp::Head);
                 conn.log.error = Some(why.into());
-                if !started {
+                if matches!(self.resp, Resp::Head) {
                     self.cout.extend(&why_answer(502, "upstream-closed", why));
                 }
             }
-            // Nothing more can come from the upstream: finish what is owed.
             conn.drop_side(Side::Upstream, core);
             return Some(CloseReason::Done);
         }
@@ -726,7 +728,9 @@ impl Inspect {
         log::debug!("conn={} upgraded: raw passthrough from here", conn.id);
         let to_client = join(this.cout, this.uin, core);
         let to_upstream = join(this.uout, this.cin, core);
-        State::Established(Tunnel::resume(to_upstream, to_client, this.idle, core))
+        // An EOF already read raises no new edge: the tunnel must know of it.
+        let eof = (this.client_eof, this.upstream_eof);
+        State::Established(Tunnel::resume(to_upstream, to_client, eof, this.idle, core))
     }
 
     /// Keeps the one session timer on what the session waits for: a

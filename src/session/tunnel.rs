@@ -85,24 +85,27 @@ impl Tunnel {
     }
 
     /// Raw passthrough after an upgrade: whatever was buffered either way is
-    /// sent first, then bytes flow untouched.
+    /// sent first, then bytes flow untouched. `eof`: whether (client,
+    /// upstream) already sent EOF.
     pub(crate) fn resume(
         to_upstream: Option<ByteBuf>,
         to_client: Option<ByteBuf>,
+        eof: (bool, bool),
         idle: Option<Duration>,
         core: &Core,
     ) -> Tunnel {
+        let flow = |buf, eof| Flow {
+            buf,
+            phase: if eof {
+                FlowPhase::Draining
+            } else {
+                FlowPhase::Open
+            },
+            own: 0,
+        };
         Tunnel {
-            up: Flow {
-                buf: to_upstream,
-                phase: FlowPhase::Open,
-                own: 0,
-            },
-            down: Flow {
-                buf: to_client,
-                phase: FlowPhase::Open,
-                own: 0,
-            },
+            up: flow(to_upstream, eof.0),
+            down: flow(to_client, eof.1),
             idle,
             last_active: core.now,
         }
