@@ -70,6 +70,9 @@ pub(crate) struct Core {
     pub(crate) settings: Settings,
     pub(crate) pool: BufPool,
     pub(crate) admission: admission::Admission,
+    /// Pipes for splicing bulk tunnels (Linux).
+    #[cfg(target_os = "linux")]
+    pub(crate) pipes: crate::session::PipeBudget,
     /// Sessions that stopped at their per-call budget with work left.
     pub(crate) requeue: Vec<usize>,
     /// The time of this iteration's wakeup.
@@ -88,6 +91,12 @@ const TICK: Duration = Duration::from_millis(10);
 const SLOTS: usize = 4096;
 /// How long accepting pauses when the process runs out of file descriptors.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(250);
+/// Pipes for splice at most (two fds each), and their size: bulk tunnels
+/// beyond the budget use buffers.
+#[cfg(target_os = "linux")]
+const MAX_PIPES: usize = 512;
+#[cfg(target_os = "linux")]
+const PIPE_SIZE: usize = 256 * 1024;
 /// Spare relay buffers kept for reuse.
 const POOL_IDLE: usize = 256;
 
@@ -153,6 +162,8 @@ impl Reactor {
             },
             pool: BufPool::new(config.limits.buffer_size, POOL_IDLE),
             admission: admission::Admission::default(),
+            #[cfg(target_os = "linux")]
+            pipes: crate::session::PipeBudget::new(MAX_PIPES, PIPE_SIZE),
             requeue: Vec::new(),
             now,
             shared: Arc::clone(&shared),

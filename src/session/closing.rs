@@ -2,11 +2,11 @@
 //! reply, the tail of a tunnel), send FIN, optionally linger, then end.
 //! Always bounded by the close timer.
 
+use super::carrier::Carrier;
 use super::endpoint::Side;
 use super::refusal::{Dialect, Refusal};
 use super::state::State;
 use super::Conn;
-use crate::buffer::ByteBuf;
 use crate::io::Io;
 use crate::reactor::Core;
 use crate::stats::CloseReason;
@@ -16,7 +16,7 @@ const LINGER_READS_PER_CALL: usize = 16;
 
 pub(crate) struct Closing {
     survivor: Side,
-    owed: Option<ByteBuf>,
+    owed: Option<Carrier>,
     stage: Stage,
     reason: CloseReason,
 }
@@ -62,13 +62,18 @@ pub(crate) fn answer(
     }
     let mut buf = core.pool.take_at_least(bytes.len());
     buf.extend(bytes);
-    State::Closing(Closing::new(Side::Client, Some(buf), true, reason))
+    State::Closing(Closing::new(
+        Side::Client,
+        Some(Carrier::Buf(buf)),
+        true,
+        reason,
+    ))
 }
 
 impl Closing {
     pub(crate) fn new(
         survivor: Side,
-        owed: Option<ByteBuf>,
+        owed: Option<Carrier>,
         linger: bool,
         reason: CloseReason,
     ) -> Closing {
@@ -93,8 +98,8 @@ impl Closing {
                 if !ep.writable {
                     return State::Closing(self);
                 }
-                match ep.stream.write_from(buf.data()) {
-                    Io::Progress(n) => buf.consume(n),
+                match buf.drain(&mut ep.stream) {
+                    Io::Progress(_) => {}
                     Io::WouldBlock => {
                         ep.writable = false;
                         return State::Closing(self);
@@ -102,7 +107,7 @@ impl Closing {
                     Io::Eof | Io::PeerGone(_) => return State::Done(self.reason),
                 }
             }
-            if let Some(buf) = self.owed.take() {
+            if let Some(Carrier::Buf(buf)) = self.owed.take() {
                 core.pool.give(buf);
             }
             ep.stream.shutdown_write();

@@ -21,6 +21,13 @@ pub(crate) enum Side {
 }
 
 impl Side {
+    pub(crate) fn other(self) -> Side {
+        match self {
+            Side::Client => Side::Upstream,
+            Side::Upstream => Side::Client,
+        }
+    }
+
     pub(crate) fn gone_reason(self) -> crate::stats::CloseReason {
         match self {
             Side::Client => crate::stats::CloseReason::ClientGone,

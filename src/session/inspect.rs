@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::carrier::Carrier;
 use super::closing::Closing;
 use super::endpoint::{Endpoint, Side};
 use super::refusal::Dialect;
@@ -716,7 +717,7 @@ impl Inspect {
     /// Flushes what is owed to the client, then closes.
     fn close(self: Box<Self>, reason: CloseReason) -> State {
         let this = *self;
-        let owed = (!this.cout.is_empty()).then_some(this.cout);
+        let owed = (!this.cout.is_empty()).then_some(Carrier::Buf(this.cout));
         State::Closing(Closing::new(Side::Client, owed, true, reason))
     }
 

@@ -7,6 +7,7 @@
 //! next; [`Session::advance`] is the one place a state changes, so every
 //! transition is logged, counted, and given its deadline there.
 
+mod carrier;
 mod closing;
 mod connect;
 mod endpoint;
@@ -23,6 +24,8 @@ use std::time::{Duration, Instant};
 
 use mio::event::Event;
 
+#[cfg(target_os = "linux")]
+pub(crate) use carrier::pipe::PipeBudget;
 use endpoint::Endpoint;
 pub(crate) use endpoint::Side;
 use state::State;
@@ -264,7 +267,6 @@ impl Session {
             return false;
         }
         log::debug!("conn={} {from}=>{to}", self.conn.id);
-        core.stats().phase(from_phase, next.phase());
         if from_phase == Some(Phase::Handshake) && self.conn.admitted {
             core.admission.left_handshake(self.conn.client_key);
         }
@@ -283,6 +285,9 @@ impl Session {
             State::Closing(_) => self.conn.arm(core, core.settings.timeouts.close),
             State::Done(reason) => self.conn.finish(*reason, core),
         }
+        // After `finish` counted the close: a reader that sees the session
+        // gone from the gauges also sees it closed.
+        core.stats().phase(from_phase, next.phase());
         self.state = next;
         true
     }

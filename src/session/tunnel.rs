@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::carrier::{Carrier, Fill};
 use super::closing::Closing;
 use super::endpoint::{Endpoint, Side};
 use super::state::State;
@@ -42,7 +43,9 @@ enum FlowPhase {
 }
 
 struct Flow {
-    buf: Option<ByteBuf>,
+    buf: Option<Carrier>,
+    /// Has filled its buffer at least once.
+    bulk: bool,
     phase: FlowPhase,
     /// Leading buffered bytes that are the proxy's own (its success reply),
     /// not payload: written like payload, never counted as relayed.
@@ -65,7 +68,7 @@ impl Tunnel {
             (!bytes.is_empty()).then(|| {
                 let mut buf = core.pool.take_at_least(bytes.len());
                 buf.extend(bytes);
-                buf
+                Carrier::Buf(buf)
             })
         };
         Tunnel {
@@ -73,11 +76,13 @@ impl Tunnel {
                 buf: preload(to_upstream),
                 phase: FlowPhase::Open,
                 own: 0,
+                bulk: false,
             },
             down: Flow {
                 buf: preload(to_client),
                 phase: FlowPhase::Open,
                 own: to_client.len(),
+                bulk: false,
             },
             idle,
             last_active: core.now,
@@ -94,8 +99,9 @@ impl Tunnel {
         idle: Option<Duration>,
         core: &Core,
     ) -> Tunnel {
-        let flow = |buf, eof| Flow {
-            buf,
+        let flow = |buf: Option<ByteBuf>, eof| Flow {
+            buf: buf.map(Carrier::Buf),
+            bulk: false,
             phase: if eof {
                 FlowPhase::Draining
             } else {
@@ -169,7 +175,7 @@ impl Tunnel {
             Side::Client => (self.up.buf, self.down.buf),
             Side::Upstream => (self.down.buf, self.up.buf),
         };
-        if let Some(buf) = stranded {
+        if let Some(Carrier::Buf(buf)) = stranded {
             core.pool.give(buf);
         }
         conn.drop_side(dead, core);
@@ -210,31 +216,29 @@ impl Flow {
     ) -> Result<bool, Gone> {
         let mut moved = false;
         if self.phase == FlowPhase::Open && src.readable {
-            let buf = self.buf.get_or_insert_with(|| core.pool.take());
-            if !buf.is_full() {
-                match src.stream.read_into(buf.space()) {
-                    Io::Progress(n) => {
-                        buf.commit(n);
-                        moved = true;
-                    }
-                    Io::WouldBlock => src.readable = false,
-                    Io::Eof => {
-                        src.readable = false;
-                        self.phase = FlowPhase::Draining;
-                        moved = true;
-                    }
-                    Io::PeerGone(e) => {
-                        log::debug!("{src_side:?} read: {e}");
-                        return Err(Gone(src_side));
-                    }
+            let carrier = self
+                .buf
+                .get_or_insert_with(|| Carrier::Buf(core.pool.take()));
+            match carrier.fill(&mut src.stream) {
+                Fill::Moved => {
+                    moved = true;
+                    // A flow that fills its buffer is bulk: worth a pipe.
+                    self.bulk |= carrier.is_full();
                 }
+                Fill::Full => self.bulk = true,
+                Fill::Dry => src.readable = false,
+                Fill::Eof => {
+                    src.readable = false;
+                    self.phase = FlowPhase::Draining;
+                    moved = true;
+                }
+                Fill::Gone => return Err(Gone(src_side)),
             }
         }
-        if let Some(buf) = self.buf.as_mut().filter(|b| !b.is_empty()) {
+        if let Some(carrier) = self.buf.as_mut().filter(|c| !c.is_empty()) {
             if dst.writable {
-                match dst.stream.write_from(buf.data()) {
+                match carrier.drain(&mut dst.stream) {
                     Io::Progress(written) => {
-                        buf.consume(written);
                         let ours = written.min(self.own);
                         self.own -= ours;
                         let n = written - ours;
@@ -246,30 +250,36 @@ impl Flow {
                         moved = true;
                     }
                     Io::WouldBlock => dst.writable = false,
-                    Io::Eof | Io::PeerGone(_) => {
-                        let dst_side = match src_side {
-                            Side::Client => Side::Upstream,
-                            Side::Upstream => Side::Client,
-                        };
-                        return Err(Gone(dst_side));
-                    }
+                    Io::Eof | Io::PeerGone(_) => return Err(Gone(src_side.other())),
                 }
             }
         }
-        if self.buf.as_ref().is_some_and(ByteBuf::is_empty) {
-            if let Some(buf) = self.buf.take() {
-                core.pool.give(buf);
-            }
+        if self.buf.as_ref().is_none_or(Carrier::is_empty) {
+            self.recycle(core);
             if self.phase == FlowPhase::Draining {
                 dst.stream.shutdown_write();
                 self.phase = FlowPhase::Shut;
                 moved = true;
             }
-        } else if self.buf.is_none() && self.phase == FlowPhase::Draining {
-            dst.stream.shutdown_write();
-            self.phase = FlowPhase::Shut;
-            moved = true;
         }
         Ok(moved)
+    }
+
+    /// An empty flow gives its buffer back to the pool (an idle tunnel holds
+    /// none), unless it is bulk and can move to a pipe instead; a pipe is
+    /// kept for the flow's life, since making one costs syscalls.
+    fn recycle(&mut self, core: &mut Core) {
+        match self.buf.take() {
+            Some(Carrier::Buf(buf)) => {
+                core.pool.give(buf);
+                #[cfg(target_os = "linux")]
+                if self.bulk && self.phase == FlowPhase::Open {
+                    self.buf = core.pipes.take().map(Carrier::Pipe);
+                }
+            }
+            #[cfg(target_os = "linux")]
+            Some(pipe @ Carrier::Pipe(_)) if self.phase == FlowPhase::Open => self.buf = Some(pipe),
+            _ => {}
+        }
     }
 }
