@@ -1030,10 +1030,15 @@ impl ChildProxy {
     /// Starts the binary with `--listen 127.0.0.1:0` plus `args`, RUST_LOG=info,
     /// and waits for its `listening on ADDR` line.
     pub fn start(args: &[&str]) -> ChildProxy {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .args(args)
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_portcullis"));
+        cmd.arg("--listen").arg("127.0.0.1:0").args(args);
+        ChildProxy::start_command(cmd)
+    }
+
+    /// Like [`ChildProxy::start`], but runs `cmd` as prepared by the caller
+    /// (extra arguments, `pre_exec`, a wrapper); it must log `listening on ADDR`.
+    pub fn start_command(mut cmd: Command) -> ChildProxy {
+        let mut child = cmd
             .env("RUST_LOG", "info")
             .env("RUST_LOG_STYLE", "never")
             .stdin(Stdio::null())
