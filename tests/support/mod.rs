@@ -5,6 +5,9 @@
 //! with `mod support;` and uses a subset, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod origin;
+pub use origin::*;
+
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
