@@ -41,12 +41,19 @@ impl ByteBuf {
     }
     /// The free tail, compacting first if the head has room and the tail none.
     pub(crate) fn space(&mut self) -> &mut [u8] {
-        if self.end == self.data.len() && self.start > 0 {
+        if self.end == self.data.len() {
+            self.compact();
+        }
+        &mut self.data[self.end..]
+    }
+
+    /// Moves the pending bytes to the front, so all of [`ByteBuf::room`] is tail.
+    fn compact(&mut self) {
+        if self.start > 0 {
             self.data.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
         }
-        &mut self.data[self.end..]
     }
     /// Marks `n` bytes of [`ByteBuf::space`] as filled.
     pub(crate) fn commit(&mut self, n: usize) {
@@ -62,9 +69,12 @@ impl ByteBuf {
             self.end = 0;
         }
     }
-    /// Appends as much of `bytes` as fits; returns how much did.
+    /// Appends as much of `bytes` as fits in [`ByteBuf::room`]; returns how much did.
     pub(crate) fn extend(&mut self, bytes: &[u8]) -> usize {
-        let space = self.space();
+        if self.data.len() - self.end < bytes.len() {
+            self.compact();
+        }
+        let space = &mut self.data[self.end..];
         let n = space.len().min(bytes.len());
         space[..n].copy_from_slice(&bytes[..n]);
         self.commit(n);
@@ -129,6 +139,16 @@ mod tests {
         b.consume(5);
         assert!(b.is_empty());
         assert_eq!(b.space().len(), 8);
+    }
+
+    #[test]
+    fn extend_uses_all_of_room() {
+        let mut b = ByteBuf::with_capacity(8);
+        b.extend(b"abcdef");
+        b.consume(4);
+        assert_eq!(b.room(), 6);
+        assert_eq!(b.extend(b"123456"), 6, "the consumed head is room too");
+        assert_eq!(b.data(), b"ef123456");
     }
 
     #[test]

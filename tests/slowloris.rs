@@ -48,6 +48,9 @@ fn slowloris_is_held_by_the_pending_handshake_limit_and_timer() {
         proxy_builder(allow_ports(&[echo.port()]))
             .timeouts(Timeouts {
                 handshake: Duration::from_secs(3),
+                // Refusals linger until then: long enough for this test's
+                // slow reader of 1,000 sockets to collect every 503.
+                close: Duration::from_secs(5),
                 ..test_timeouts()
             })
             .limits(Limits {
@@ -186,7 +189,9 @@ fn slowloris_is_held_by_the_pending_handshake_limit_and_timer() {
     );
     assert!(others.is_empty(), "unexpected fates: {others:?}");
     assert!(
-        max_pending <= PER_CLIENT as u64,
+        // The gauge is global: the normal client's own handshake from
+        // 127.0.0.2 may be in it too, so at most one over the per-client limit.
+        max_pending <= PER_CLIENT as u64 + 1,
         "pending handshakes reached {max_pending} (limit {PER_CLIENT} per client)"
     );
     // At most PER_CLIENT were ever admitted at once, and every admitted one
@@ -200,7 +205,9 @@ fn slowloris_is_held_by_the_pending_handshake_limit_and_timer() {
 
     wait_for("every slow session closed", PROMPTLY, || {
         let st = proxy.stats();
+        // The normal client's last tunnel closes on its own time too.
         st.open.handshake == 0
+            && st.open.established == 0
             && st.closed.get(CloseReason::HandshakeTimeout) == timed_out as u64
             && st.closed.get(CloseReason::Limit) == refused as u64
     });

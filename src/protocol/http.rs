@@ -187,18 +187,32 @@ pub const CONNECT_ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n
 /// NUL, ...), and extra names anything that is not a token character, so text
 /// that came from a client (a target name, say) cannot add header lines.
 pub fn error_response(status: u16, cause: &str, reason: &str, extra: &[(&str, &str)]) -> Vec<u8> {
+    answer(status, cause, reason, extra, true)
+}
+
+/// Like [`error_response`], but says `Connection: close` only when `close`:
+/// an answer on a connection that stays open must not announce a close.
+pub fn answer(
+    status: u16,
+    cause: &str,
+    reason: &str,
+    extra: &[(&str, &str)],
+    close: bool,
+) -> Vec<u8> {
     let mut body = sanitize(reason);
     body.push('\n');
     let mut head = format!(
         "HTTP/1.1 {status} {}\r\n\
          X-Proxy-Error: {}\r\n\
          Content-Type: text/plain; charset=utf-8\r\n\
-         Content-Length: {}\r\n\
-         Connection: close\r\n",
+         Content-Length: {}\r\n",
         reason_phrase(status),
         sanitize(cause),
         body.len(),
     );
+    if close {
+        head.push_str("Connection: close\r\n");
+    }
     for (name, value) in extra {
         let name: String = name.chars().filter(|&c| is_token_char(c)).collect();
         head.push_str(&format!("{name}: {}\r\n", sanitize(value)));

@@ -17,8 +17,10 @@ pub(crate) enum ClientKey {
     Unix,
 }
 
-/// Sessions past a limit that are being answered and closed, at most.
-const MAX_REFUSING: usize = 256;
+/// Sessions past a limit that are being answered and closed, at most. Each
+/// costs one fd until its answer is flushed (bounded by the close timer);
+/// past this, new connections close unanswered rather than pile up.
+const MAX_REFUSING: usize = 4096;
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Counts {

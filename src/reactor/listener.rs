@@ -76,13 +76,22 @@ impl Listener {
     pub(crate) fn bind(config: &ListenerConfig) -> io::Result<Listener> {
         let (socket, local) = match &config.addr {
             ListenAddr::Tcp(addr) => {
-                let l = TcpListener::bind(*addr)?;
+                let s = socket2::Socket::new(
+                    socket2::Domain::for_address(*addr),
+                    socket2::Type::STREAM,
+                    None,
+                )?;
+                s.set_reuse_address(true)?;
+                s.bind(&(*addr).into())?;
+                let l = TcpListener::from_std(listen(s)?.into());
                 let local = l.local_addr()?;
                 (Socket::Tcp(l), ListenAddr::Tcp(local))
             }
             ListenAddr::Unix(path) => {
                 remove_stale_socket(path)?;
-                let l = UnixListener::bind(path)?;
+                let s = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+                s.bind(&socket2::SockAddr::unix(path)?)?;
+                let l = UnixListener::from_std(listen(s)?.into());
                 (
                     Socket::Unix(l, path.clone()),
                     ListenAddr::Unix(path.clone()),
@@ -128,6 +137,19 @@ impl Drop for Listener {
             let _ = std::fs::remove_file(path);
         }
     }
+}
+
+/// Accept-queue depth. std and mio use 128, which a burst of sandboxed
+/// clients overflows (the kernel then drops or resets connections we would
+/// have answered); the kernel caps it at `net.core.somaxconn`.
+const BACKLOG: i32 = 1024;
+
+/// Listens, non-blocking, close-on-exec.
+fn listen(s: socket2::Socket) -> io::Result<socket2::Socket> {
+    s.listen(BACKLOG)?;
+    s.set_nonblocking(true)?;
+    s.set_cloexec(true)?;
+    Ok(s)
 }
 
 /// Replaces a socket file left by an earlier run, but never a regular file.

@@ -131,8 +131,18 @@ impl Closing {
         State::Closing(self)
     }
 
-    /// The close timer fired: whatever is left is abandoned.
-    pub(crate) fn on_timeout(self) -> State {
+    /// The close timer fired: whatever is left is abandoned. Input already
+    /// queued is read away first: closing over unread input sends a reset,
+    /// which can destroy the answer the peer has not read yet.
+    pub(crate) fn on_timeout(self, conn: &mut Conn) -> State {
+        if let Some(ep) = conn.side(self.survivor) {
+            let mut scratch = [0u8; 4096];
+            for _ in 0..LINGER_READS_PER_CALL {
+                if !matches!(ep.stream.read_into(&mut scratch), Io::Progress(_)) {
+                    break;
+                }
+            }
+        }
         let unflushed = self.owed.as_ref().is_some_and(|b| !b.is_empty());
         State::Done(if unflushed {
             CloseReason::CloseTimeout

@@ -71,6 +71,10 @@ impl Handshake {
         }
     }
 
+    pub(crate) fn is_refusing(&self) -> bool {
+        self.refusing.is_some()
+    }
+
     pub(crate) fn drive(mut self, conn: &mut Conn, core: &mut Core) -> State {
         if conn.client.failed {
             return State::Done(CloseReason::ClientGone);

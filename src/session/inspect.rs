@@ -452,7 +452,8 @@ impl Inspect {
             core.stats().request(false);
             log::info!("conn={id} request denied: {} {path} by {rule}", head.method);
             let why = format!("{} {path} is denied by {rule}", head.method);
-            let answer = http::error_response(403, &format!("denied; rule={rule}"), &why, &[]);
+            let cause = format!("denied; rule={rule}");
+            let answer = http::answer(403, &cause, &why, &[], close);
             self.due.push_back(Exchange::Local { answer, close });
             self.cin.consume(n);
             // The refused request's body is read and dropped, so the next

@@ -168,8 +168,8 @@ impl Session {
             log,
         };
         conn.arm(core, core.settings.timeouts.handshake);
-        core.stats().phase(None, Some(Phase::Handshake));
         let state = State::Handshake(handshake::Handshake::new(protocol, refusing));
+        core.stats().phase(None, state.phase());
         Ok(Session { conn, state })
     }
 

@@ -52,6 +52,8 @@ impl State {
 
     pub(crate) fn phase(&self) -> Option<Phase> {
         match self {
+            // A client past a limit is on its way out, not a pending handshake.
+            State::Handshake(h) if h.is_refusing() => Some(Phase::Closing),
             State::Handshake(_) => Some(Phase::Handshake),
             State::Resolving(_) => Some(Phase::Resolving),
             State::Connecting(_) => Some(Phase::Connecting),
@@ -82,7 +84,7 @@ impl State {
             State::Connecting(c) => c.on_timeout(conn, core),
             State::Established(t) => t.on_timer(conn, core),
             State::Inspect(i) => i.on_timer(conn, core),
-            State::Closing(c) => c.on_timeout(),
+            State::Closing(c) => c.on_timeout(conn),
             done @ State::Done(_) => done,
         }
     }
