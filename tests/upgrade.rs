@@ -62,6 +62,8 @@ fn upgrade_server_pausing(len: u64, pause: Duration) -> (Server, Receiver<Outcom
 fn serve(stream: TcpStream, len: u64, pause: Duration) -> Outcome {
     let writer_stream = stream.try_clone().map_err(|e| e.to_string())?;
     let (seen_tx, seen_rx) = mpsc::channel();
+    // The Err type is tungstenite's, not ours to shrink.
+    #[allow(clippy::result_large_err)]
     let callback = move |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
         let h = |n: &str| {
             req.headers()
