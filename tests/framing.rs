@@ -334,3 +334,37 @@ fn no_response_head_in_time_is_504() {
     assert_eq!(s.closed.get(CloseReason::ResponseTimeout), 1, "{s:?}");
     assert_eq!(s.closed.total(), 1);
 }
+
+#[test]
+fn oversized_request_head_is_431() {
+    let (origin, _proxy, mut c) = setup();
+    assert_eq!(c.get("o", "/fine").text(), "GET /fine 0");
+    let big = "a".repeat(40 * 1024);
+    c.send(format!(
+        "GET /big HTTP/1.1\r\nHost: o\r\nX-Big: {big}\r\n\r\n"
+    ));
+    let r = c.response("GET");
+    assert_eq!(r.status, 431, "{}", r.raw_head);
+    c.expect_eof("after 431");
+    assert_eq!(origin.requests().len(), 1);
+}
+
+#[test]
+fn connect_inside_an_inspected_tunnel_is_405() {
+    let (origin, _proxy, mut c) = setup();
+    c.send("CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n");
+    let r = c.response("CONNECT");
+    assert_eq!(r.status, 405, "{}", r.raw_head);
+    c.expect_eof("after 405");
+    assert!(origin.requests().is_empty());
+}
+
+#[test]
+fn malformed_request_is_400() {
+    let (origin, _proxy, mut c) = setup();
+    c.send("GET /a b c\r\n\r\n");
+    let r = c.response("GET");
+    assert_eq!(r.status, 400, "{}", r.raw_head);
+    c.expect_eof("after 400");
+    assert!(origin.requests().is_empty());
+}

@@ -291,6 +291,9 @@ impl Recorded {
     }
 }
 
+/// Chunk sizes (cycled) and trailers of a chunked body.
+pub type Chunking = (Vec<usize>, Vec<(String, String)>);
+
 /// What the origin does with a request.
 pub enum Reply {
     /// These bytes, verbatim; the connection stays open.
@@ -304,7 +307,7 @@ pub enum Reply {
         head: String,
         seed: u64,
         len: u64,
-        chunked: Option<(Vec<usize>, Vec<(String, String)>)>,
+        chunked: Option<Chunking>,
     },
     /// Never answer; keep reading until the client goes.
     Hang,
