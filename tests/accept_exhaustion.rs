@@ -94,7 +94,10 @@ fn fd_exhaustion_pauses_accepts_without_spinning_and_recovers() {
         wakeups < 20,
         "{wakeups} wakeups in 1 s while out of fds: {s1:?} then {s2:?}"
     );
-    assert!(cpu_ticks < 20, "{cpu_ticks} ticks of CPU in 1 s while out of fds");
+    assert!(
+        cpu_ticks < 20,
+        "{cpu_ticks} ticks of CPU in 1 s while out of fds"
+    );
     let pausing: Vec<_> = proxy
         .log()
         .into_iter()
@@ -109,15 +112,17 @@ fn fd_exhaustion_pauses_accepts_without_spinning_and_recovers() {
     // Free the descriptors: the proxy accepts again and serves new clients.
     drop(held);
     let mut fresh = None;
-    wait_for("a new tunnel after the fds freed up", PROMPTLY, || {
-        match http_connect(proxy.addr, &echo.target(), &[]) {
+    wait_for(
+        "a new tunnel after the fds freed up",
+        PROMPTLY,
+        || match http_connect(proxy.addr, &echo.target(), &[]) {
             Ok((s, head)) if head.status == 200 => {
                 fresh = Some(s);
                 true
             }
             _ => false,
-        }
-    });
+        },
+    );
     let mut fresh = fresh.unwrap();
     fresh.set_read_timeout(Some(PROMPTLY)).unwrap();
     assert_echo(&mut fresh, b"accepting again");

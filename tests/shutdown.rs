@@ -94,7 +94,11 @@ fn sigterm_drains_then_closes_at_the_drain_timeout() {
     let rest = expect_closed_within(&mut t, Duration::from_secs(2) + PROMPTLY);
     assert!(rest.is_empty(), "{rest:?}");
     let status = wait_exit(&mut proxy, PROMPTLY);
-    assert_eq!(status.code(), Some(0), "exit status after a drain: {status}");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit status after a drain: {status}"
+    );
 }
 
 #[test]
