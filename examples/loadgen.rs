@@ -1,0 +1,485 @@
+//! Load generator for `scripts/bench.sh`: runs its own server on loopback and
+//! a client that reaches it directly, through a plain TCP relay, or through
+//! an HTTP CONNECT or SOCKS5 proxy. Nothing here talks to a non-loopback
+//! address unless told to.
+//!
+//! ```text
+//! loadgen transfer --via connect --proxy 127.0.0.1:3128 --sink 127.0.0.1:19100 --bytes 2GiB
+//! loadgen churn    --via socks5  --proxy 127.0.0.1:3128 --sink 127.0.0.1:19100 --count 2000
+//! loadgen idle     --via connect --proxy 127.0.0.1:3128 --sink 127.0.0.1:19100 --count 5000 --watch-pid PID
+//! ```
+//!
+//! `transfer` moves `--bytes` through one tunnel (`--dir up`: client to
+//! server, `down`, or `both` at once), checks the count and a position-
+//! dependent pattern on every byte received, and prints MiB/s. With
+//! `--watch-pid`, it also reads the CPU time (utime+stime, all threads and
+//! descendant processes, from /proc) of the proxy around the transfer.
+//! `idle` opens `--count` tunnels, leaves them idle, and prints the proxy's
+//! memory (PSS) growth per tunnel. Every loop is bounded; every result line
+//! starts with `RESULT` and is `key=value` pairs.
+
+#[path = "../benches/common/mod.rs"]
+mod common;
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use common::{open, Via};
+
+#[derive(Parser)]
+#[command(about = "Loopback load generator for proxy benchmarks")]
+struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct Common {
+    /// How to reach the server.
+    #[arg(long, value_enum, default_value = "direct")]
+    via: ViaKind,
+    /// The proxy or relay address (not for `direct`).
+    #[arg(long)]
+    proxy: Option<SocketAddr>,
+    /// Where this program's own server listens (loopback).
+    #[arg(long, default_value = "127.0.0.1:19100")]
+    sink: SocketAddr,
+    /// A process whose CPU time / memory to report (descendants included).
+    #[arg(long)]
+    watch_pid: Option<u32>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Bulk transfer through one tunnel.
+    Transfer {
+        #[command(flatten)]
+        c: Common,
+        /// Bytes per direction (suffixes KiB, MiB, GiB).
+        #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+        bytes: u64,
+        /// up (client to server), down, or both at once.
+        #[arg(long, value_enum, default_value = "up")]
+        dir: Dir,
+        /// Size of each write and read.
+        #[arg(long, default_value = "256KiB", value_parser = parse_size)]
+        chunk: u64,
+    },
+    /// Open, echo 32 bytes, close; `--count` times, one after another.
+    Churn {
+        #[command(flatten)]
+        c: Common,
+        #[arg(long, default_value_t = 2000)]
+        count: u32,
+    },
+    /// Open `--count` tunnels and hold them idle; report memory per tunnel.
+    Idle {
+        #[command(flatten)]
+        c: Common,
+        #[arg(long, default_value_t = 5000)]
+        count: u32,
+        /// Wait this long after the last tunnel opened before measuring.
+        #[arg(long, default_value_t = 500)]
+        settle_ms: u64,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+enum ViaKind {
+    Direct,
+    Relay,
+    Connect,
+    Socks5,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+enum Dir {
+    Up,
+    Down,
+    Both,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = [
+        ("GiB", 1u64 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+        ("G", 1 << 30),
+        ("M", 1 << 20),
+        ("K", 1 << 10),
+    ]
+    .iter()
+    .find_map(|(suf, m)| s.strip_suffix(suf).map(|n| (n, *m)))
+    .unwrap_or((s, 1));
+    num.trim()
+        .parse::<u64>()
+        .map(|n| n * mult)
+        .map_err(|e| format!("bad size {s:?}: {e}"))
+}
+
+impl Common {
+    fn via_name(&self) -> String {
+        format!("{:?}", self.via).to_lowercase()
+    }
+    fn via(&self) -> Via {
+        let proxy = || self.proxy.expect("--proxy is required unless --via direct");
+        match self.via {
+            ViaKind::Direct => Via::Direct,
+            ViaKind::Relay => Via::Relay(proxy()),
+            ViaKind::Connect => Via::Connect(proxy()),
+            ViaKind::Socks5 => Via::Socks5(proxy()),
+        }
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let r = match args.cmd {
+        Cmd::Transfer {
+            c,
+            bytes,
+            dir,
+            chunk,
+        } => transfer(&c, bytes, dir, chunk as usize),
+        Cmd::Churn { c, count } => churn(&c, count),
+        Cmd::Idle {
+            c,
+            count,
+            settle_ms,
+        } => idle(&c, count, settle_ms),
+    };
+    if let Err(e) = r {
+        eprintln!("loadgen: {e}");
+        std::process::exit(1);
+    }
+}
+
+// ---- the data pattern -------------------------------------------------------
+
+/// Period of the pattern: a prime, so a slip of any whole number of chunks shows.
+const PERIOD: usize = 1_048_573;
+
+/// The pattern twice over, so any window of up to `PERIOD` bytes at any
+/// phase is one contiguous slice.
+fn pattern() -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let one: Vec<u8> = (0..PERIOD)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    [one.as_slice(), one.as_slice()].concat()
+}
+
+fn send_pattern(s: &mut TcpStream, pat: &[u8], bytes: u64, chunk: usize) -> io::Result<()> {
+    let chunk = chunk.min(PERIOD);
+    let mut off = 0u64;
+    while off < bytes {
+        let phase = (off % PERIOD as u64) as usize;
+        let n = chunk.min((bytes - off) as usize);
+        let w = s.write(&pat[phase..phase + n])?;
+        if w == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        off += w as u64;
+    }
+    Ok(())
+}
+
+/// Reads exactly `bytes`, checking every byte against the pattern.
+fn recv_pattern(s: &mut TcpStream, pat: &[u8], bytes: u64, chunk: usize) -> io::Result<()> {
+    let mut buf = vec![0u8; chunk.min(PERIOD)];
+    let mut off = 0u64;
+    while off < bytes {
+        let want = buf.len().min((bytes - off) as usize);
+        let n = s.read(&mut buf[..want])?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("EOF after {off} of {bytes} bytes"),
+            ));
+        }
+        let phase = (off % PERIOD as u64) as usize;
+        if buf[..n] != pat[phase..phase + n] {
+            return Err(io::Error::other(format!("corrupt data near offset {off}")));
+        }
+        off += n as u64;
+    }
+    Ok(())
+}
+
+// ---- /proc ------------------------------------------------------------------
+
+/// `pid` and every process descending from it.
+fn process_tree(pid: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Some(f) = stat_fields(p) {
+                if let Some(pp) = f.get(1).and_then(|s| s.parse().ok()) {
+                    parents.push((p, pp));
+                }
+            }
+        }
+    }
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    tree
+}
+
+/// Fields of /proc/PID/stat after the command name (field 3, state, is index 0).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// utime+stime+cutime+cstime in seconds over the process tree of `pid`.
+fn cpu_seconds(pid: u32) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) }.max(1) as f64;
+    process_tree(pid)
+        .into_iter()
+        .filter_map(stat_fields)
+        .map(|f| {
+            // utime, stime, cutime, cstime: fields 14-17, indices 11-14 here.
+            (11..=14)
+                .filter_map(|i| f.get(i).and_then(|v| v.parse::<f64>().ok()))
+                .sum::<f64>()
+        })
+        .sum::<f64>()
+        / hz
+}
+
+/// Proportional set size in KiB over the process tree of `pid`.
+fn pss_kib(pid: u32) -> u64 {
+    process_tree(pid)
+        .into_iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/smaps_rollup")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Pss:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+// ---- servers ----------------------------------------------------------------
+
+/// Header a transfer client sends first: direction byte, then the byte count.
+fn header(dir: Dir, bytes: u64) -> [u8; 9] {
+    let mut h = [0u8; 9];
+    h[0] = match dir {
+        Dir::Up => b'u',
+        Dir::Down => b'd',
+        Dir::Both => b'b',
+    };
+    h[1..].copy_from_slice(&bytes.to_le_bytes());
+    h
+}
+
+/// The transfer server: per connection, read the header, then receive
+/// and check, send, or both; answer `ok` once everything received checked out.
+fn transfer_server(l: TcpListener, chunk: usize) {
+    thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut s) = conn else { continue };
+            thread::spawn(move || {
+                let mut h = [0u8; 9];
+                if s.read_exact(&mut h).is_err() {
+                    return;
+                }
+                let bytes = u64::from_le_bytes(h[1..].try_into().expect("8 bytes"));
+                let pat = pattern();
+                let sender = matches!(h[0], b'd' | b'b').then(|| {
+                    let mut w = s.try_clone().expect("clone");
+                    let pat = pat.clone();
+                    thread::spawn(move || send_pattern(&mut w, &pat, bytes, chunk))
+                });
+                let received = matches!(h[0], b'u' | b'b').then(|| {
+                    recv_pattern(&mut s, &pat, bytes, chunk)
+                        .inspect_err(|e| eprintln!("loadgen server: {e}"))
+                        .is_ok()
+                });
+                // The verdict goes after everything sent, never in the middle of it.
+                if let Some(t) = sender {
+                    if let Ok(Err(e)) = t.join() {
+                        eprintln!("loadgen server send: {e}");
+                    }
+                }
+                if let Some(ok) = received {
+                    let _ = s.write_all(if ok { b"ok" } else { b"no" });
+                }
+                // Wait for the client to finish before closing.
+                let mut rest = [0u8; 64];
+                while matches!(s.read(&mut rest), Ok(n) if n > 0) {}
+            });
+        }
+    });
+}
+
+fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot bind the server on {addr}: {e}")))
+}
+
+// ---- commands ---------------------------------------------------------------
+
+fn transfer(c: &Common, bytes: u64, dir: Dir, chunk: usize) -> io::Result<()> {
+    transfer_server(bind(c.sink)?, chunk);
+    let pat = pattern();
+    let mut s = open(c.via(), c.sink)?;
+    let cpu0 = c.watch_pid.map(cpu_seconds);
+    let t0 = Instant::now();
+    s.write_all(&header(dir, bytes))?;
+    let receiver = matches!(dir, Dir::Down | Dir::Both).then(|| {
+        let mut r = s.try_clone().expect("clone");
+        let pat = pat.clone();
+        thread::spawn(move || recv_pattern(&mut r, &pat, bytes, chunk))
+    });
+    if matches!(dir, Dir::Up | Dir::Both) {
+        send_pattern(&mut s, &pat, bytes, chunk)?;
+    }
+    if let Some(r) = receiver {
+        r.join()
+            .map_err(|_| io::Error::other("receiver panicked"))??;
+    }
+    if matches!(dir, Dir::Up | Dir::Both) {
+        let mut ok = [0u8; 2];
+        s.read_exact(&mut ok)?;
+        if &ok != b"ok" {
+            return Err(io::Error::other("the server saw corrupt or missing data"));
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    // Sampled before the tunnel closes, so a per-connection child is still there.
+    let cpu = c
+        .watch_pid
+        .zip(cpu0)
+        .map(|(p, before)| cpu_seconds(p) - before);
+    s.shutdown(Shutdown::Write)?;
+    let ways = if dir == Dir::Both { 2 } else { 1 };
+    let total = bytes * ways;
+    let mib = total as f64 / (1 << 20) as f64;
+    let mut line = format!(
+        "RESULT kind=transfer via={} dir={} bytes={total} secs={secs:.3} mib_per_s={:.1}",
+        c.via_name(),
+        format!("{dir:?}").to_lowercase(),
+        mib / secs
+    );
+    if let Some(cpu) = cpu {
+        let gib = total as f64 / (1u64 << 30) as f64;
+        line += &format!(" proxy_cpu_s={cpu:.2} cpu_s_per_gib={:.3}", cpu / gib);
+    }
+    println!("{line}");
+    Ok(())
+}
+
+fn churn(c: &Common, count: u32) -> io::Result<()> {
+    let l = bind(c.sink)?;
+    thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut s) = conn else { continue };
+            let _ = s.set_nodelay(true);
+            thread::spawn(move || {
+                let mut buf = [0u8; 64];
+                while let Ok(n @ 1..) = s.read(&mut buf) {
+                    if s.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let via = c.via();
+    let msg = [0x5au8; 32];
+    let cpu0 = c.watch_pid.map(cpu_seconds);
+    let t0 = Instant::now();
+    for i in 0..count {
+        let mut s = open(via, c.sink)
+            .map_err(|e| io::Error::new(e.kind(), format!("connection {i}: {e}")))?;
+        s.write_all(&msg)?;
+        let mut back = [0u8; 32];
+        s.read_exact(&mut back)?;
+        if back != msg {
+            return Err(io::Error::other("echo mismatch"));
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let mut line = format!(
+        "RESULT kind=churn via={} count={count} secs={secs:.3} conns_per_s={:.0}",
+        c.via_name(),
+        f64::from(count) / secs
+    );
+    if let Some(cpu) = c.watch_pid.zip(cpu0).map(|(p, b)| cpu_seconds(p) - b) {
+        line += &format!(" proxy_cpu_us_per_conn={:.0}", cpu * 1e6 / f64::from(count));
+    }
+    println!("{line}");
+    Ok(())
+}
+
+fn idle(c: &Common, count: u32, settle_ms: u64) -> io::Result<()> {
+    let pid = c
+        .watch_pid
+        .ok_or_else(|| io::Error::other("idle needs --watch-pid"))?;
+    let l = bind(c.sink)?;
+    let held = thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in l.incoming().take(count as usize) {
+            match conn {
+                Ok(s) => held.push(s),
+                Err(e) => eprintln!("loadgen: accept: {e}"),
+            }
+        }
+        held
+    });
+    let via = c.via();
+    // One tunnel first, so one-off allocations (pools, tables) are not counted.
+    let warm = open(via, c.sink)?;
+    thread::sleep(Duration::from_millis(settle_ms));
+    let before = pss_kib(pid);
+    let mut tunnels = Vec::with_capacity(count as usize);
+    let t0 = Instant::now();
+    for i in 1..count {
+        let s =
+            open(via, c.sink).map_err(|e| io::Error::new(e.kind(), format!("tunnel {i}: {e}")))?;
+        tunnels.push(s);
+    }
+    tunnels.push(warm);
+    let open_secs = t0.elapsed().as_secs_f64();
+    let server_side = held
+        .join()
+        .map_err(|_| io::Error::other("server thread panicked"))?;
+    thread::sleep(Duration::from_millis(settle_ms));
+    let after = pss_kib(pid);
+    let per = (after as f64 - before as f64) * 1024.0 / f64::from(count - 1);
+    let line = format!(
+        "RESULT kind=idle via={} tunnels={} server_side={} open_secs={open_secs:.2} pss_before_kib={before} pss_after_kib={after} bytes_per_tunnel={per:.0}",
+        c.via_name(),
+        tunnels.len(),
+        server_side.len()
+    );
+    println!("{line}");
+    Ok(())
+}
