@@ -593,7 +593,10 @@ impl Config {
             ("limits.max_sessions", l.max_sessions),
             ("limits.max_sessions_per_client", l.max_sessions_per_client),
             ("limits.max_pending_handshakes", l.max_pending_handshakes),
-            ("limits.max_pending_handshakes_per_client", l.max_pending_handshakes_per_client),
+            (
+                "limits.max_pending_handshakes_per_client",
+                l.max_pending_handshakes_per_client,
+            ),
         ] {
             if n == 0 {
                 return Err(ConfigError::key(key, "must be at least 1"));
