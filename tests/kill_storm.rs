@@ -463,7 +463,7 @@ fn kill_storm() {
         "--allow",
         "127.0.0.1",
         "--handshake-timeout",
-        "2s",
+        "5s",
         "--close-timeout",
         "1s",
     ]);
