@@ -16,23 +16,8 @@ use std::time::Duration;
 
 use load::*;
 use nix::sys::signal::Signal;
-use portcullis::{CloseReason, ProxyHandle, SpawnedProxy, Timeouts};
+use portcullis::{CloseReason, SpawnedProxy, Timeouts};
 use support::*;
-
-/// `ProxyHandle::shutdown_now` is part of the graceful-shutdown work. Until it
-/// exists in this branch this stand-in keeps the file compiling and fails the
-/// one test that needs it; once the inherent method lands it takes precedence
-/// over this trait method and the stand-in is never called.
-#[allow(dead_code)]
-trait ShutdownNowStandIn {
-    fn shutdown_now(&self);
-}
-
-impl ShutdownNowStandIn for ProxyHandle {
-    fn shutdown_now(&self) {
-        panic!("ProxyHandle::shutdown_now() does not exist in this build yet");
-    }
-}
 
 /// Waits (bounded) until connecting to `addr` is refused: the listener is closed.
 #[track_caller]
