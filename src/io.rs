@@ -87,7 +87,7 @@ impl Stream {
             // only add latency to interactive tunnels (ssh, kubectl exec).
             let _ = s.set_nodelay(true);
         }
-        #[cfg(any(target_os = "macos", target_os = "ios", target_os = "freebsd"))]
+        #[cfg(target_vendor = "apple")]
         {
             let _ = socket2::SockRef::from(self).set_nosigpipe(true);
         }

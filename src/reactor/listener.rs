@@ -72,6 +72,20 @@ fn peer_uid(s: &mio::net::UnixStream) -> Option<u32> {
         .map(|(uid, _)| uid.as_raw())
 }
 
+/// Elsewhere the uid is unknown: such peers share one per-client count.
+#[cfg(not(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "netbsd"
+)))]
+fn peer_uid(_: &mio::net::UnixStream) -> Option<u32> {
+    None
+}
+
 impl Listener {
     pub(crate) fn bind(config: &ListenerConfig) -> io::Result<Listener> {
         let (socket, local) = match &config.addr {
