@@ -4,33 +4,10 @@
 
 mod support;
 
-use std::process::{Command, Output};
-
 use portcullis::CloseReason;
 use support::*;
 
 const BODY: &str = "hello from the loopback origin\n";
-
-/// Runs curl with a bounded runtime and no proxy settings from the environment.
-fn curl(args: &[&str]) -> Output {
-    let mut cmd = Command::new("curl");
-    for var in [
-        "http_proxy",
-        "HTTP_PROXY",
-        "https_proxy",
-        "HTTPS_PROXY",
-        "all_proxy",
-        "ALL_PROXY",
-        "no_proxy",
-        "NO_PROXY",
-    ] {
-        cmd.env_remove(var);
-    }
-    match cmd.args(["--max-time", "30"]).args(args).output() {
-        Ok(o) => o,
-        Err(e) => panic!("cannot run curl ({e}); this test needs it (CI installs it)"),
-    }
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

@@ -6,31 +6,10 @@
 mod support;
 
 use std::net::TcpStream;
-use std::process::{Command, Output};
 
 use portcullis::policy::parse_cli_inspect;
 use portcullis::{Policy, SpawnedProxy};
 use support::*;
-
-fn curl(args: &[&str]) -> Output {
-    let mut cmd = Command::new("curl");
-    for var in [
-        "http_proxy",
-        "HTTP_PROXY",
-        "https_proxy",
-        "HTTPS_PROXY",
-        "all_proxy",
-        "ALL_PROXY",
-        "no_proxy",
-        "NO_PROXY",
-    ] {
-        cmd.env_remove(var);
-    }
-    match cmd.args(["--max-time", "30"]).args(args).output() {
-        Ok(o) => o,
-        Err(e) => panic!("cannot run curl ({e}); this test needs it (CI installs it)"),
-    }
-}
 
 fn client(proxy: &SpawnedProxy) -> HttpConn {
     HttpConn::new(TcpStream::connect(proxy_addr(proxy)).expect("connect to proxy"))

@@ -21,11 +21,16 @@ pub struct RequestHead {
 impl RequestHead {
     /// The first header named `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_slice())
+        find_header(&self.headers, name)
     }
+}
+
+/// The first of `headers` named `name` (case-insensitive).
+pub fn find_header<'a>(headers: &'a [(String, Vec<u8>)], name: &str) -> Option<&'a [u8]> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_slice())
 }
 
 /// Why a head could not be parsed.

@@ -1189,3 +1189,25 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Runs curl with a bounded runtime and no proxy settings from the
+/// environment. Panics when curl is missing: the tests need it (CI installs it).
+pub fn curl(args: &[&str]) -> std::process::Output {
+    let mut cmd = std::process::Command::new("curl");
+    for var in [
+        "http_proxy",
+        "HTTP_PROXY",
+        "https_proxy",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+        "no_proxy",
+        "NO_PROXY",
+    ] {
+        cmd.env_remove(var);
+    }
+    match cmd.args(["--max-time", "30"]).args(args).output() {
+        Ok(o) => o,
+        Err(e) => panic!("cannot run curl ({e}); this test needs it (CI installs it)"),
+    }
+}

@@ -19,10 +19,7 @@ pub struct ResponseHead {
 impl ResponseHead {
     /// The first header named `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_slice())
+        crate::protocol::http::find_header(&self.headers, name)
     }
 }
 
