@@ -3,7 +3,9 @@
 
 mod support;
 
-use portcullis::CloseReason;
+use std::time::Duration;
+
+use portcullis::{CloseReason, Policy};
 use support::*;
 
 #[test]
@@ -72,4 +74,41 @@ fn reload_to_the_same_policy_keeps_everything() {
     let st = proxy.stats();
     assert_eq!(st.closed.get(CloseReason::PolicyReload), 0, "{st}");
     assert_eq!(st.open.established, 2, "{st}");
+}
+
+/// An inspected session the new policy still allows stays open, and checks
+/// its next request against the new request rules.
+#[test]
+fn reload_applies_new_request_rules_to_open_inspected_sessions() {
+    let origin = Origin::start(|r| ok(&format!("{} {}", r.method, r.target)));
+    let policy = |requests: &str| {
+        Policy::parse_toml(&format!(
+            "[[rules]]\nname = \"api\"\naction = \"allow\"\nhost = \"127.0.0.1\"\nports = [{}]\ninspect = \"http\"\nrequests = [{requests}]\n",
+            origin.port()
+        ))
+        .expect("policy compiles")
+    };
+    let proxy = start_proxy(policy(r#"{ action = "allow", path = "/**" }"#));
+    let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &origin.target()));
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: {}\r\n\r\n", origin.target());
+
+    c.send(get("/admin/a"));
+    assert_eq!(c.response("GET").status, 200, "allowed before the reload");
+
+    proxy.reload(policy(
+        r#"{ action = "allow", path = "/**" }, { action = "deny", path = "/admin/**" }"#,
+    ));
+    // The reload is applied on the reactor thread: poll with fresh requests
+    // on the same connection until the new rules answer (bounded).
+    let denied = wait_until(Duration::from_secs(5), || {
+        c.send(get("/admin/b"));
+        c.response("GET").status == 403
+    });
+    assert!(
+        denied,
+        "the open inspected session never saw the new request rules"
+    );
+    c.send(get("/public"));
+    assert_eq!(c.response("GET").status, 200, "the session stayed usable");
+    assert_eq!(proxy.stats().closed.get(CloseReason::PolicyReload), 0);
 }

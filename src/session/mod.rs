@@ -231,13 +231,22 @@ impl Session {
         let (Some(target), Some(ip)) = (&self.conn.log.target, self.conn.log.upstream_ip) else {
             return;
         };
-        if let crate::policy::Verdict::Deny(d) = core.policy.check_resolved(target, &[ip]) {
-            log::info!(
-                "conn={} {target}: closed by policy reload: {d}",
-                self.conn.id
-            );
-            self.conn.log.decision = Decision::Denied(d.to_string());
-            self.step(core, |_, _, _| State::Done(CloseReason::PolicyReload));
+        match core.policy.check_resolved(target, &[ip]) {
+            crate::policy::Verdict::Deny(d) => {
+                log::info!(
+                    "conn={} {target}: closed by policy reload: {d}",
+                    self.conn.id
+                );
+                self.conn.log.decision = Decision::Denied(d.to_string());
+                self.step(core, |_, _, _| State::Done(CloseReason::PolicyReload));
+            }
+            // Still allowed: an inspected session checks its next requests
+            // against the new request rules.
+            crate::policy::Verdict::Allow(allowed) => {
+                if let State::Inspect(inspect) = &mut self.state {
+                    inspect.set_rules(allowed.inspect);
+                }
+            }
         }
     }
 

@@ -369,6 +369,11 @@ impl Inspect {
         }
     }
 
+    /// New request rules after a policy reload (`None`: every request allowed).
+    pub(crate) fn set_rules(&mut self, rules: Option<Arc<RequestRules>>) {
+        self.rules = rules;
+    }
+
     pub(crate) fn on_timer(mut self: Box<Self>, conn: &mut Conn, core: &mut Core) -> State {
         self.armed = None;
         if let Some(since) = self.waiting_since {
