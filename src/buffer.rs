@@ -31,6 +31,9 @@ impl ByteBuf {
     pub(crate) fn is_empty(&self) -> bool {
         self.start == self.end
     }
+    pub(crate) fn capacity(&self) -> usize {
+        self.data.len()
+    }
     /// How many more bytes fit (after compaction).
     pub(crate) fn room(&self) -> usize {
         self.data.len() - self.len()

@@ -244,11 +244,13 @@ impl Inspect {
             return self.close(reason);
         }
         self.rearm(conn, core);
+        self.park(core);
         State::Inspect(self)
     }
 
     /// Moves bytes and messages both ways until nothing more can move.
     fn pump(&mut self, conn: &mut Conn, core: &mut Core) -> Result<(), Stop> {
+        self.unpark(core);
         let Conn {
             client,
             upstream,
@@ -369,12 +371,38 @@ impl Inspect {
         }
     }
 
+    /// Gives empty buffers back to the pool between calls, so an idle
+    /// keep-alive session holds none (an empty `ByteBuf` allocates nothing).
+    fn park(&mut self, core: &mut Core) {
+        for buf in [&mut self.cin, &mut self.uout, &mut self.uin, &mut self.cout] {
+            if buf.is_empty() && buf.capacity() > 0 {
+                core.pool
+                    .give(std::mem::replace(buf, ByteBuf::with_capacity(0)));
+            }
+        }
+    }
+
+    /// Takes buffers again for the parked slots.
+    fn unpark(&mut self, core: &mut Core) {
+        let size = core
+            .settings
+            .limits
+            .buffer_size
+            .max(core.settings.limits.max_head_bytes);
+        for buf in [&mut self.cin, &mut self.uout, &mut self.uin, &mut self.cout] {
+            if buf.capacity() == 0 {
+                *buf = core.pool.take_at_least(size);
+            }
+        }
+    }
+
     /// New request rules after a policy reload (`None`: every request allowed).
     pub(crate) fn set_rules(&mut self, rules: Option<Arc<RequestRules>>) {
         self.rules = rules;
     }
 
     pub(crate) fn on_timer(mut self: Box<Self>, conn: &mut Conn, core: &mut Core) -> State {
+        self.unpark(core);
         self.armed = None;
         if let Some(since) = self.waiting_since {
             if core.now >= since + core.settings.timeouts.response {
@@ -393,6 +421,7 @@ impl Inspect {
             }
         }
         self.rearm(conn, core);
+        self.park(core);
         State::Inspect(self)
     }
 }
