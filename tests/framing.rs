@@ -368,3 +368,42 @@ fn malformed_request_is_400() {
     c.expect_eof("after 400");
     assert!(origin.requests().is_empty());
 }
+
+/// The response timeout runs from when the request is wholly sent: an upload
+/// that takes longer than it is not cut off with a 504.
+#[test]
+fn slow_upload_is_not_a_response_timeout() {
+    let origin = origin();
+    let proxy = spawn(proxy_builder(inspect_policy(&origin)).timeouts(Timeouts {
+        response: Duration::from_millis(300),
+        ..test_timeouts()
+    }));
+    let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &origin.target()));
+    c.send("POST /fine HTTP/1.1\r\nHost: o\r\nContent-Length: 3000\r\n\r\n");
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(100));
+        c.send([b'x'; 300]);
+    }
+    let r = c.response("POST");
+    assert_eq!(
+        r.status, 200,
+        "a 1 s upload under a 300 ms response timeout: {}",
+        r.raw_head
+    );
+    assert_eq!(r.text(), "POST /fine 3000");
+    assert_eq!(proxy.stats().closed.get(CloseReason::ResponseTimeout), 0);
+}
+
+/// A close-delimited response is the last thing on its connection: no answer
+/// to a request pipelined behind it may be appended to its body.
+#[test]
+fn nothing_follows_a_close_delimited_response() {
+    let (_origin, proxy, mut c) = setup();
+    c.send("GET /until-close HTTP/1.1\r\nHost: o\r\n\r\nGET /fine HTTP/1.1\r\nHost: o\r\n\r\n");
+    let r = c.response("GET");
+    assert_eq!(r.status, 200, "{}", r.raw_head);
+    assert_eq!(r.body.len, 300_000, "the body is exactly the upstream's");
+    assert_eq!(hex(&r.body.hash), hex(&expected_hash(77, 300_000)));
+    c.expect_eof("after a close-delimited response");
+    wait_no_open_sessions(&proxy);
+}

@@ -370,6 +370,9 @@ impl Reactor {
             }
             Err(e) => {
                 log::warn!("could not register an accepted connection: {e}");
+                if refusing.is_none() {
+                    self.core.admission.left_handshake(client);
+                }
                 self.core.admission.ended(client, refusing.is_none());
             }
         }

@@ -132,12 +132,9 @@ impl Tunnel {
         let Some(upstream) = upstream.as_mut() else {
             return self.lost(Side::Upstream, conn, core);
         };
-        if client.failed {
-            return self.lost(Side::Client, conn, core);
-        }
-        if upstream.failed {
-            return self.lost(Side::Upstream, conn, core);
-        }
+        // An error event does not end a side at once: bytes it sent before
+        // its reset are still queued, and the reads below deliver them before
+        // reporting the error (the syscalls say it in the right order).
         let mut active = false;
         let mut rounds = 0;
         loop {
@@ -166,15 +163,37 @@ impl Tunnel {
         if self.up.phase == FlowPhase::Shut && self.down.phase == FlowPhase::Shut {
             return State::Done(CloseReason::Done);
         }
+        // A side that reported an error and with which nothing more can move
+        // now (its buffer toward the other side is full, nothing is owed to
+        // it) is gone: waiting would hold the session for ever.
+        if !active {
+            if client.failed {
+                return self.lost(Side::Client, conn, core);
+            }
+            if upstream.failed {
+                return self.lost(Side::Upstream, conn, core);
+            }
+        }
         State::Established(self)
     }
 
-    /// One side is dead: drop it at once and flush what is owed to the other.
+    /// One side is dead: drop it at once and flush what is owed to the other,
+    /// including what the dead side sent before it died and is still queued
+    /// (as much as the buffer holds).
     fn lost(self, dead: Side, conn: &mut Conn, core: &mut Core) -> State {
-        let (owed, stranded) = match dead {
-            Side::Client => (self.up.buf, self.down.buf),
-            Side::Upstream => (self.down.buf, self.up.buf),
+        let (mut owed, stranded) = match dead {
+            Side::Client => (self.up, self.down.buf),
+            Side::Upstream => (self.down, self.up.buf),
         };
+        if let Some(ep) = conn.side(dead) {
+            if owed.phase == FlowPhase::Open {
+                let carrier = owed
+                    .buf
+                    .get_or_insert_with(|| Carrier::Buf(core.pool.take()));
+                while matches!(carrier.fill(&mut ep.stream), Fill::Moved) {}
+            }
+        }
+        let owed = owed.buf;
         if let Some(Carrier::Buf(buf)) = stranded {
             core.pool.give(buf);
         }

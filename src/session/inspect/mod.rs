@@ -127,6 +127,10 @@ enum Exchange {
         method: String,
         upgrade: bool,
         close: bool,
+        /// The whole request, body included, has been handed to the upstream:
+        /// from then on (and once earlier answers are done) the response
+        /// timeout runs.
+        sent: bool,
     },
     /// Answered by the proxy itself.
     Local { answer: Vec<u8>, close: bool },
@@ -182,12 +186,7 @@ impl Inspect {
         idle: Option<Duration>,
         core: &mut Core,
     ) -> Inspect {
-        // A whole head must fit in the input buffers, whatever buffer_size is.
-        let size = core
-            .settings
-            .limits
-            .buffer_size
-            .max(core.settings.limits.max_head_bytes);
+        let size = buffer_size(core);
         let mut take = || core.pool.take_at_least(size);
         let mut cin = take();
         cin.extend(early);
@@ -213,11 +212,10 @@ impl Inspect {
     }
 
     pub(crate) fn drive(mut self: Box<Self>, conn: &mut Conn, core: &mut Core) -> State {
-        if conn.client.failed {
-            return State::Done(CloseReason::ClientGone);
-        }
         let result = self.pump(conn, core);
-        conn.log.requests = self.requests;
+        // Counted per call, so a forward-proxy session that moves to another
+        // upstream (a new Inspect) keeps its total.
+        conn.log.requests += std::mem::take(&mut self.requests);
         match result {
             Ok(()) => {}
             Err(Stop::Gone(Side::Client)) => return State::Done(CloseReason::ClientGone),
@@ -240,6 +238,7 @@ impl Inspect {
                 return super::connect::start(target, Dialect::Forward, early, conn, core);
             }
         }
+        self.update_wait(core);
         if let Some(reason) = self.finished(conn, core) {
             return self.close(reason);
         }
@@ -262,9 +261,9 @@ impl Inspect {
         let Some(upstream) = upstream.as_mut() else {
             return Err(Stop::Gone(Side::Upstream));
         };
-        if upstream.failed {
-            return Err(Stop::Gone(Side::Upstream));
-        }
+        // As in a tunnel, an error event ends a side only once nothing more
+        // moves: what it sent before failing is read and relayed first.
+        let mut active = false;
         for round in 0.. {
             if round == ROUNDS_PER_CALL {
                 core.requeue.push(*key);
@@ -293,19 +292,31 @@ impl Inspect {
             if !moved {
                 break;
             }
+            active = true;
             self.last_active = core.now;
+        }
+        if !active {
+            if client.failed {
+                return Err(Stop::Gone(Side::Client));
+            }
+            if upstream.failed {
+                return Err(Stop::Gone(Side::Upstream));
+            }
         }
         Ok(())
     }
 
     /// After pumping: does the session end, or move on?
     fn finished(&mut self, conn: &mut Conn, core: &mut Core) -> Option<CloseReason> {
-        // A close-delimited body ends with the upstream's EOF.
+        // A close-delimited body ends with the upstream's EOF, and so does
+        // the connection: nothing may follow it (the client reads to EOF, so
+        // an answer to a pipelined request would become part of this body).
         if self.upstream_eof && self.uin.is_empty() {
             if let Resp::Body(body) = &self.resp {
                 if body.kind() == BodyKind::UntilClose {
-                    self.exchange_done(core);
-                    self.close_after = true;
+                    self.exchange_done();
+                    conn.drop_side(Side::Upstream, core);
+                    return Some(CloseReason::Done);
                 }
             }
         }
@@ -364,10 +375,36 @@ impl Inspect {
             return;
         }
         self.armed = want;
-        match want {
-            Some(Wait::Response) => conn.arm(core, core.settings.timeouts.response),
-            Some(Wait::Idle) => conn.arm(core, self.idle.unwrap_or_default()),
+        // Armed for the time left: a deadline that moved later since (new
+        // traffic, a new wait) only makes the timer fire early, and
+        // `on_timer` then re-arms for what is left.
+        let due = match want {
+            Some(Wait::Response) => self
+                .waiting_since
+                .map(|t| t + core.settings.timeouts.response),
+            Some(Wait::Idle) => self.idle.map(|idle| self.last_active + idle),
+            None => None,
+        };
+        match due {
+            Some(due) => conn.arm(core, due.saturating_duration_since(core.now)),
             None => conn.disarm(core),
+        }
+    }
+
+    /// The response timeout runs while the answer due next is the upstream's,
+    /// its request is wholly sent, and no response to it has started: not
+    /// while the client is still uploading, nor while an earlier response
+    /// streams.
+    fn update_wait(&mut self, core: &Core) {
+        let waiting = matches!(self.resp, Resp::Head)
+            && matches!(
+                self.due.front(),
+                Some(Exchange::Upstream { sent: true, .. })
+            );
+        match (waiting, self.waiting_since) {
+            (true, None) => self.waiting_since = Some(core.now),
+            (false, Some(_)) => self.waiting_since = None,
+            _ => {}
         }
     }
 
@@ -384,11 +421,7 @@ impl Inspect {
 
     /// Takes buffers again for the parked slots.
     fn unpark(&mut self, core: &mut Core) {
-        let size = core
-            .settings
-            .limits
-            .buffer_size
-            .max(core.settings.limits.max_head_bytes);
+        let size = buffer_size(core);
         for buf in [&mut self.cin, &mut self.uout, &mut self.uin, &mut self.cout] {
             if buf.capacity() == 0 {
                 *buf = core.pool.take_at_least(size);
@@ -469,6 +502,13 @@ fn flush(
         }
     }
     Ok(moved)
+}
+
+/// Inspect's buffer size: a whole head must fit, with room for what the
+/// forward proxy adds when it rewrites one (`Via`, `Host`, `Connection`).
+fn buffer_size(core: &Core) -> usize {
+    let limits = &core.settings.limits;
+    limits.buffer_size.max(limits.max_head_bytes + 1024)
 }
 
 /// `a` then `b` in one buffer (`None` when both are empty).

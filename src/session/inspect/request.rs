@@ -70,6 +70,13 @@ impl Inspect {
                     }
                     self.cin.consume(n);
                     if body.is_done() {
+                        // While a body streams no other request is parsed: the
+                        // newest exchange is this request's.
+                        if *forward {
+                            if let Some(Exchange::Upstream { sent, .. }) = self.due.back_mut() {
+                                *sent = true;
+                            }
+                        }
                         self.req = next.req();
                     } else if n == 0 {
                         return Ok(moved);
@@ -214,13 +221,11 @@ impl Inspect {
         log::debug!("conn={id} request {} {path}", head.method);
         self.uout.extend(&out);
         self.cin.consume(n);
-        if self.waiting_since.is_none() {
-            self.waiting_since = Some(core.now);
-        }
         self.due.push_back(Exchange::Upstream {
             method: head.method,
             upgrade,
             close,
+            sent: kind == BodyKind::Empty,
         });
         let next = match (upgrade, close) {
             (true, _) => After::AwaitUpgrade,

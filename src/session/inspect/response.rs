@@ -49,7 +49,7 @@ impl Inspect {
                             return Err(Stop::BadUpstream(format!("malformed response: {why}")))
                         }
                     };
-                    if !self.response(head, n, core)? {
+                    if !self.response(head, n)? {
                         return Ok(moved);
                     }
                     moved = true;
@@ -71,7 +71,7 @@ impl Inspect {
                     self.cout.extend(&self.uin.data()[..n]);
                     self.uin.consume(n);
                     if body.is_done() {
-                        self.exchange_done(core);
+                        self.exchange_done();
                     } else if n == 0 {
                         return Ok(moved);
                     }
@@ -83,11 +83,12 @@ impl Inspect {
 
     /// Acts on one parsed response head of `n` bytes. Returns false to wait
     /// for room toward the client.
-    fn response(&mut self, head: ResponseHead, n: usize, core: &mut Core) -> Result<bool, Stop> {
+    fn response(&mut self, head: ResponseHead, n: usize) -> Result<bool, Stop> {
         let Some(Exchange::Upstream {
             method,
             upgrade,
             close,
+            ..
         }) = self.due.front()
         else {
             return Err(Stop::BadUpstream(
@@ -123,34 +124,32 @@ impl Inspect {
         }
         self.cout.extend(&out);
         self.uin.consume(n);
+        // The upstream answered: the response clock stops (an interim 100
+        // Continue restarts it, see `update_wait`).
         self.waiting_since = None;
         if switching {
             return Err(Stop::Upgrade);
         }
         if (100..200).contains(&head.status) {
             // Interim (100 Continue): the final response follows.
-            self.waiting_since = Some(core.now);
             return Ok(true);
         }
         self.close_after |= closing;
         match kind {
-            BodyKind::Empty => self.exchange_done(core),
+            BodyKind::Empty => self.exchange_done(),
             kind => self.resp = Resp::Body(Body::new(kind)),
         }
         Ok(true)
     }
 
     /// The response at the front of `due` is complete.
-    pub(super) fn exchange_done(&mut self, core: &Core) {
+    pub(super) fn exchange_done(&mut self) {
         self.resp = Resp::Head;
         if let Some(Exchange::Upstream { upgrade: true, .. }) = self.due.pop_front() {
             // The upgrade was declined: the client's bytes are HTTP again.
             if matches!(self.req, Req::AwaitUpgrade) {
                 self.req = Req::Head;
             }
-        }
-        if matches!(self.due.front(), Some(Exchange::Upstream { .. })) {
-            self.waiting_since = Some(core.now);
         }
     }
 }
