@@ -44,8 +44,14 @@ for target in "${targets[@]}"; do
     work="target/corpus/$target"
     mkdir -p "$work" "corpus/$target"
     echo "== $target: fuzzing for ${duration}s" >&2
-    if ! cargo fuzz run "$target" "$work" "corpus/$target" -- \
-        -max_total_time="$duration" -timeout=10 -print_final_stats=1; then
+    # libFuzzer reports every new input; keep that in a log, show the summary
+    # (and the whole tail when it finds a crash).
+    log="target/$target.fuzz.log"
+    if cargo fuzz run "$target" "$work" "corpus/$target" -- \
+        -max_total_time="$duration" -timeout=10 -print_final_stats=1 >"$log" 2>&1; then
+        grep -E '^(Done|stat::number_of_executed_units|#[0-9]+[[:space:]]+DONE)' "$log" >&2 || true
+    else
+        tail -n 60 "$log" >&2
         echo "== $target: CRASH (see fuzz/artifacts/$target/)" >&2
         failed+=("$target (crash)")
     fi
