@@ -267,15 +267,15 @@ impl Session {
         f: impl FnOnce(State, &mut Conn, &mut Core) -> State,
     ) -> bool {
         let state = std::mem::replace(&mut self.state, State::Done(CloseReason::Done));
-        let from = state.name();
-        let from_phase = state.phase();
+        let (from, from_kind, from_phase) =
+            (state.name(), std::mem::discriminant(&state), state.phase());
+        let was_resolving = matches!(state, State::Resolving(_));
         let next = f(state, &mut self.conn, core);
-        let to = next.name();
-        if from == to {
+        if std::mem::discriminant(&next) == from_kind {
             self.state = next;
             return false;
         }
-        log::debug!("conn={} {from}=>{to}", self.conn.id);
+        log::debug!("conn={} {from}=>{}", self.conn.id, next.name());
         if from_phase == Some(Phase::Handshake) && self.conn.admitted {
             core.admission.left_handshake(self.conn.client_key);
         }
@@ -283,7 +283,7 @@ impl Session {
             State::Handshake(_) => {}
             State::Resolving(_) => self.conn.arm(core, core.settings.timeouts.connect),
             // Resolve and connect share one deadline.
-            State::Connecting(_) if from == "Resolving" => {}
+            State::Connecting(_) if was_resolving => {}
             State::Connecting(_) => self.conn.arm(core, core.settings.timeouts.connect),
             State::Established(t) => match t.idle_timeout() {
                 Some(idle) => self.conn.arm(core, idle),
