@@ -62,6 +62,11 @@ fn upstream_bytes_before_its_reset_reach_the_client() {
         LEN,
         "bytes the upstream sent before resetting"
     );
+    // Relayed while the session was closing, and counted all the same.
+    let counted = wait_until(PROMPTLY, || {
+        proxy.stats().get("bytes_down") == Some(&(LEN as u64))
+    });
+    assert!(counted, "bytes_down after the reset: {:?}", proxy.stats());
 }
 
 #[test]

@@ -19,6 +19,9 @@ pub(crate) struct Closing {
     owed: Option<Carrier>,
     stage: Stage,
     reason: CloseReason,
+    /// What is owed is relayed payload (counted in the byte stats), not the
+    /// proxy's own answer.
+    payload: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,12 +65,9 @@ pub(crate) fn answer(
     }
     let mut buf = core.pool.take_at_least(bytes.len());
     buf.extend(bytes);
-    State::Closing(Closing::new(
-        Side::Client,
-        Some(Carrier::Buf(buf)),
-        true,
-        reason,
-    ))
+    let mut closing = Closing::new(Side::Client, Some(Carrier::Buf(buf)), true, reason);
+    closing.payload = false;
+    State::Closing(closing)
 }
 
 impl Closing {
@@ -82,12 +82,24 @@ impl Closing {
             owed,
             stage: Stage::Flush { linger },
             reason,
+            payload: true,
         }
     }
 
     pub(crate) fn drive(mut self, conn: &mut Conn, core: &mut Core) -> State {
-        let key = conn.key;
-        let Some(ep) = conn.side(self.survivor) else {
+        let Conn {
+            key,
+            client,
+            upstream,
+            log,
+            ..
+        } = conn;
+        let key = *key;
+        let survivor = match self.survivor {
+            Side::Client => Some(client),
+            Side::Upstream => upstream.as_mut(),
+        };
+        let Some(ep) = survivor else {
             return State::Done(self.reason);
         };
         if ep.failed {
@@ -99,6 +111,16 @@ impl Closing {
                     return State::Closing(self);
                 }
                 match buf.drain(&mut ep.stream) {
+                    Io::Progress(n) if self.payload => match self.survivor {
+                        Side::Client => {
+                            log.down += n as u64;
+                            core.stats().bytes_down(n);
+                        }
+                        Side::Upstream => {
+                            log.up += n as u64;
+                            core.stats().bytes_up(n);
+                        }
+                    },
                     Io::Progress(_) => {}
                     Io::WouldBlock => {
                         ep.writable = false;
