@@ -110,6 +110,10 @@ impl BufPool {
             .pop()
             .unwrap_or_else(|| ByteBuf::with_capacity(self.size))
     }
+    /// The size of the buffers it keeps.
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
     /// A buffer that holds at least `n` bytes (a pooled one when it fits).
     pub(crate) fn take_at_least(&mut self, n: usize) -> ByteBuf {
         if n <= self.size {

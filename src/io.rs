@@ -80,6 +80,12 @@ impl Stream {
         };
     }
 
+    /// Makes the coming close abortive: the peer sees a reset, not a FIN, as
+    /// it would have from the end that aborted.
+    pub(crate) fn abort_on_close(&self) {
+        let _ = socket2::SockRef::from(self).set_linger(Some(std::time::Duration::ZERO));
+    }
+
     /// Per-socket options every relayed socket gets.
     pub(crate) fn prepare(&self) {
         if let Stream::Tcp(s) = self {

@@ -69,6 +69,9 @@ fn origin() -> Origin {
             Some("garbage") => Reply::Bytes(b"SSH-2.0-OpenSSH_9.6\r\n\r\n".to_vec()),
             Some("hang") => Reply::Hang,
             Some("drop") => Reply::Drop,
+            Some("extra") => {
+                Reply::Bytes(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloX".to_vec())
+            }
             _ => ok(&format!("{} {} {}", r.method, r.target, r.body.len)),
         }
     })
@@ -406,4 +409,77 @@ fn nothing_follows_a_close_delimited_response() {
     assert_eq!(hex(&r.body.hash), hex(&expected_hash(77, 300_000)));
     c.expect_eof("after a close-delimited response");
     wait_no_open_sessions(&proxy);
+}
+
+/// A client waiting for `100 Continue` waits on the upstream: one that never
+/// answers (not even the 100) gets a 504 in time, not a session held for ever.
+#[test]
+fn expect_continue_to_a_silent_upstream_is_504() {
+    // An upstream that reads and never writes.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = silent.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = silent.accept() {
+            let _ = std::io::copy(&mut s, &mut std::io::sink());
+        }
+    });
+    let policy = Policy::from_rules(&[parse_cli_inspect(&target).expect("rule")]).expect("policy");
+    let proxy = spawn(proxy_builder(policy).timeouts(Timeouts {
+        response: Duration::from_millis(500),
+        ..test_timeouts()
+    }));
+    let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &target));
+    c.send("PUT /x HTTP/1.1\r\nHost: o\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n");
+    let r = c.response("PUT");
+    assert_eq!(r.status, 504, "{}", r.raw_head);
+    c.expect_eof("after a 504");
+    drop(c);
+    wait_no_open_sessions(&proxy);
+    assert_eq!(proxy.stats().closed.get(CloseReason::ResponseTimeout), 1);
+}
+
+/// Bytes from the upstream that answer no request close the connection
+/// without an answer: a 502 would pass for the reply to the client's next
+/// request.
+#[test]
+fn unsolicited_upstream_bytes_close_without_an_answer() {
+    let (_origin, proxy, mut c) = setup();
+    let r = c.get("o", "/extra");
+    assert_eq!(
+        (r.status, r.text()),
+        (200, "hello".to_string()),
+        "{}",
+        r.raw_head
+    );
+    c.expect_eof("after bytes that answer nothing");
+    wait_no_open_sessions(&proxy);
+}
+
+/// A response that has arrived but waits for a slow client is not late: the
+/// response timeout stops once the upstream answers.
+#[test]
+fn slow_reader_of_pipelined_responses_gets_no_504() {
+    let origin = origin();
+    let proxy = spawn(proxy_builder(inspect_policy(&origin)).timeouts(Timeouts {
+        response: Duration::from_millis(300),
+        ..test_timeouts()
+    }));
+    let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &origin.target()));
+    c.send(
+        "GET /chunked/3000000/5/0 HTTP/1.1\r\nHost: o\r\n\r\nGET /fine HTTP/1.1\r\nHost: o\r\n\r\n",
+    );
+    // Read nothing for well over the response timeout: both responses are
+    // sent at once and wait in the proxy's buffers and the socket's.
+    std::thread::sleep(Duration::from_millis(1200));
+    let big = c.response("GET");
+    assert_eq!(big.status, 200, "{}", big.raw_head);
+    assert_eq!(hex(&big.body.hash), hex(&expected_hash(5, 3_000_000)));
+    let small = c.response("GET");
+    assert_eq!(
+        (small.status, small.text()),
+        (200, "GET /fine 0".to_string()),
+        "{}",
+        small.raw_head
+    );
+    assert_eq!(proxy.stats().closed.get(CloseReason::ResponseTimeout), 0);
 }

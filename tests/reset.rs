@@ -1,7 +1,9 @@
 //! A peer that sends and then resets: what it sent before the reset is still
 //! relayed, as a direct connection would deliver it. The proxy (the binary)
 //! is paused while the peer sends and resets, so both are queued before the
-//! proxy reads: the error event must not make it drop the queued bytes.
+//! proxy reads: the error event must not make it drop the queued bytes. The
+//! survivor then sees the reset too, not a FIN that would make a cut-off
+//! stream look complete.
 
 mod support;
 
@@ -25,18 +27,26 @@ fn send_then_reset(mut s: TcpStream) {
     drop(s);
 }
 
-/// Reads until EOF or an error, returning how many bytes arrived.
-fn read_all(mut s: TcpStream) -> usize {
+/// How a stream ended.
+#[derive(Debug, PartialEq)]
+enum End {
+    Fin,
+    Reset,
+}
+
+/// Reads until EOF or an error: how many bytes arrived, and how it ended.
+fn read_all(mut s: TcpStream) -> (usize, End) {
     s.set_read_timeout(Some(PROMPTLY)).unwrap();
     let mut n = 0;
     let mut buf = [0u8; 4096];
-    while let Ok(k) = s.read(&mut buf) {
-        if k == 0 {
-            break;
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return (n, End::Fin),
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (n, End::Reset),
+            Err(e) => panic!("after {n} bytes: {e}"),
         }
-        n += k;
     }
-    n
 }
 
 /// Pauses the proxy while `f` runs, then lets it go.
@@ -59,10 +69,10 @@ fn upstream_bytes_before_its_reset_reach_the_client() {
     while_paused(&proxy, || send_then_reset(upstream));
     assert_eq!(
         read_all(client),
-        LEN,
-        "bytes the upstream sent before resetting"
+        (LEN, End::Reset),
+        "the bytes the upstream sent before resetting, then its reset (a FIN would pass a cut-off stream for a whole one)"
     );
-    // Relayed while the session was closing, and counted all the same.
+    // Counted like any relayed bytes.
     let counted = wait_until(PROMPTLY, || {
         proxy.stats().get("bytes_down") == Some(&(LEN as u64))
     });
@@ -79,7 +89,7 @@ fn client_bytes_before_its_reset_reach_the_upstream() {
     while_paused(&proxy, || send_then_reset(client));
     assert_eq!(
         read_all(upstream),
-        LEN,
-        "bytes the client sent before resetting"
+        (LEN, End::Reset),
+        "the bytes the client sent before resetting, then its reset"
     );
 }

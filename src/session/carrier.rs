@@ -162,16 +162,19 @@ pub(crate) mod pipe {
         fn new(size: usize, live: Arc<AtomicUsize>) -> io::Result<Pipe> {
             let (r, w) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)?;
             let want = i32::try_from(size).unwrap_or(i32::MAX);
-            // The kernel rounds up; if it refuses, the default size will do.
-            let cap = fcntl(&w, FcntlArg::F_SETPIPE_SZ(want))
-                .or_else(|_| fcntl(&w, FcntlArg::F_GETPIPE_SZ))
-                .map_err(io::Error::from)?;
+            // The kernel rounds up. If it refuses (past the user's pipe quota,
+            // pipe-user-pages-soft, new pipes get a page or two), a small pipe
+            // would cost more syscalls than a buffer: use the buffer instead.
+            let cap = fcntl(&w, FcntlArg::F_SETPIPE_SZ(want)).map_err(io::Error::from)? as usize;
+            if cap < size {
+                return Err(io::Error::other(format!("pipe sized {cap}, not {size}")));
+            }
             live.fetch_add(1, Relaxed);
             Ok(Pipe {
                 r,
                 w,
                 len: 0,
-                cap: cap as usize,
+                cap,
                 full: false,
                 live,
             })

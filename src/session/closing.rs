@@ -26,8 +26,11 @@ pub(crate) struct Closing {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
-    /// Writing what is owed.
+    /// Writing what is owed, then a FIN and maybe a linger.
     Flush { linger: bool },
+    /// Writing what is owed, then a reset: the other end aborted, and a FIN
+    /// would make a cut-off stream look complete.
+    FlushThenAbort,
     /// FIN sent; reading and discarding until the peer's EOF, so that closing
     /// does not reset the connection before the peer has read our answer.
     Linger,
@@ -71,6 +74,15 @@ pub(crate) fn answer(
 }
 
 impl Closing {
+    /// The other side aborted (a reset, a dead process): flush what is owed
+    /// to `survivor`, then reset it too, so a cut-off stream cannot pass for
+    /// a complete one.
+    pub(crate) fn abort(survivor: Side, owed: Option<Carrier>, reason: CloseReason) -> Closing {
+        let mut c = Closing::new(survivor, owed, false, reason);
+        c.stage = Stage::FlushThenAbort;
+        c
+    }
+
     pub(crate) fn new(
         survivor: Side,
         owed: Option<Carrier>,
@@ -105,7 +117,7 @@ impl Closing {
         if ep.failed {
             return State::Done(self.reason);
         }
-        if let Stage::Flush { linger } = self.stage {
+        if let Stage::Flush { .. } | Stage::FlushThenAbort = self.stage {
             while let Some(buf) = self.owed.as_mut().filter(|b| !b.is_empty()) {
                 if !ep.writable {
                     return State::Closing(self);
@@ -132,8 +144,12 @@ impl Closing {
             if let Some(Carrier::Buf(buf)) = self.owed.take() {
                 core.pool.give(buf);
             }
+            if self.stage == Stage::FlushThenAbort {
+                ep.stream.abort_on_close();
+                return State::Done(self.reason);
+            }
             ep.stream.shutdown_write();
-            if !linger {
+            if self.stage == (Stage::Flush { linger: false }) {
                 return State::Done(self.reason);
             }
             self.stage = Stage::Linger;

@@ -202,10 +202,10 @@ impl Tunnel {
             Side::Client => Side::Upstream,
             Side::Upstream => Side::Client,
         };
-        // Only a surviving client is worth lingering for: it may still be
-        // reading the tail we owe it. An upstream just gets what is owed.
-        let linger = survivor == Side::Client;
-        State::Closing(Closing::new(survivor, owed, linger, dead.gone_reason()))
+        // The dead side aborted: the survivor gets what is owed, then a reset,
+        // as it would have from the dead end directly (a FIN would make a
+        // stream cut short, with bytes left unread, look complete).
+        State::Closing(Closing::abort(survivor, owed, dead.gone_reason()))
     }
 
     pub(crate) fn on_timer(self, conn: &mut Conn, core: &mut Core) -> State {

@@ -227,8 +227,11 @@ impl Inspect {
                 log::info!("conn={} upstream broke HTTP: {why}", conn.id);
                 conn.log.error = Some(why.clone());
                 conn.drop_side(Side::Upstream, core);
-                self.cout
-                    .extend(&why_answer(502, "bad-upstream-response", &why));
+                // A 502 answers the request awaiting its response; with none
+                // due, an answer would pass for the reply to the next one.
+                if matches!(self.due.front(), Some(Exchange::Upstream { .. })) {
+                    self.owe(&why_answer(502, "bad-upstream-response", &why), core);
+                }
                 return self.close(CloseReason::UpstreamGone);
             }
             Err(Stop::Upgrade) => return self.upgrade(conn, core),
@@ -330,7 +333,7 @@ impl Inspect {
                 let why = "the upstream closed the connection before answering";
                 conn.log.error = Some(why.into());
                 if matches!(self.resp, Resp::Head) {
-                    self.cout.extend(&why_answer(502, "upstream-closed", why));
+                    self.owe(&why_answer(502, "upstream-closed", why), core);
                 }
             }
             conn.drop_side(Side::Upstream, core);
@@ -392,11 +395,12 @@ impl Inspect {
     }
 
     /// The response timeout runs while the answer due next is the upstream's,
-    /// its request is wholly sent, and no response to it has started: not
-    /// while the client is still uploading, nor while an earlier response
-    /// streams.
+    /// its request is wholly sent (or waits for `100 Continue`), and nothing
+    /// of a response has arrived: not while the client is still uploading,
+    /// nor while an earlier response streams or waits for a slow client.
     fn update_wait(&mut self, core: &Core) {
         let waiting = matches!(self.resp, Resp::Head)
+            && self.uin.is_empty()
             && matches!(
                 self.due.front(),
                 Some(Exchange::Upstream { sent: true, .. })
@@ -408,11 +412,24 @@ impl Inspect {
         }
     }
 
+    /// Queues a whole answer for the client, growing the buffer if it must:
+    /// half an answer would corrupt the stream.
+    fn owe(&mut self, answer: &[u8], core: &mut Core) {
+        if self.cout.room() < answer.len() {
+            let mut bigger = core.pool.take_at_least(self.cout.len() + answer.len());
+            bigger.extend(self.cout.data());
+            self.cout = bigger;
+        }
+        self.cout.extend(answer);
+    }
+
     /// Gives empty buffers back to the pool between calls, so an idle
     /// keep-alive session holds none (an empty `ByteBuf` allocates nothing).
     fn park(&mut self, core: &mut Core) {
         for buf in [&mut self.cin, &mut self.uout, &mut self.uin, &mut self.cout] {
-            if buf.is_empty() && buf.capacity() > 0 {
+            // Only pool-sized buffers: others would be freed and allocated
+            // again on every call.
+            if buf.is_empty() && buf.capacity() == core.pool.size() {
                 core.pool
                     .give(std::mem::replace(buf, ByteBuf::with_capacity(0)));
             }
@@ -444,7 +461,7 @@ impl Inspect {
                 conn.log.error = Some(why.into());
                 conn.drop_side(Side::Upstream, core);
                 if matches!(self.resp, Resp::Head) {
-                    self.cout.extend(&why_answer(504, "response-timeout", why));
+                    self.owe(&why_answer(504, "response-timeout", why), core);
                 }
                 return self.close(CloseReason::ResponseTimeout);
             }

@@ -221,11 +221,14 @@ impl Inspect {
         log::debug!("conn={id} request {} {path}", head.method);
         self.uout.extend(&out);
         self.cin.consume(n);
+        let sent = kind == BodyKind::Empty || expects_continue(&head);
         self.due.push_back(Exchange::Upstream {
             method: head.method,
             upgrade,
             close,
-            sent: kind == BodyKind::Empty,
+            // A client that waits for `100 Continue` is waiting on the
+            // upstream from the head on.
+            sent,
         });
         let next = match (upgrade, close) {
             (true, _) => After::AwaitUpgrade,
@@ -265,4 +268,10 @@ fn host_of(target: &Target) -> String {
         crate::policy::Host::Ip(std::net::IpAddr::V6(a)) => format!("[{a}]"),
         crate::policy::Host::Ip(a) => a.to_string(),
     }
+}
+
+/// The request waits for `100 Continue` before sending its body.
+fn expects_continue(head: &RequestHead) -> bool {
+    head.header("Expect")
+        .is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"100-continue"))
 }

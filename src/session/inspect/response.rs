@@ -131,7 +131,13 @@ impl Inspect {
             return Err(Stop::Upgrade);
         }
         if (100..200).contains(&head.status) {
-            // Interim (100 Continue): the final response follows.
+            // Interim (100 Continue): the final response follows once the
+            // request is wholly sent; until then the clock waits on the client.
+            let body_pending =
+                self.due.len() == 1 && matches!(self.req, Req::Body { forward: true, .. });
+            if let Some(Exchange::Upstream { sent, .. }) = self.due.front_mut() {
+                *sent = !body_pending;
+            }
             return Ok(true);
         }
         self.close_after |= closing;
