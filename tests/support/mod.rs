@@ -653,8 +653,11 @@ pub fn http_connect(
     extra: &[(&str, &str)],
 ) -> io::Result<(TcpStream, ResponseHead)> {
     let mut s = TcpStream::connect(proxy)?;
-    s.set_read_timeout(Some(BULK))?;
+    // The answer should come promptly; the tunnel afterwards may idle longer.
+    s.set_read_timeout(Some(PROMPTLY))?;
+    s.set_write_timeout(Some(BULK))?;
     let head = http_connect_on(&mut s, target, extra)?;
+    s.set_read_timeout(Some(BULK))?;
     Ok((s, head))
 }
 
@@ -806,8 +809,10 @@ pub fn socks5_connect(
     auth: Option<(&str, &str)>,
 ) -> Result<TcpStream, SocksError> {
     let mut s = TcpStream::connect(proxy)?;
-    s.set_read_timeout(Some(BULK))?;
+    s.set_read_timeout(Some(PROMPTLY))?;
+    s.set_write_timeout(Some(BULK))?;
     socks5_handshake(&mut s, host, port, auth)?;
+    s.set_read_timeout(Some(BULK))?;
     Ok(s)
 }
 
