@@ -659,8 +659,11 @@ pub fn http_connect(
     extra: &[(&str, &str)],
 ) -> io::Result<(TcpStream, ResponseHead)> {
     let mut s = TcpStream::connect(proxy)?;
-    s.set_read_timeout(Some(BULK))?;
+    // The answer should come promptly; the tunnel afterwards may idle longer.
+    s.set_read_timeout(Some(PROMPTLY))?;
+    s.set_write_timeout(Some(BULK))?;
     let head = http_connect_on(&mut s, target, extra)?;
+    s.set_read_timeout(Some(BULK))?;
     Ok((s, head))
 }
 
@@ -812,8 +815,10 @@ pub fn socks5_connect(
     auth: Option<(&str, &str)>,
 ) -> Result<TcpStream, SocksError> {
     let mut s = TcpStream::connect(proxy)?;
-    s.set_read_timeout(Some(BULK))?;
+    s.set_read_timeout(Some(PROMPTLY))?;
+    s.set_write_timeout(Some(BULK))?;
     socks5_handshake(&mut s, host, port, auth)?;
+    s.set_read_timeout(Some(BULK))?;
     Ok(s)
 }
 
@@ -983,20 +988,47 @@ pub fn proc_cpu_ticks(pid: u32) -> u64 {
     f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
 }
 
+/// A child process that is SIGKILLed and reaped when dropped, so a failing
+/// test never leaves it running (holding our stderr open, streaming forever).
+pub struct ChildGuard(pub Child);
+
+impl std::ops::Deref for ChildGuard {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ChildGuard {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Every python helper exits by itself after this long, whatever happens to us.
+const PY_PROLOGUE: &str = "import threading as _t, os as _os\n_w = _t.Timer(120, lambda: _os._exit(9))\n_w.daemon = True\n_w.start()\n";
+
 /// Spawns `python3 -u -c script args...` with piped stdout. Panics (fails the
 /// test, never skips) when python3 is missing: CI installs it.
-pub fn spawn_python(script: &str, args: &[String]) -> Child {
+pub fn spawn_python(script: &str, args: &[String]) -> ChildGuard {
     match Command::new("python3")
         .arg("-u")
         .arg("-c")
-        .arg(script)
+        .arg(format!("{PY_PROLOGUE}{script}"))
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
     {
-        Ok(c) => c,
+        Ok(c) => ChildGuard(c),
         Err(e) => panic!("cannot run python3 ({e}); this test needs it (CI installs it)"),
     }
 }
@@ -1068,6 +1100,14 @@ impl ChildProxy {
         };
         let mut addr = None;
         let found = wait_until(PROMPTLY, || {
+            if let Ok(Some(status)) = cp.child.try_wait() {
+                // Give the stderr reader a moment to collect the last words.
+                thread::sleep(Duration::from_millis(100));
+                panic!(
+                    "the binary exited ({status}) before listening; stderr: {:?}",
+                    cp.lines.lock().unwrap()
+                );
+            }
             addr = cp.lines.lock().unwrap().iter().find_map(|l| {
                 let rest = &l[l.find("listening on ")? + "listening on ".len()..];
                 rest.split_whitespace().next()?.parse::<SocketAddr>().ok()
