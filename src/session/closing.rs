@@ -26,8 +26,8 @@ pub(crate) struct Closing {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
-    /// Writing what is owed, then a FIN and maybe a linger.
-    Flush { linger: bool },
+    /// Writing what is owed, then a FIN and a linger.
+    Flush,
     /// Writing what is owed, then a reset: the other end aborted, and a FIN
     /// would make a cut-off stream look complete.
     FlushThenAbort,
@@ -68,7 +68,7 @@ pub(crate) fn answer(
     }
     let mut buf = core.pool.take_at_least(bytes.len());
     buf.extend(bytes);
-    let mut closing = Closing::new(Side::Client, Some(Carrier::Buf(buf)), true, reason);
+    let mut closing = Closing::to_client(Some(Carrier::Buf(buf)), reason);
     closing.payload = false;
     State::Closing(closing)
 }
@@ -78,21 +78,22 @@ impl Closing {
     /// to `survivor`, then reset it too, so a cut-off stream cannot pass for
     /// a complete one.
     pub(crate) fn abort(survivor: Side, owed: Option<Carrier>, reason: CloseReason) -> Closing {
-        let mut c = Closing::new(survivor, owed, false, reason);
-        c.stage = Stage::FlushThenAbort;
-        c
-    }
-
-    pub(crate) fn new(
-        survivor: Side,
-        owed: Option<Carrier>,
-        linger: bool,
-        reason: CloseReason,
-    ) -> Closing {
         Closing {
             survivor,
             owed,
-            stage: Stage::Flush { linger },
+            stage: Stage::FlushThenAbort,
+            reason,
+            payload: true,
+        }
+    }
+
+    /// Flush what is owed to the client, send FIN, then linger until its EOF
+    /// (or the close timer), so our last bytes are read, not reset away.
+    pub(crate) fn to_client(owed: Option<Carrier>, reason: CloseReason) -> Closing {
+        Closing {
+            survivor: Side::Client,
+            owed,
+            stage: Stage::Flush,
             reason,
             payload: true,
         }
@@ -117,7 +118,7 @@ impl Closing {
         if ep.failed {
             return State::Done(self.reason);
         }
-        if let Stage::Flush { .. } | Stage::FlushThenAbort = self.stage {
+        if let Stage::Flush | Stage::FlushThenAbort = self.stage {
             while let Some(buf) = self.owed.as_mut().filter(|b| !b.is_empty()) {
                 if !ep.writable {
                     return State::Closing(self);
@@ -149,9 +150,6 @@ impl Closing {
                 return State::Done(self.reason);
             }
             ep.stream.shutdown_write();
-            if self.stage == (Stage::Flush { linger: false }) {
-                return State::Done(self.reason);
-            }
             self.stage = Stage::Linger;
         }
         let mut scratch = [0u8; 4096];

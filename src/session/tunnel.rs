@@ -198,14 +198,10 @@ impl Tunnel {
             core.pool.give(buf);
         }
         conn.drop_side(dead, core);
-        let survivor = match dead {
-            Side::Client => Side::Upstream,
-            Side::Upstream => Side::Client,
-        };
         // The dead side aborted: the survivor gets what is owed, then a reset,
         // as it would have from the dead end directly (a FIN would make a
         // stream cut short, with bytes left unread, look complete).
-        State::Closing(Closing::abort(survivor, owed, dead.gone_reason()))
+        State::Closing(Closing::abort(dead.other(), owed, dead.gone_reason()))
     }
 
     pub(crate) fn on_timer(self, conn: &mut Conn, core: &mut Core) -> State {

@@ -350,7 +350,7 @@ impl Inspect {
     fn close(self: Box<Self>, reason: CloseReason) -> State {
         let this = *self;
         let owed = (!this.cout.is_empty()).then_some(Carrier::Buf(this.cout));
-        State::Closing(Closing::new(Side::Client, owed, true, reason))
+        State::Closing(Closing::to_client(owed, reason))
     }
 
     /// The 101 is out: every buffered byte goes on raw, both ways.
