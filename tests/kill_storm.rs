@@ -79,6 +79,8 @@ l.bind(("127.0.0.1", 0))
 l.listen(8)
 print(l.getsockname()[1], flush=True)
 c, _ = l.accept()
+# Stream only once the client does: see upstreams_killed.
+c.recv(1)
 def drain():
     while c.recv(65536):
         pass
@@ -356,17 +358,25 @@ fn upstreams_killed(proxy: &ChildProxy, base: Baseline, rng: &mut DataGen) {
                 (c, port)
             })
             .collect();
-        let mut clients = Vec::new();
-        for (i, (_, port)) in ups.iter_mut().enumerate() {
-            let s = if i % 2 == 0 {
-                connect_via_http(proxy.addr, &format!("127.0.0.1:{port}"))
-            } else {
-                connect_via_socks5(proxy.addr, "127.0.0.1", *port)
-                    .unwrap_or_else(|c| panic!("SOCKS5 to upstream {port}: reply {c:#04x}"))
-            };
-            clients.push(stream_client(s, received.clone()));
-            tunnels += 1;
-        }
+        // Every tunnel of the wave is opened before any of them streams: 50
+        // streaming upstreams on two cores would starve the setup of the rest.
+        let streams: Vec<TcpStream> = ups
+            .iter_mut()
+            .enumerate()
+            .map(|(i, (_, port))| {
+                if i % 2 == 0 {
+                    connect_via_http(proxy.addr, &format!("127.0.0.1:{port}"))
+                } else {
+                    connect_via_socks5(proxy.addr, "127.0.0.1", *port)
+                        .unwrap_or_else(|c| panic!("SOCKS5 to upstream {port}: reply {c:#04x}"))
+                }
+            })
+            .collect();
+        tunnels += streams.len();
+        let clients: Vec<_> = streams
+            .into_iter()
+            .map(|s| stream_client(s, received.clone()))
+            .collect();
         let before = received.load(Ordering::SeqCst);
         wait_for("upstream data reaching the clients", PROMPTLY, || {
             received.load(Ordering::SeqCst) > before
