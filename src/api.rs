@@ -4,53 +4,15 @@
 use std::io;
 use std::net::SocketAddr;
 use std::ops::Deref;
-use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::config::{
     Config, Credentials, Limits, ListenAddr, ListenerConfig, ListenerProtocol, Timeouts,
 };
 use crate::policy::Policy;
-use crate::reactor::{Control, Reactor};
-use crate::stats::{Stats, StatsSnapshot};
-
-/// What a [`ProxyHandle`] shares with the reactor thread.
-pub(crate) struct Shared {
-    pub(crate) stats: Stats,
-    pub(crate) local_addrs: Vec<ListenAddr>,
-    control: Mutex<Sender<Control>>,
-    waker: Arc<mio::Waker>,
-}
-
-impl Shared {
-    pub(crate) fn new(
-        local_addrs: Vec<ListenAddr>,
-        control: Sender<Control>,
-        waker: Arc<mio::Waker>,
-    ) -> Self {
-        Shared {
-            stats: Stats::default(),
-            local_addrs,
-            control: Mutex::new(control),
-            waker,
-        }
-    }
-
-    fn send(&self, msg: Control) {
-        // A send fails only once the reactor has exited; then there is nothing to steer.
-        let sent = self
-            .control
-            .lock()
-            .map(|tx| tx.send(msg).is_ok())
-            .unwrap_or(false);
-        if sent {
-            if let Err(e) = self.waker.wake() {
-                log::warn!("could not wake the reactor: {e}");
-            }
-        }
-    }
-}
+use crate::reactor::{Control, Reactor, Remote};
+use crate::stats::StatsSnapshot;
 
 /// A proxy with its listeners bound, ready to [`run`](Proxy::run) or [`spawn`](Proxy::spawn).
 ///
@@ -176,7 +138,7 @@ impl ProxyBuilder {
 /// Steers a proxy from any thread. Cheap to clone.
 #[derive(Clone)]
 pub struct ProxyHandle {
-    pub(crate) shared: Arc<Shared>,
+    shared: Arc<Remote>,
 }
 
 impl ProxyHandle {

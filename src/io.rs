@@ -26,9 +26,18 @@ pub(crate) enum Io {
     PeerGone(io::Error),
 }
 
-fn classify(r: io::Result<usize>, reading: bool) -> Option<Io> {
+/// Which way a syscall moved bytes: a read of 0 is EOF, a write of 0 is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dir {
+    Read,
+    Write,
+}
+
+/// The one classifier: sorts a read, write or splice result into an [`Io`]
+/// outcome. `None` means EINTR: retry the call.
+pub(crate) fn classify(r: io::Result<usize>, dir: Dir) -> Option<Io> {
     match r {
-        Ok(0) if reading => Some(Io::Eof),
+        Ok(0) if dir == Dir::Read => Some(Io::Eof),
         // A write of a non-empty buffer that moves nothing: treat as gone
         // rather than retry forever.
         Ok(0) => Some(Io::PeerGone(io::ErrorKind::WriteZero.into())),
@@ -36,6 +45,15 @@ fn classify(r: io::Result<usize>, reading: bool) -> Option<Io> {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(Io::WouldBlock),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => None,
         Err(e) => Some(Io::PeerGone(e)),
+    }
+}
+
+/// Runs `op` until it is not interrupted, and classifies its result.
+pub(crate) fn retrying(dir: Dir, mut op: impl FnMut() -> io::Result<usize>) -> Io {
+    loop {
+        if let Some(io) = classify(op(), dir) {
+            return io;
+        }
     }
 }
 
@@ -49,26 +67,18 @@ pub(crate) enum Stream {
 impl Stream {
     /// Reads into `buf`, retrying EINTR.
     pub(crate) fn read_into(&mut self, buf: &mut [u8]) -> Io {
-        loop {
-            let r = match self {
-                Stream::Tcp(s) => s.read(buf),
-                Stream::Unix(s) => s.read(buf),
-            };
-            if let Some(io) = classify(r, true) {
-                return io;
-            }
-        }
+        retrying(Dir::Read, || match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        })
     }
 
     /// Writes from `buf`, retrying EINTR. Never raises SIGPIPE: MSG_NOSIGNAL
     /// on Linux, SO_NOSIGPIPE (set by [`Stream::prepare`]) elsewhere.
     pub(crate) fn write_from(&mut self, buf: &[u8]) -> Io {
         debug_assert!(!buf.is_empty());
-        loop {
-            if let Some(io) = classify(send_nosignal(self.as_raw_fd(), buf), false) {
-                return io;
-            }
-        }
+        let fd = self.as_raw_fd();
+        retrying(Dir::Write, || send_nosignal(fd, buf))
     }
 
     /// Sends our FIN: the peer reads EOF, and may keep sending to us.
@@ -178,12 +188,12 @@ mod tests {
 
     #[test]
     fn classification() {
-        assert!(matches!(classify(Ok(0), true), Some(Io::Eof)));
-        assert!(matches!(classify(Ok(0), false), Some(Io::PeerGone(_))));
-        assert!(matches!(classify(Ok(7), false), Some(Io::Progress(7))));
-        assert!(classify(Err(io::ErrorKind::Interrupted.into()), true).is_none());
+        assert!(matches!(classify(Ok(0), Dir::Read), Some(Io::Eof)));
+        assert!(matches!(classify(Ok(0), Dir::Write), Some(Io::PeerGone(_))));
+        assert!(matches!(classify(Ok(7), Dir::Write), Some(Io::Progress(7))));
+        assert!(classify(Err(io::ErrorKind::Interrupted.into()), Dir::Read).is_none());
         assert!(matches!(
-            classify(Err(io::ErrorKind::WouldBlock.into()), true),
+            classify(Err(io::ErrorKind::WouldBlock.into()), Dir::Read),
             Some(Io::WouldBlock)
         ));
         for kind in [
@@ -192,7 +202,7 @@ mod tests {
             io::ErrorKind::NotConnected,
         ] {
             assert!(matches!(
-                classify(Err(kind.into()), false),
+                classify(Err(kind.into()), Dir::Write),
                 Some(Io::PeerGone(_))
             ));
         }

@@ -69,9 +69,11 @@
 
 pub mod api;
 pub(crate) mod buffer;
+pub(crate) mod client;
 pub mod config;
 pub mod duration;
 pub(crate) mod io;
+pub mod lifecycle;
 pub mod policy;
 pub mod protocol;
 pub(crate) mod reactor;

@@ -4,18 +4,9 @@
 //! too, so a flood cannot turn refusing into a resource of its own.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 
+pub(crate) use crate::client::ClientKey;
 use crate::config::Limits;
-
-/// Whom a limit counts: a TCP client's address, or a Unix-socket peer's uid.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum ClientKey {
-    Ip(IpAddr),
-    Uid(u32),
-    /// A Unix-socket peer whose uid the platform would not tell.
-    Unix,
-}
 
 /// Sessions past a limit that are being answered and closed, at most. Each
 /// costs one fd until its answer is flushed (bounded by the close timer);

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use mio::net::{TcpListener, UnixListener};
 use mio::{Interest, Registry, Token};
 
-use super::admission::ClientKey;
+use crate::client::{peer_uid, Peer};
 use crate::config::{ListenAddr, ListenerConfig, ListenerProtocol};
 use crate::io::Stream;
 
@@ -20,70 +20,6 @@ pub(crate) struct Listener {
 enum Socket {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
-}
-
-/// Who connected, for logs and per-client limits.
-#[derive(Debug, Clone)]
-pub(crate) enum Peer {
-    Tcp(std::net::SocketAddr),
-    /// A Unix-socket peer, by uid where the platform tells it.
-    Unix(Option<u32>),
-}
-
-impl Peer {
-    pub(crate) fn key(&self) -> ClientKey {
-        match self {
-            Peer::Tcp(a) => ClientKey::Ip(a.ip()),
-            Peer::Unix(Some(uid)) => ClientKey::Uid(*uid),
-            Peer::Unix(None) => ClientKey::Unix,
-        }
-    }
-}
-
-impl std::fmt::Display for Peer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Peer::Tcp(a) => write!(f, "{a}"),
-            Peer::Unix(Some(uid)) => write!(f, "unix:uid={uid}"),
-            Peer::Unix(None) => f.write_str("unix"),
-        }
-    }
-}
-
-/// The uid of a Unix-socket peer.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn peer_uid(s: &mio::net::UnixStream) -> Option<u32> {
-    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
-    getsockopt(s, PeerCredentials).ok().map(|c| c.uid())
-}
-
-/// The uid of a Unix-socket peer.
-#[cfg(any(
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "freebsd",
-    target_os = "openbsd",
-    target_os = "netbsd"
-))]
-fn peer_uid(s: &mio::net::UnixStream) -> Option<u32> {
-    use std::os::fd::AsFd;
-    nix::unistd::getpeereid(s.as_fd())
-        .ok()
-        .map(|(uid, _)| uid.as_raw())
-}
-
-/// Elsewhere the uid is unknown: such peers share one per-client count.
-#[cfg(not(any(
-    target_os = "linux",
-    target_os = "android",
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "freebsd",
-    target_os = "openbsd",
-    target_os = "netbsd"
-)))]
-fn peer_uid(_: &mio::net::UnixStream) -> Option<u32> {
-    None
 }
 
 impl Listener {

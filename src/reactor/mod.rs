@@ -1,14 +1,20 @@
 //! The event loop: one thread, one `mio::Poll`, sessions in a slab.
 //!
 //! Each iteration: poll (sleeping until the next timer deadline, or forever
-//! when none is armed), dispatch readiness events, drive sessions that used
-//! up their per-call budget, fire due timers, and reap ended sessions. The
-//! reap is the only place a slab slot is freed, so no event or timer in the
-//! same iteration can reach a slot's next tenant; timers and resolver answers
+//! when none is armed), dispatch readiness events, run sessions that used up
+//! their per-call budget, fire due timers, and reap ended sessions. The reap
+//! is the only place a slab slot is freed, so no event or timer in the same
+//! iteration can reach a slot's next tenant; timers and resolver answers
 //! also carry the session id and are dropped when it does not match.
+//!
+//! Sessions never touch the reactor: each call gets a [`Ctx`] (the registry,
+//! the buffer pool, settings, policy, stats) and returns [`Effects`]. Only
+//! this module touches the run queue, the timer wheel, tokens, admission
+//! counts and the resolver.
 
 pub(crate) mod admission;
 pub(crate) mod listener;
+mod remote;
 pub(crate) mod resolver;
 pub mod timer;
 pub(crate) mod token;
@@ -21,69 +27,29 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll, Registry, Waker};
 use slab::Slab;
 
-use crate::api::Shared;
 use crate::buffer::BufPool;
-use crate::config::{Config, Credentials, Limits, ListenerProtocol, Timeouts};
+use crate::client::{ClientKey, Peer};
+use crate::config::{Config, ListenerProtocol};
+use crate::io::Stream;
+use crate::lifecycle::{CloseReason, Side};
 use crate::policy::Policy;
-use crate::session::Session;
-use crate::stats::{CloseReason, Stats};
-use admission::Admit;
+use crate::session::{Ctx, Effects, Session, Settings, Tokens};
+use admission::{Admission, Admit};
 use listener::Listener;
-use resolver::{Answer, Resolver};
+pub(crate) use remote::{Control, Remote};
+use resolver::{Answer, Job, Resolver};
 use timer::{TimerId, TimerWheel};
 use token::Owner;
 
-/// Messages from handles to the reactor thread (delivered through the Waker).
-pub(crate) enum Control {
-    Reload(Policy),
-    /// Stop accepting; `graceful`: let open sessions finish within the drain
-    /// timeout, else close them at once.
-    Shutdown {
-        graceful: bool,
-    },
-}
-
 /// What a timer in the wheel is for.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Timer {
+enum Timer {
     /// A session's deadline; `id` tells a slot's tenants apart.
     Session { key: usize, id: u64 },
     /// Try accepting again after running out of file descriptors.
     ResumeAccept,
     /// The graceful-shutdown drain timeout.
     Drain,
-}
-
-/// Settings sessions read.
-pub(crate) struct Settings {
-    pub(crate) timeouts: Timeouts,
-    pub(crate) limits: Limits,
-    pub(crate) auth: Option<Credentials>,
-}
-
-/// The reactor's state that sessions use: passed down as `&mut Core`, never global.
-pub(crate) struct Core {
-    pub(crate) registry: Registry,
-    pub(crate) timers: TimerWheel<Timer>,
-    pub(crate) policy: Policy,
-    pub(crate) resolver: Resolver,
-    pub(crate) settings: Settings,
-    pub(crate) pool: BufPool,
-    pub(crate) admission: admission::Admission,
-    /// Pipes for splicing bulk tunnels (Linux).
-    #[cfg(target_os = "linux")]
-    pub(crate) pipes: crate::session::PipeBudget,
-    /// Sessions that stopped at their per-call budget with work left.
-    pub(crate) requeue: Vec<usize>,
-    /// The time of this iteration's wakeup.
-    pub(crate) now: Instant,
-    shared: Arc<Shared>,
-}
-
-impl Core {
-    pub(crate) fn stats(&self) -> &Stats {
-        &self.shared.stats
-    }
 }
 
 /// Timer wheel resolution and size: 10 ms ticks, ~41 s per rotation.
@@ -106,16 +72,67 @@ enum Accepting {
     Paused(TimerId),
 }
 
+/// What sessions may use: lent to each call as a [`Ctx`].
+struct Env {
+    registry: Registry,
+    pool: BufPool,
+    #[cfg(target_os = "linux")]
+    pipes: crate::session::PipeBudget,
+    settings: Settings,
+    policy: Policy,
+    remote: Arc<Remote>,
+}
+
+impl Env {
+    fn ctx(&mut self, key: usize, now: Instant) -> Ctx<'_> {
+        Ctx {
+            registry: &self.registry,
+            tokens: Tokens {
+                client: token::session(key, Side::Client),
+                upstream: token::session(key, Side::Upstream),
+            },
+            pool: &mut self.pool,
+            #[cfg(target_os = "linux")]
+            pipes: &self.pipes,
+            settings: &self.settings,
+            policy: &self.policy,
+            stats: &self.remote.stats,
+            now,
+            effects: Effects::default(),
+        }
+    }
+}
+
+/// A session and the reactor's bookkeeping for it.
+struct Slot {
+    session: Session,
+    /// Whom admission counts it against.
+    client: ClientKey,
+    /// Counted by admission (false: past a limit, being refused).
+    admitted: bool,
+    /// Still counted as a pending handshake.
+    handshaking: bool,
+    /// The armed deadline, as the session last asked.
+    timer: Option<(TimerId, Instant)>,
+    /// In the run queue already.
+    queued: bool,
+}
+
 pub(crate) struct Reactor {
     poll: Poll,
     events: Events,
     /// Indexed by listener token; `None` once closed for shutdown.
     listeners: Vec<Option<Listener>>,
-    sessions: Slab<Session>,
-    core: Core,
+    sessions: Slab<Slot>,
+    env: Env,
+    timers: TimerWheel<Timer>,
+    resolver: Resolver,
+    admission: Admission,
     control: Receiver<Control>,
     answers: Receiver<Answer>,
     next_id: u64,
+    /// Sessions that stopped at their per-call budget with work left.
+    requeue: Vec<usize>,
     reap: Vec<usize>,
     expired: Vec<Timer>,
     accepting: Accepting,
@@ -123,10 +140,12 @@ pub(crate) struct Reactor {
     exhausted: bool,
     /// Shutting down gracefully: listeners are closed, sessions draining.
     draining: bool,
+    /// The time of this iteration's wakeup.
+    now: Instant,
 }
 
 impl Reactor {
-    pub(crate) fn new(config: Config) -> io::Result<(Reactor, Arc<Shared>)> {
+    pub(crate) fn new(config: Config) -> io::Result<(Reactor, Arc<Remote>)> {
         if config.listeners.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -147,43 +166,43 @@ impl Reactor {
         let listeners = listeners.into_iter().map(Some).collect();
         let (control_tx, control) = mpsc::channel();
         let (answers_tx, answers) = mpsc::channel();
-        let shared = Arc::new(Shared::new(local_addrs, control_tx, Arc::clone(&waker)));
+        let remote = Arc::new(Remote::new(local_addrs, control_tx, Arc::clone(&waker)));
         let resolver = Resolver::new(config.limits.resolver_threads, answers_tx, waker)?;
         let now = Instant::now();
-        let core = Core {
+        let env = Env {
             registry: poll.registry().try_clone()?,
-            timers: TimerWheel::new(TICK, SLOTS, now),
-            policy: config.policy,
-            resolver,
+            pool: BufPool::new(config.limits.buffer_size, POOL_IDLE),
+            #[cfg(target_os = "linux")]
+            pipes: crate::session::PipeBudget::new(MAX_PIPES, PIPE_SIZE),
             settings: Settings {
                 timeouts: config.timeouts,
                 limits: config.limits,
                 auth: config.auth,
             },
-            pool: BufPool::new(config.limits.buffer_size, POOL_IDLE),
-            admission: admission::Admission::default(),
-            #[cfg(target_os = "linux")]
-            pipes: crate::session::PipeBudget::new(MAX_PIPES, PIPE_SIZE),
-            requeue: Vec::new(),
-            now,
-            shared: Arc::clone(&shared),
+            policy: config.policy,
+            remote: Arc::clone(&remote),
         };
         let reactor = Reactor {
             poll,
             events: Events::with_capacity(1024),
             listeners,
             sessions: Slab::new(),
-            core,
+            env,
+            timers: TimerWheel::new(TICK, SLOTS, now),
+            resolver,
+            admission: Admission::default(),
             control,
             answers,
             next_id: 1,
+            requeue: Vec::new(),
             reap: Vec::new(),
             expired: Vec::new(),
             accepting: Accepting::Open,
             exhausted: false,
             draining: false,
+            now,
         };
-        Ok((reactor, shared))
+        Ok((reactor, remote))
     }
 
     pub(crate) fn run(mut self) -> io::Result<()> {
@@ -191,8 +210,8 @@ impl Reactor {
             log::debug!("listening on {} ({})", l.local, protocol_name(l.protocol));
         }
         loop {
-            let timeout = if self.core.requeue.is_empty() {
-                self.core.timers.next_timeout(Instant::now())
+            let timeout = if self.requeue.is_empty() {
+                self.timers.next_timeout(Instant::now())
             } else {
                 Some(Duration::ZERO)
             };
@@ -202,12 +221,12 @@ impl Reactor {
                 }
                 return Err(e);
             }
-            self.core.now = Instant::now();
-            self.core.stats().wakeup(self.events.iter().count());
+            self.now = Instant::now();
+            self.env.remote.stats.wakeup(self.events.iter().count());
             if self.dispatch() {
                 break;
             }
-            self.drive_requeued();
+            self.run_requeued();
             if self.fire_timers() {
                 break;
             }
@@ -221,6 +240,64 @@ impl Reactor {
         Ok(())
     }
 
+    /// Calls `f` on a live session with a fresh context, then applies the
+    /// effects it asked for.
+    fn call(&mut self, key: usize, f: impl FnOnce(&mut Session, &mut Ctx)) {
+        let Some(slot) = self.sessions.get_mut(key) else {
+            return;
+        };
+        if slot.session.is_done() {
+            return;
+        }
+        let mut ctx = self.env.ctx(key, self.now);
+        f(&mut slot.session, &mut ctx);
+        let effects = ctx.effects;
+        self.apply(key, effects);
+    }
+
+    /// Carries out what a session asked for.
+    fn apply(&mut self, key: usize, effects: Effects) {
+        let Some(slot) = self.sessions.get_mut(key) else {
+            return;
+        };
+        if effects.left_handshake && slot.handshaking {
+            slot.handshaking = false;
+            if slot.admitted {
+                self.admission.left_handshake(slot.client);
+            }
+        }
+        if let Some(host) = effects.resolve {
+            self.resolver.resolve(Job {
+                key,
+                id: slot.session.id(),
+                host,
+            });
+        }
+        if slot.timer.map(|(_, at)| at) != effects.deadline {
+            if let Some((id, _)) = slot.timer.take() {
+                self.timers.cancel(id);
+            }
+            if let Some(at) = effects.deadline {
+                let timer = Timer::Session {
+                    key,
+                    id: slot.session.id(),
+                };
+                slot.timer = Some((self.timers.insert(at, timer), at));
+            }
+        }
+        if effects.closed.is_some() {
+            if slot.handshaking && slot.admitted {
+                self.admission.left_handshake(slot.client);
+            }
+            slot.handshaking = false;
+            self.admission.ended(slot.client, slot.admitted);
+            self.reap.push(key);
+        } else if effects.again && !slot.queued {
+            slot.queued = true;
+            self.requeue.push(key);
+        }
+    }
+
     /// Handles this iteration's events. Returns true when asked to shut down.
     fn dispatch(&mut self) -> bool {
         let events = std::mem::replace(&mut self.events, Events::with_capacity(0));
@@ -229,14 +306,7 @@ impl Reactor {
             match token::owner(ev.token(), self.listeners.len()) {
                 Owner::Waker => stop |= self.on_wake(),
                 Owner::Listener(i) => self.accept(i),
-                Owner::Session(key, side) => {
-                    if let Some(s) = self.sessions.get_mut(key) {
-                        s.on_ready(side, ev, &mut self.core);
-                        if s.is_done() {
-                            self.reap.push(key);
-                        }
-                    }
-                }
+                Owner::Session(key, side) => self.call(key, |s, ctx| s.on_event(side, ev, ctx)),
             }
         }
         self.events = events;
@@ -251,30 +321,26 @@ impl Reactor {
                 Control::Shutdown { graceful: false } => stop = true,
                 Control::Shutdown { graceful: true } => self.start_draining(),
                 Control::Reload(policy) => {
-                    self.core.policy = policy;
+                    self.env.policy = policy;
                     log::info!(
                         "policy reloaded; re-checking {} open sessions",
                         self.sessions.len()
                     );
-                    for (key, s) in self.sessions.iter_mut() {
-                        s.on_reload(&mut self.core);
-                        if s.is_done() {
-                            self.reap.push(key);
-                        }
+                    let keys: Vec<usize> = self.sessions.iter().map(|(k, _)| k).collect();
+                    for key in keys {
+                        self.call(key, Session::on_reload);
                     }
                 }
             }
         }
         while let Ok(answer) = self.answers.try_recv() {
-            if let Some(s) = self
+            let current = self
                 .sessions
-                .get_mut(answer.key)
-                .filter(|s| s.id() == answer.id)
-            {
-                s.on_resolved(answer.result, &mut self.core);
-                if s.is_done() {
-                    self.reap.push(answer.key);
-                }
+                .get(answer.key)
+                .is_some_and(|s| s.session.id() == answer.id);
+            if current {
+                let result = answer.result;
+                self.call(answer.key, |s, ctx| s.on_resolved(result, ctx));
             }
         }
         stop
@@ -289,18 +355,18 @@ impl Reactor {
         self.draining = true;
         for l in self.listeners.iter_mut() {
             if let Some(mut l) = l.take() {
-                l.deregister(&self.core.registry);
+                l.deregister(&self.env.registry);
             }
         }
         if let Accepting::Paused(id) = std::mem::replace(&mut self.accepting, Accepting::Open) {
-            self.core.timers.cancel(id);
+            self.timers.cancel(id);
         }
-        let drain = self.core.settings.timeouts.drain;
+        let drain = self.env.settings.timeouts.drain;
         log::info!(
             "shutting down: listeners closed, {} sessions have {drain:?} to finish",
             self.sessions.len()
         );
-        self.core.timers.insert(self.core.now + drain, Timer::Drain);
+        self.timers.insert(self.now + drain, Timer::Drain);
     }
 
     /// Accepts until WouldBlock (readiness is edge-triggered).
@@ -315,7 +381,7 @@ impl Reactor {
             match listener.accept() {
                 Ok((stream, peer)) => {
                     self.exhausted = false;
-                    self.core.stats().accepted();
+                    self.env.remote.stats.accepted();
                     let protocol = listener.protocol;
                     self.admit(stream, peer, protocol);
                 }
@@ -338,18 +404,9 @@ impl Reactor {
     }
 
     /// Starts a session for an accepted connection, or refuses it at a limit.
-    fn admit(
-        &mut self,
-        stream: crate::io::Stream,
-        peer: listener::Peer,
-        protocol: ListenerProtocol,
-    ) {
+    fn admit(&mut self, stream: Stream, peer: Peer, protocol: ListenerProtocol) {
         let client = peer.key();
-        let refusing = match self
-            .core
-            .admission
-            .admit(client, &self.core.settings.limits)
-        {
+        let refusing = match self.admission.admit(client, &self.env.settings.limits) {
             Admit::Yes => None,
             Admit::Refuse(limit) => {
                 log::warn!("{peer}: refused, at the {limit} limit");
@@ -357,23 +414,34 @@ impl Reactor {
             }
             // Past even the cap on refusals: the socket closes unanswered.
             Admit::Drop => {
-                self.core.stats().closed(CloseReason::Limit);
+                self.env.remote.stats.closed(CloseReason::Limit);
                 return;
             }
         };
-        let entry = self.sessions.vacant_entry();
-        let (key, id) = (entry.key(), self.next_id);
+        let admitted = refusing.is_none();
+        let key = self.sessions.vacant_key();
+        let id = self.next_id;
         self.next_id += 1;
-        match Session::accept(key, id, stream, peer, protocol, refusing, &mut self.core) {
+        let mut ctx = self.env.ctx(key, self.now);
+        match Session::accept(id, stream, peer, protocol, refusing, &mut ctx) {
             Ok(session) => {
-                entry.insert(session);
+                let effects = ctx.effects;
+                self.sessions.insert(Slot {
+                    session,
+                    client,
+                    admitted,
+                    handshaking: true,
+                    timer: None,
+                    queued: false,
+                });
+                self.apply(key, effects);
             }
             Err(e) => {
                 log::warn!("could not register an accepted connection: {e}");
-                if refusing.is_none() {
-                    self.core.admission.left_handshake(client);
+                if admitted {
+                    self.admission.left_handshake(client);
                 }
-                self.core.admission.ended(client, refusing.is_none());
+                self.admission.ended(client, admitted);
             }
         }
     }
@@ -383,17 +451,16 @@ impl Reactor {
             log::warn!("accept failed ({e}); pausing accepts, open sessions carry on");
             self.exhausted = true;
         }
-        self.core.stats().accept_paused();
+        self.env.remote.stats.accept_paused();
         let id = self
-            .core
             .timers
-            .insert(self.core.now + ACCEPT_PAUSE, Timer::ResumeAccept);
+            .insert(self.now + ACCEPT_PAUSE, Timer::ResumeAccept);
         self.accepting = Accepting::Paused(id);
     }
 
     fn resume_accepting(&mut self) {
         if let Accepting::Paused(id) = std::mem::replace(&mut self.accepting, Accepting::Open) {
-            self.core.timers.cancel(id);
+            self.timers.cancel(id);
             // Connections that queued while paused raised no new edge.
             for i in 0..self.listeners.len() {
                 self.accept(i);
@@ -401,32 +468,30 @@ impl Reactor {
         }
     }
 
-    fn drive_requeued(&mut self) {
-        let keys = std::mem::take(&mut self.core.requeue);
+    fn run_requeued(&mut self) {
+        let keys = std::mem::take(&mut self.requeue);
         for key in keys {
-            if let Some(s) = self.sessions.get_mut(key) {
-                s.drive(&mut self.core);
-                if s.is_done() {
-                    self.reap.push(key);
-                }
+            if let Some(slot) = self.sessions.get_mut(key) {
+                slot.queued = false;
             }
+            self.call(key, Session::run);
         }
     }
 
     /// Fires due timers. Returns true when the drain timeout ended a shutdown.
     fn fire_timers(&mut self) -> bool {
-        self.core.timers.expire(self.core.now, &mut self.expired);
+        self.timers.expire(self.now, &mut self.expired);
         let mut stop = false;
         let mut expired = std::mem::take(&mut self.expired);
         for timer in expired.drain(..) {
             match timer {
                 Timer::Session { key, id } => {
-                    if let Some(s) = self.sessions.get_mut(key).filter(|s| s.id() == id) {
-                        s.on_timer(&mut self.core);
-                        if s.is_done() {
-                            self.reap.push(key);
-                        }
-                    }
+                    let Some(slot) = self.sessions.get_mut(key).filter(|s| s.session.id() == id)
+                    else {
+                        continue;
+                    };
+                    slot.timer = None;
+                    self.call(key, Session::on_timer);
                 }
                 Timer::ResumeAccept => {
                     // Cancelling the timer that just fired is a harmless no-op.
@@ -445,11 +510,12 @@ impl Reactor {
         stop
     }
 
-    /// Frees the slots of ended sessions; their client fds close here.
+    /// Frees the slots of ended sessions (their sockets closed when their
+    /// state let them go).
     fn reap(&mut self) {
         let mut freed = false;
         for key in self.reap.drain(..) {
-            if self.sessions.get(key).is_some_and(Session::is_done) {
+            if self.sessions.get(key).is_some_and(|s| s.session.is_done()) {
                 self.sessions.remove(key);
                 freed = true;
             }
@@ -458,7 +524,7 @@ impl Reactor {
             // A session can requeue itself and then end in the same
             // iteration (its close timer fired): no zero-timeout poll for it.
             let sessions = &self.sessions;
-            self.core.requeue.retain(|&k| sessions.contains(k));
+            self.requeue.retain(|&k| sessions.contains(k));
             self.resume_accepting();
         }
         // Every armed timer has an owner: with no session and accepting open,
@@ -467,9 +533,9 @@ impl Reactor {
             !self.sessions.is_empty()
                 || !matches!(self.accepting, Accepting::Open)
                 || self.draining
-                || self.core.timers.is_empty(),
+                || self.timers.is_empty(),
             "{} timers armed with no session",
-            self.core.timers.len()
+            self.timers.len()
         );
     }
 
@@ -478,18 +544,19 @@ impl Reactor {
         if !self.sessions.is_empty() {
             log::info!("shutting down: closing {} sessions", self.sessions.len());
         }
-        for (_, s) in self.sessions.iter_mut() {
-            s.abort(CloseReason::Shutdown, &mut self.core);
+        let keys: Vec<usize> = self.sessions.iter().map(|(k, _)| k).collect();
+        for key in keys {
+            self.call(key, |s, ctx| s.abort(CloseReason::Shutdown, ctx));
         }
         self.sessions.clear();
         self.listeners.clear();
     }
 }
 
-fn protocol_name(p: crate::config::ListenerProtocol) -> &'static str {
+fn protocol_name(p: ListenerProtocol) -> &'static str {
     match p {
-        crate::config::ListenerProtocol::Auto => "http+socks5",
-        crate::config::ListenerProtocol::Http => "http",
-        crate::config::ListenerProtocol::Socks5 => "socks5",
+        ListenerProtocol::Auto => "http+socks5",
+        ListenerProtocol::Http => "http",
+        ListenerProtocol::Socks5 => "socks5",
     }
 }

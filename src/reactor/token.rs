@@ -5,7 +5,7 @@
 
 use mio::Token;
 
-use crate::session::Side;
+use crate::lifecycle::Side;
 
 /// Wakes the reactor for control messages and resolver answers.
 pub(crate) const WAKER: Token = Token(usize::MAX);

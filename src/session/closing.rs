@@ -1,21 +1,24 @@
 //! Closing: flush what is owed to the surviving side (a refusal, a SOCKS
-//! reply, the tail of a tunnel), send FIN, optionally linger, then end.
-//! Always bounded by the close timer.
+//! reply, the tail of a tunnel), then either FIN and linger, or reset.
+//! Always bounded by the close timer. Closing owns the survivor's socket;
+//! the other side is already closed.
 
-use super::carrier::Carrier;
-use super::endpoint::Side;
+use super::conn::Conn;
+use super::ctx::Ctx;
+use super::endpoint::Endpoint;
+use super::passthrough::Carrier;
 use super::refusal::{Dialect, Refusal};
 use super::state::State;
-use super::Conn;
 use crate::io::Io;
-use crate::reactor::Core;
-use crate::stats::CloseReason;
+use crate::lifecycle::{CloseReason, Side};
 
 /// Reads per call while lingering, before yielding to other sessions.
 const LINGER_READS_PER_CALL: usize = 16;
 
 pub(crate) struct Closing {
-    survivor: Side,
+    survivor: Endpoint,
+    /// Which side the survivor is.
+    side: Side,
     owed: Option<Carrier>,
     stage: Stage,
     reason: CloseReason,
@@ -40,35 +43,38 @@ enum Stage {
 pub(crate) fn refuse(
     refusal: Refusal,
     dialect: Dialect,
+    client: Endpoint,
     conn: &mut Conn,
-    core: &mut Core,
+    ctx: &mut Ctx,
 ) -> State {
     let why = refusal.describe();
     answer(
         &refusal.answer(dialect),
         refusal.close_reason(),
         why,
+        client,
         conn,
-        core,
+        ctx,
     )
 }
 
-/// Sends `bytes` to the client and closes for `reason`; `why` goes in the access line.
+/// Sends `bytes` to the client and closes for `reason`; `why` goes in the
+/// access line. Any upstream was already let go by the caller.
 pub(crate) fn answer(
     bytes: &[u8],
     reason: CloseReason,
     why: String,
+    client: Endpoint,
     conn: &mut Conn,
-    core: &mut Core,
+    ctx: &mut Ctx,
 ) -> State {
     conn.log.error = Some(why);
-    conn.drop_side(Side::Upstream, core);
     if bytes.is_empty() {
         return State::Done(reason);
     }
-    let mut buf = core.pool.take_at_least(bytes.len());
+    let mut buf = ctx.pool.take_at_least(bytes.len());
     buf.extend(bytes);
-    let mut closing = Closing::to_client(Some(Carrier::Buf(buf)), reason);
+    let mut closing = Closing::to_client(client, Some(Carrier::Buf(buf)), reason);
     closing.payload = false;
     State::Closing(closing)
 }
@@ -77,9 +83,15 @@ impl Closing {
     /// The other side aborted (a reset, a dead process): flush what is owed
     /// to `survivor`, then reset it too, so a cut-off stream cannot pass for
     /// a complete one.
-    pub(crate) fn abort(survivor: Side, owed: Option<Carrier>, reason: CloseReason) -> Closing {
+    pub(crate) fn abort(
+        survivor: Endpoint,
+        side: Side,
+        owed: Option<Carrier>,
+        reason: CloseReason,
+    ) -> Closing {
         Closing {
             survivor,
+            side,
             owed,
             stage: Stage::FlushThenAbort,
             reason,
@@ -89,9 +101,14 @@ impl Closing {
 
     /// Flush what is owed to the client, send FIN, then linger until its EOF
     /// (or the close timer), so our last bytes are read, not reset away.
-    pub(crate) fn to_client(owed: Option<Carrier>, reason: CloseReason) -> Closing {
+    pub(crate) fn to_client(
+        client: Endpoint,
+        owed: Option<Carrier>,
+        reason: CloseReason,
+    ) -> Closing {
         Closing {
-            survivor: Side::Client,
+            survivor: client,
+            side: Side::Client,
             owed,
             stage: Stage::Flush,
             reason,
@@ -99,88 +116,81 @@ impl Closing {
         }
     }
 
-    pub(crate) fn drive(mut self, conn: &mut Conn, core: &mut Core) -> State {
-        let Conn {
-            key,
-            client,
-            upstream,
-            log,
-            ..
-        } = conn;
-        let key = *key;
-        let survivor = match self.survivor {
-            Side::Client => Some(client),
-            Side::Upstream => upstream.as_mut(),
-        };
-        let Some(ep) = survivor else {
-            return State::Done(self.reason);
-        };
-        if ep.failed {
+    pub(crate) fn stage(&self) -> &'static str {
+        match self.stage {
+            Stage::Flush => "flush",
+            Stage::FlushThenAbort => "flush-then-reset",
+            Stage::Linger => "linger",
+        }
+    }
+
+    /// The survivor's socket, if it is `side`'s.
+    pub(crate) fn endpoint(&mut self, side: Side) -> Option<&mut Endpoint> {
+        (side == self.side).then_some(&mut self.survivor)
+    }
+
+    fn owes(&self) -> bool {
+        self.owed.as_ref().is_some_and(|b| !b.is_empty())
+    }
+
+    pub(crate) fn drive(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        if self.survivor.failed() {
             return State::Done(self.reason);
         }
         if let Stage::Flush | Stage::FlushThenAbort = self.stage {
-            while let Some(buf) = self.owed.as_mut().filter(|b| !b.is_empty()) {
-                if !ep.writable {
+            while self.owes() {
+                self.survivor.want(false, true);
+                if !self.survivor.can_write() {
                     return State::Closing(self);
                 }
-                match buf.drain(&mut ep.stream) {
-                    Io::Progress(n) if self.payload => match self.survivor {
-                        Side::Client => {
-                            log.down += n as u64;
-                            core.stats().bytes_down(n);
-                        }
-                        Side::Upstream => {
-                            log.up += n as u64;
-                            core.stats().bytes_up(n);
-                        }
-                    },
+                let Some(owed) = self.owed.as_mut() else {
+                    break;
+                };
+                match owed.drain_to(&mut self.survivor) {
+                    Io::Progress(n) if self.payload => conn.count(self.side.other(), n, ctx),
                     Io::Progress(_) => {}
-                    Io::WouldBlock => {
-                        ep.writable = false;
-                        return State::Closing(self);
-                    }
+                    Io::WouldBlock => return State::Closing(self),
                     Io::Eof | Io::PeerGone(_) => return State::Done(self.reason),
                 }
             }
             if let Some(Carrier::Buf(buf)) = self.owed.take() {
-                core.pool.give(buf);
+                ctx.pool.give(buf);
             }
             if self.stage == Stage::FlushThenAbort {
-                ep.stream.abort_on_close();
+                self.survivor.abort_on_close();
                 return State::Done(self.reason);
             }
-            ep.stream.shutdown_write();
+            self.survivor.shutdown_write();
             self.stage = Stage::Linger;
+            // Through the transition point: the sub-stage change is logged.
+            return State::Closing(self);
         }
+        self.survivor.want(true, false);
         let mut scratch = [0u8; 4096];
         for _ in 0..LINGER_READS_PER_CALL {
-            if !ep.readable {
+            if !self.survivor.can_read() {
                 return State::Closing(self);
             }
-            match ep.stream.read_into(&mut scratch) {
-                Io::Progress(_) => {}
-                Io::WouldBlock => ep.readable = false,
+            match self.survivor.read(&mut scratch) {
+                Io::Progress(_) | Io::WouldBlock => {}
                 Io::Eof | Io::PeerGone(_) => return State::Done(self.reason),
             }
         }
-        core.requeue.push(key);
+        ctx.again();
         State::Closing(self)
     }
 
     /// The close timer fired: whatever is left is abandoned. Input already
     /// queued is read away first: closing over unread input sends a reset,
     /// which can destroy the answer the peer has not read yet.
-    pub(crate) fn on_timeout(self, conn: &mut Conn) -> State {
-        if let Some(ep) = conn.side(self.survivor) {
-            let mut scratch = [0u8; 4096];
-            for _ in 0..LINGER_READS_PER_CALL {
-                if !matches!(ep.stream.read_into(&mut scratch), Io::Progress(_)) {
-                    break;
-                }
+    pub(crate) fn on_timeout(mut self) -> State {
+        let mut scratch = [0u8; 4096];
+        for _ in 0..LINGER_READS_PER_CALL {
+            if !matches!(self.survivor.read(&mut scratch), Io::Progress(_)) {
+                break;
             }
         }
-        let unflushed = self.owed.as_ref().is_some_and(|b| !b.is_empty());
-        State::Done(if unflushed {
+        State::Done(if self.owes() {
             CloseReason::CloseTimeout
         } else {
             self.reason

@@ -8,18 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::closing::refuse;
-use super::endpoint::{Endpoint, Side};
+use super::conn::{Conn, Decision};
+use super::ctx::Ctx;
+use super::endpoint::Endpoint;
 use super::inspect::Inspect;
+use super::passthrough::{Passthrough, Preload};
 use super::refusal::{Dialect, Refusal};
 use super::state::State;
-use super::tunnel::Tunnel;
-use super::{Conn, Decision};
 use crate::io::Stream;
+use crate::lifecycle::{CloseReason, Side};
 use crate::policy::{Denial, Host, NameVerdict, RequestRules, Target, Verdict};
 use crate::protocol::{http, socks5};
-use crate::reactor::resolver::Job;
-use crate::reactor::Core;
-use crate::stats::CloseReason;
 
 /// What the handshake hands on: where to, how to answer, and the client's
 /// first payload bytes.
@@ -32,11 +31,12 @@ pub(crate) struct Request {
 /// Leaves the handshake for `target`: refused by name, resolving, or (for an
 /// address literal) decided at once.
 pub(crate) fn start(
+    client: Endpoint,
     target: Target,
     dialect: Dialect,
     early: Vec<u8>,
     conn: &mut Conn,
-    core: &mut Core,
+    ctx: &mut Ctx,
 ) -> State {
     conn.log.target = Some(target.clone());
     let request = Request {
@@ -45,26 +45,28 @@ pub(crate) fn start(
         early,
     };
     match request.target.host.clone() {
-        Host::Ip(ip) => decide(request, &[ip], conn, core),
-        Host::Domain(name) => match core.policy.check_name(&request.target) {
-            NameVerdict::Deny(denial) => deny(denial, request, conn, core),
+        Host::Ip(ip) => decide(client, request, &[ip], conn, ctx),
+        Host::Domain(name) => match ctx.policy.check_name(&request.target) {
+            NameVerdict::Deny(denial) => deny(client, denial, request, conn, ctx),
             NameVerdict::Resolve => {
-                core.resolver.resolve(Job {
-                    key: conn.key,
-                    id: conn.id,
-                    host: name,
-                });
-                State::Resolving(Resolving { request })
+                ctx.resolve(name);
+                State::Resolving(Resolving { client, request })
             }
         },
     }
 }
 
-fn decide(request: Request, addrs: &[IpAddr], conn: &mut Conn, core: &mut Core) -> State {
-    match core.policy.check_resolved(&request.target, addrs) {
-        Verdict::Deny(denial) => deny(denial, request, conn, core),
+fn decide(
+    client: Endpoint,
+    request: Request,
+    addrs: &[IpAddr],
+    conn: &mut Conn,
+    ctx: &mut Ctx,
+) -> State {
+    match ctx.policy.check_resolved(&request.target, addrs) {
+        Verdict::Deny(denial) => deny(client, denial, request, conn, ctx),
         Verdict::Allow(allowed) => {
-            core.stats().allowed();
+            ctx.stats.allowed();
             log::debug!(
                 "conn={} allow {} by rule {}",
                 conn.id,
@@ -72,7 +74,7 @@ fn decide(request: Request, addrs: &[IpAddr], conn: &mut Conn, core: &mut Core) 
                 allowed.rule
             );
             conn.log.decision = Decision::Allowed(allowed.rule);
-            let connecting = Connecting {
+            let plan = Plan {
                 request,
                 addrs: allowed.addrs,
                 next: 0,
@@ -80,25 +82,40 @@ fn decide(request: Request, addrs: &[IpAddr], conn: &mut Conn, core: &mut Core) 
                 idle: allowed.idle_timeout,
                 inspect: allowed.inspect,
             };
-            connecting.attempt(conn, core)
+            plan.attempt(client, conn, ctx)
         }
     }
 }
 
-fn deny(denial: Denial, request: Request, conn: &mut Conn, core: &mut Core) -> State {
-    core.stats().denied();
+fn deny(
+    client: Endpoint,
+    denial: Denial,
+    request: Request,
+    conn: &mut Conn,
+    ctx: &mut Ctx,
+) -> State {
+    ctx.stats.denied();
     log::debug!("conn={} deny {}: {denial}", conn.id, request.target);
     conn.log.decision = Decision::Denied(denial.to_string());
-    refuse(Refusal::Denied(denial), request.dialect, conn, core)
+    refuse(Refusal::Denied(denial), request.dialect, client, conn, ctx)
 }
 
+/// Waiting for the resolver; owns the client.
 pub(crate) struct Resolving {
+    client: Endpoint,
     request: Request,
 }
 
 impl Resolving {
-    pub(crate) fn drive(self, conn: &mut Conn, _core: &mut Core) -> State {
-        if conn.client.failed {
+    pub(crate) fn client(&mut self) -> &mut Endpoint {
+        &mut self.client
+    }
+
+    pub(crate) fn drive(mut self, _conn: &mut Conn, _ctx: &mut Ctx) -> State {
+        // Nothing is read while resolving (pipelined bytes stay queued in the
+        // kernel); only an error on the client ends the wait early.
+        self.client.want(false, false);
+        if self.client.failed() {
             return State::Done(CloseReason::ClientGone);
         }
         State::Resolving(self)
@@ -108,20 +125,29 @@ impl Resolving {
         self,
         result: io::Result<Vec<IpAddr>>,
         conn: &mut Conn,
-        core: &mut Core,
+        ctx: &mut Ctx,
     ) -> State {
         match result {
-            Ok(addrs) => decide(self.request, &addrs, conn, core),
-            Err(e) => refuse(Refusal::Resolve(e), self.request.dialect, conn, core),
+            Ok(addrs) => decide(self.client, self.request, &addrs, conn, ctx),
+            Err(e) => refuse(
+                Refusal::Resolve(e),
+                self.request.dialect,
+                self.client,
+                conn,
+                ctx,
+            ),
         }
     }
 
-    pub(crate) fn on_timeout(self, conn: &mut Conn, core: &mut Core) -> State {
-        refuse(Refusal::Timeout, self.request.dialect, conn, core)
+    pub(crate) fn on_timeout(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        let dialect = self.request.dialect;
+        refuse(Refusal::Timeout, dialect, self.client, conn, ctx)
     }
 }
 
-pub(crate) struct Connecting {
+/// What a connect needs across attempts: the request, the vetted addresses
+/// and what the allowing rule said.
+struct Plan {
     request: Request,
     /// The addresses policy vetted; we dial exactly these.
     addrs: Vec<IpAddr>,
@@ -133,20 +159,32 @@ pub(crate) struct Connecting {
     inspect: Option<Arc<RequestRules>>,
 }
 
-impl Connecting {
+/// A connect in flight; owns the client and the pending upstream.
+pub(crate) struct Connecting {
+    client: Endpoint,
+    upstream: Endpoint,
+    plan: Plan,
+}
+
+impl Plan {
     /// Starts a connect to the next vetted address, or refuses when none is left.
-    fn attempt(mut self, conn: &mut Conn, core: &mut Core) -> State {
+    fn attempt(mut self, client: Endpoint, conn: &mut Conn, ctx: &mut Ctx) -> State {
         while let Some(&ip) = self.addrs.get(self.next) {
             self.next += 1;
             let addr = SocketAddr::new(ip, self.request.target.port);
-            let endpoint = mio::net::TcpStream::connect(addr).and_then(|s| {
-                Endpoint::register(Stream::Tcp(s), conn.upstream_token(), &core.registry)
+            let upstream = mio::net::TcpStream::connect(addr).and_then(|s| {
+                Endpoint::register(Stream::Tcp(s), ctx.tokens.upstream, ctx.registry)
             });
-            match endpoint {
-                Ok(ep) => {
-                    conn.upstream = Some(ep);
-                    conn.log.upstream_ip = Some(ip);
-                    return State::Connecting(self);
+            match upstream {
+                Ok(mut upstream) => {
+                    // A connect completes (or fails) with a writable edge.
+                    upstream.want(false, true);
+                    conn.log.dialled = Some(ip);
+                    return State::Connecting(Connecting {
+                        client,
+                        upstream,
+                        plan: self,
+                    });
                 }
                 Err(e) => {
                     log::debug!("conn={} connect {addr}: {e}", conn.id);
@@ -158,82 +196,97 @@ impl Connecting {
             .last_error
             .take()
             .unwrap_or_else(|| io::Error::other("no address to connect to"));
-        refuse(Refusal::Connect(e), self.request.dialect, conn, core)
+        refuse(Refusal::Connect(e), self.request.dialect, client, conn, ctx)
+    }
+}
+
+impl Connecting {
+    pub(crate) fn endpoint(&mut self, side: Side) -> &mut Endpoint {
+        match side {
+            Side::Client => &mut self.client,
+            Side::Upstream => &mut self.upstream,
+        }
     }
 
-    pub(crate) fn drive(mut self, conn: &mut Conn, core: &mut Core) -> State {
-        if conn.client.failed {
+    pub(crate) fn drive(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        self.client.want(false, false);
+        if self.client.failed() {
             return State::Done(CloseReason::ClientGone);
         }
-        let Some(up) = conn.upstream.as_mut() else {
-            return self.attempt(conn, core);
-        };
-        if !(up.writable || up.readable || up.failed) {
+        // epoll reports a finished connect as writable, a failed one as an
+        // error (with hang-up): no syscall is needed to tell them apart, and
+        // SO_ERROR is read only to say why it failed.
+        if self.upstream.failed() {
+            let e = self
+                .upstream
+                .connect_error()
+                .unwrap_or_else(|| io::ErrorKind::ConnectionRefused.into());
+            log::debug!("conn={} connect {:?}: {e}", conn.id, conn.log.dialled);
+            self.plan.last_error = Some(e);
+            // The failed socket closes here, before the next attempt.
+            let Connecting { client, plan, .. } = self;
+            return plan.attempt(client, conn, ctx);
+        }
+        if !self.upstream.can_write() {
             return State::Connecting(self);
         }
-        let Stream::Tcp(tcp) = &up.stream else {
-            unreachable!("upstreams are TCP")
-        };
-        let outcome = match up.stream.take_error() {
-            Some(e) => Err(e),
-            None => tcp.peer_addr().map(|_| tcp.local_addr().ok()),
-        };
-        match outcome {
-            Ok(local) => self.established(local, conn, core),
-            // A readiness edge before the handshake finished: wait for the next.
-            Err(e) if e.kind() == io::ErrorKind::NotConnected && !up.failed => {
-                up.readable = false;
-                up.writable = false;
-                State::Connecting(self)
-            }
-            Err(e) => {
-                log::debug!("conn={} connect {:?}: {e}", conn.id, conn.log.upstream_ip);
-                self.last_error = Some(e);
-                conn.drop_side(Side::Upstream, core);
-                self.attempt(conn, core)
-            }
-        }
+        self.established(ctx)
     }
 
-    fn established(self, local: Option<SocketAddr>, _conn: &mut Conn, core: &mut Core) -> State {
-        let idle = self.idle.or(core.settings.timeouts.idle);
+    fn established(self, ctx: &mut Ctx) -> State {
+        let Connecting {
+            client,
+            upstream,
+            plan,
+        } = self;
+        let idle = plan.idle.or(ctx.settings.timeouts.idle);
         let Request {
             target,
             dialect,
             early,
-        } = self.request;
+        } = plan.request;
         let reply = match dialect {
             Dialect::Http => http::CONNECT_ESTABLISHED.to_vec(),
             Dialect::Socks5 => {
                 let mut out = Vec::with_capacity(22);
-                socks5::encode_reply(socks5::Reply::Succeeded, local, &mut out);
+                socks5::encode_reply(socks5::Reply::Succeeded, upstream.local_addr(), &mut out);
                 out
             }
             // The forward proxy's client gets the upstream's own answer.
             Dialect::Forward => {
                 return State::Inspect(Box::new(Inspect::forward(
+                    client,
+                    upstream,
                     target,
                     &early,
-                    self.inspect,
+                    plan.inspect,
                     idle,
-                    core,
+                    ctx,
                 )))
             }
         };
-        match self.inspect {
+        match plan.inspect {
             Some(rules) => State::Inspect(Box::new(Inspect::tunnel(
+                client,
+                upstream,
                 &reply,
                 &early,
                 Some(rules),
                 idle,
-                core,
+                ctx,
             ))),
-            None => State::Established(Tunnel::new(&reply, &early, idle, core)),
+            None => State::Passthrough(Passthrough::new(
+                client,
+                upstream,
+                Preload::reply(&reply, &early, ctx),
+                idle,
+                ctx.now,
+            )),
         }
     }
 
-    pub(crate) fn on_timeout(self, conn: &mut Conn, core: &mut Core) -> State {
-        conn.drop_side(Side::Upstream, core);
-        refuse(Refusal::Timeout, self.request.dialect, conn, core)
+    pub(crate) fn on_timeout(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        let dialect = self.plan.request.dialect;
+        refuse(Refusal::Timeout, dialect, self.client, conn, ctx)
     }
 }

@@ -1,87 +1,149 @@
-//! One side of a session: its socket, its token, and the readiness seen on it.
+//! One side of a session: its socket and the readiness seen on it.
 //!
-//! Sockets are registered once, for both directions, edge-triggered. What we
-//! *want* from a side (interest) is decided in user space from buffer state;
-//! what the kernel *said* (readiness) is remembered here until a syscall
-//! returns WouldBlock. Acting only on `readiness & interest` means no
-//! `epoll_ctl` per buffer-full/resume cycle, and an edge is never lost.
+//! An endpoint is the only thing that touches its socket. Its I/O methods
+//! clear their own readiness bit when the kernel says WouldBlock (or EOF), so
+//! no caller can forget to and lose an edge or spin. Dropping an endpoint
+//! closes the socket, which also removes it from epoll/kqueue: no separate
+//! deregistration syscall.
 
-use mio::event::Event;
+use std::io;
+use std::net::SocketAddr;
+
 use mio::{Interest, Registry, Token};
 
-use crate::io::Stream;
+use super::readiness::{Readiness, Ready};
+use crate::io::{Io, Stream};
 
-/// Which side of a session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Side {
-    /// The sandboxed program that connected to us.
-    Client = 0,
-    /// The destination we connected to.
-    Upstream = 1,
-}
-
-impl Side {
-    pub(crate) fn other(self) -> Side {
-        match self {
-            Side::Client => Side::Upstream,
-            Side::Upstream => Side::Client,
-        }
-    }
-
-    pub(crate) fn gone_reason(self) -> crate::stats::CloseReason {
-        match self {
-            Side::Client => crate::stats::CloseReason::ClientGone,
-            Side::Upstream => crate::stats::CloseReason::UpstreamGone,
-        }
-    }
-}
-
-/// A registered socket and what its last readiness edges said.
+/// A registered socket and what its readiness edges said.
 #[derive(Debug)]
 pub(crate) struct Endpoint {
-    pub(crate) stream: Stream,
-    /// A read may make progress (cleared by WouldBlock).
-    pub(crate) readable: bool,
-    /// A write may make progress (cleared by WouldBlock).
-    pub(crate) writable: bool,
-    /// The kernel reported an error on the socket: the peer is gone.
-    pub(crate) failed: bool,
+    stream: Stream,
+    ready: Readiness,
 }
 
 impl Endpoint {
-    /// Registers `stream` for both directions, edge-triggered.
+    /// Registers `stream` for both directions, edge-triggered, once for its
+    /// whole life: interest is applied in user space.
     pub(crate) fn register(
         mut stream: Stream,
         token: Token,
         registry: &Registry,
-    ) -> std::io::Result<Endpoint> {
+    ) -> io::Result<Endpoint> {
         stream.prepare();
         registry.register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)?;
         Ok(Endpoint {
             stream,
-            readable: false,
-            writable: false,
-            failed: false,
+            ready: Readiness::default(),
         })
     }
 
-    /// Folds an event into the remembered readiness. Hang-ups count as
-    /// readable/writable so the next syscall reports EOF or EPIPE.
-    pub(crate) fn absorb(&mut self, ev: &Event) {
-        if ev.is_readable() || ev.is_read_closed() {
-            self.readable = true;
-        }
-        if ev.is_writable() || ev.is_write_closed() {
-            self.writable = true;
-        }
-        if ev.is_error() {
-            self.failed = true;
-        }
+    /// Folds a readiness event in.
+    pub(crate) fn absorb(&mut self, ev: &mio::event::Event) {
+        self.ready.absorb(ev);
     }
 
-    /// Deregisters before the socket is dropped, so no event for this fd can
-    /// reach a later owner of the token.
-    pub(crate) fn close(mut self, registry: &Registry) {
-        let _ = registry.deregister(&mut self.stream);
+    /// Says what the session wants from this socket now.
+    pub(crate) fn want(&mut self, read: bool, write: bool) {
+        self.ready.interest.set(Ready::READABLE, read);
+        self.ready.interest.set(Ready::WRITABLE, write);
+    }
+
+    /// Says whether the session wants to read now.
+    pub(crate) fn want_read(&mut self, on: bool) {
+        self.ready.interest.set(Ready::READABLE, on);
+    }
+
+    /// Says whether the session wants to write now.
+    pub(crate) fn want_write(&mut self, on: bool) {
+        self.ready.interest.set(Ready::WRITABLE, on);
+    }
+
+    /// A read is wanted and may make progress.
+    pub(crate) fn can_read(&self) -> bool {
+        self.ready.ready().contains(Ready::READABLE)
+    }
+
+    /// A write is wanted and may make progress.
+    pub(crate) fn can_write(&self) -> bool {
+        self.ready.ready().contains(Ready::WRITABLE)
+    }
+
+    /// The kernel reported an error: the peer is gone, though bytes it sent
+    /// before may still be queued for reading.
+    pub(crate) fn failed(&self) -> bool {
+        self.ready.event.contains(Ready::ERROR)
+    }
+
+    /// Reads into `buf`.
+    pub(crate) fn read(&mut self, buf: &mut [u8]) -> Io {
+        let io = self.stream.read_into(buf);
+        if matches!(io, Io::WouldBlock | Io::Eof) {
+            self.ready.event.remove(Ready::READABLE);
+        }
+        io
+    }
+
+    /// Writes from `buf` (never empty).
+    pub(crate) fn write(&mut self, buf: &[u8]) -> Io {
+        let io = self.stream.write_from(buf);
+        if matches!(io, Io::WouldBlock) {
+            self.ready.event.remove(Ready::WRITABLE);
+        }
+        io
+    }
+
+    /// Moves bytes from this socket into `pipe` (Linux splice).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn splice_in(&mut self, pipe: &mut super::passthrough::pipe::Pipe) -> Io {
+        use std::os::fd::AsFd;
+        let had_bytes = !pipe.is_empty();
+        let io = crate::io::retrying(crate::io::Dir::Read, || {
+            pipe.splice_from(self.stream.as_fd())
+        });
+        match io {
+            // With bytes in the pipe, EAGAIN may mean the pipe's slots are
+            // used up rather than that the socket is dry: keep the socket's
+            // readiness; draining the pipe retries it.
+            Io::WouldBlock if had_bytes => pipe.mark_full(),
+            Io::WouldBlock | Io::Eof => self.ready.event.remove(Ready::READABLE),
+            _ => {}
+        }
+        io
+    }
+
+    /// Moves bytes from `pipe` out to this socket (Linux splice).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn splice_out(&mut self, pipe: &mut super::passthrough::pipe::Pipe) -> Io {
+        use std::os::fd::AsFd;
+        let io = crate::io::retrying(crate::io::Dir::Write, || {
+            pipe.splice_to(self.stream.as_fd())
+        });
+        if matches!(io, Io::WouldBlock) {
+            self.ready.event.remove(Ready::WRITABLE);
+        }
+        io
+    }
+
+    /// Sends our FIN: the peer reads EOF, and may keep sending to us.
+    pub(crate) fn shutdown_write(&self) {
+        self.stream.shutdown_write();
+    }
+
+    /// Makes the coming close abortive (the peer sees a reset).
+    pub(crate) fn abort_on_close(&self) {
+        self.stream.abort_on_close();
+    }
+
+    /// Whether a connect in flight failed (SO_ERROR): the reason, if it did.
+    pub(crate) fn connect_error(&self) -> Option<io::Error> {
+        self.stream.take_error()
+    }
+
+    /// The local address of the socket (for the SOCKS5 reply).
+    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
+        match &self.stream {
+            Stream::Tcp(s) => s.local_addr().ok(),
+            Stream::Unix(_) => None,
+        }
     }
 }

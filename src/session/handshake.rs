@@ -1,25 +1,27 @@
 //! Handshake: read the client's request (HTTP CONNECT or SOCKS5), answer
 //! what must be answered before a target is known, and hand the target on.
 
-use super::closing::refuse;
+use super::closing::{answer, refuse};
+use super::conn::Conn;
 use super::connect;
+use super::ctx::Ctx;
+use super::endpoint::Endpoint;
 use super::refusal::{Dialect, Refusal};
 use super::state::State;
-use super::Conn;
 use crate::config::ListenerProtocol;
 use crate::io::Io;
+use crate::lifecycle::CloseReason;
 use crate::policy::Target;
 use crate::protocol::http::{self, HeadError};
 use crate::protocol::http1;
 use crate::protocol::sniff::{sniff, Sniffed};
 use crate::protocol::socks5::{self, Parse};
-use crate::reactor::Core;
-use crate::stats::CloseReason;
 
 /// How much to read per syscall while the request is incomplete.
 const READ_CHUNK: usize = 4096;
 
 pub(crate) struct Handshake {
+    client: Endpoint,
     protocol: ListenerProtocol,
     /// Past this limit: answer the client in its dialect as soon as it is
     /// known, then close.
@@ -42,6 +44,16 @@ enum Stage {
 }
 
 impl Stage {
+    fn name(self) -> &'static str {
+        match self {
+            Stage::Sniff => "sniff",
+            Stage::Http => "http",
+            Stage::SocksGreeting => "socks5-greeting",
+            Stage::SocksAuth => "socks5-auth",
+            Stage::SocksRequest => "socks5-request",
+        }
+    }
+
     fn dialect(self) -> Dialect {
         match self {
             Stage::Sniff | Stage::Http => Dialect::Http,
@@ -56,13 +68,36 @@ enum Parsed {
     More,
     /// Parsed one message and stay in the handshake (a SOCKS5 stage ended).
     Again,
-    /// Leave the handshake.
-    Leave(State),
+    /// Leave the handshake: for a target, or refused.
+    Leave(Leave),
+}
+
+/// How the handshake ends.
+enum Leave {
+    /// The request named a target: on to policy and the connect.
+    To {
+        target: Target,
+        dialect: Dialect,
+        early: Vec<u8>,
+    },
+    /// Refused: answered in the client's dialect, then closed.
+    Refuse(Refusal, Dialect),
+    /// Answered with these bytes (a SOCKS5 method or auth failure), then closed.
+    Answer {
+        bytes: Vec<u8>,
+        reason: CloseReason,
+        why: String,
+    },
 }
 
 impl Handshake {
-    pub(crate) fn new(protocol: ListenerProtocol, refusing: Option<&'static str>) -> Self {
+    pub(crate) fn new(
+        client: Endpoint,
+        protocol: ListenerProtocol,
+        refusing: Option<&'static str>,
+    ) -> Self {
         Handshake {
+            client,
             protocol,
             refusing,
             stage: Stage::Sniff,
@@ -75,57 +110,79 @@ impl Handshake {
         self.refusing.is_some()
     }
 
-    pub(crate) fn drive(mut self, conn: &mut Conn, core: &mut Core) -> State {
-        if conn.client.failed {
+    pub(crate) fn stage(&self) -> &'static str {
+        self.stage.name()
+    }
+
+    pub(crate) fn client(&mut self) -> &mut Endpoint {
+        &mut self.client
+    }
+
+    pub(crate) fn drive(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        if self.client.failed() {
             return State::Done(CloseReason::ClientGone);
         }
         loop {
+            self.client
+                .want(self.owed.is_empty(), !self.owed.is_empty());
             if !self.owed.is_empty() {
-                if !conn.client.writable {
+                if !self.client.can_write() {
                     return State::Handshake(self);
                 }
-                match conn.client.stream.write_from(&self.owed) {
+                match self.client.write(&self.owed) {
                     Io::Progress(n) => {
                         self.owed.drain(..n);
                         continue;
                     }
-                    Io::WouldBlock => {
-                        conn.client.writable = false;
-                        return State::Handshake(self);
-                    }
+                    Io::WouldBlock => return State::Handshake(self),
                     Io::Eof | Io::PeerGone(_) => return State::Done(CloseReason::ClientGone),
                 }
             }
-            match self.parse(conn, core) {
-                Parsed::Again => continue,
-                Parsed::Leave(next) => return next,
+            match self.parse(ctx) {
+                // A new stage: through the transition point (it is logged),
+                // then driven again at once.
+                Parsed::Again => return State::Handshake(self),
+                Parsed::Leave(leave) => return self.leave(leave, conn, ctx),
                 Parsed::More => {}
             }
-            if !conn.client.readable {
+            if !self.client.can_read() {
                 return State::Handshake(self);
             }
-            let limit = core.settings.limits.max_head_bytes;
+            let limit = ctx.settings.limits.max_head_bytes;
             let len = self.buf.len();
             if len >= limit {
-                return refuse(Refusal::HeadTooLarge, self.stage.dialect(), conn, core);
+                let dialect = self.stage.dialect();
+                return refuse(Refusal::HeadTooLarge, dialect, self.client, conn, ctx);
             }
             self.buf.resize(len + READ_CHUNK.min(limit - len), 0);
-            let io = conn.client.stream.read_into(&mut self.buf[len..]);
+            let io = self.client.read(&mut self.buf[len..]);
             self.buf
                 .truncate(len + if let Io::Progress(n) = io { n } else { 0 });
             match io {
                 Io::Progress(_) => {}
-                Io::WouldBlock => {
-                    conn.client.readable = false;
-                    return State::Handshake(self);
-                }
+                Io::WouldBlock => return State::Handshake(self),
                 // The client left before finishing its request.
                 Io::Eof | Io::PeerGone(_) => return State::Done(CloseReason::ClientGone),
             }
         }
     }
 
-    fn parse(&mut self, conn: &mut Conn, core: &mut Core) -> Parsed {
+    /// Leaves the handshake, handing the client socket on.
+    fn leave(self, leave: Leave, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        match leave {
+            Leave::To {
+                target,
+                dialect,
+                early,
+            } => connect::start(self.client, target, dialect, early, conn, ctx),
+            Leave::Refuse(refusal, dialect) => refuse(refusal, dialect, self.client, conn, ctx),
+            Leave::Answer { bytes, reason, why } => {
+                answer(&bytes, reason, why, self.client, conn, ctx)
+            }
+        }
+    }
+
+    fn parse(&mut self, ctx: &Ctx) -> Parsed {
         match self.stage {
             Stage::Sniff => {
                 let Some(&first) = self.buf.first() else {
@@ -145,102 +202,97 @@ impl Handshake {
             // (for SOCKS5, once its greeting is whole).
             Stage::Http if self.refusing.is_some() => {
                 let limit = self.refusing.unwrap_or_default();
-                Parsed::Leave(refuse(Refusal::Limit(limit), Dialect::Http, conn, core))
+                Parsed::Leave(Leave::Refuse(Refusal::Limit(limit), Dialect::Http))
             }
             Stage::SocksGreeting if self.refusing.is_some() => {
                 match socks5::parse_greeting(&self.buf) {
                     Parse::Incomplete => Parsed::More,
                     Parse::Invalid(_) | Parse::Done(..) => {
                         let limit = self.refusing.unwrap_or_default();
-                        Parsed::Leave(refuse(Refusal::Limit(limit), Dialect::Socks5, conn, core))
+                        Parsed::Leave(Leave::Refuse(Refusal::Limit(limit), Dialect::Socks5))
                     }
                 }
             }
-            Stage::Http => self.parse_http(conn, core),
-            Stage::SocksGreeting => self.parse_greeting(conn, core),
-            Stage::SocksAuth => self.parse_auth(conn, core),
-            Stage::SocksRequest => self.parse_request(conn, core),
+            Stage::Http => self.parse_http(ctx),
+            Stage::SocksGreeting => self.parse_greeting(ctx),
+            Stage::SocksAuth => self.parse_auth(ctx),
+            Stage::SocksRequest => self.parse_request(),
         }
     }
 
-    fn parse_http(&mut self, conn: &mut Conn, core: &mut Core) -> Parsed {
-        let refuse_http = |r, conn: &mut Conn, core: &mut Core| {
-            Parsed::Leave(refuse(r, Dialect::Http, conn, core))
-        };
+    fn parse_http(&mut self, ctx: &Ctx) -> Parsed {
+        let refuse_http = |r| Parsed::Leave(Leave::Refuse(r, Dialect::Http));
         let (head, n) =
-            match http::parse_request_head(&self.buf, core.settings.limits.max_head_bytes) {
+            match http::parse_request_head(&self.buf, ctx.settings.limits.max_head_bytes) {
                 Ok(None) => return Parsed::More,
                 Ok(Some(parsed)) => parsed,
-                Err(HeadError::TooLarge) => return refuse_http(Refusal::HeadTooLarge, conn, core),
-                Err(HeadError::Malformed(why)) => {
-                    return refuse_http(Refusal::Malformed(why), conn, core)
-                }
+                Err(HeadError::TooLarge) => return refuse_http(Refusal::HeadTooLarge),
+                Err(HeadError::Malformed(why)) => return refuse_http(Refusal::Malformed(why)),
             };
-        if let Some(creds) = &core.settings.auth {
+        if let Some(creds) = &ctx.settings.auth {
             let ok = head
                 .header("Proxy-Authorization")
                 .is_some_and(|v| http::basic_auth_matches(v, &creds.username, &creds.password));
             if !ok {
-                return refuse_http(Refusal::AuthRequired, conn, core);
+                return refuse_http(Refusal::AuthRequired);
             }
         }
         if head.method != "CONNECT" {
-            return self.forward(head, conn, core);
+            return self.forward(head);
         }
         let target = match Target::parse_authority(&head.target) {
             Ok(t) => t,
-            Err(e) => return refuse_http(Refusal::BadHost(e.0), conn, core),
+            Err(e) => return refuse_http(Refusal::BadHost(e.0)),
         };
         // Whatever followed the head (a pipelined TLS ClientHello) is the
         // client's first payload: it goes upstream, never dropped.
         let early = self.buf.split_off(n);
-        Parsed::Leave(connect::start(target, Dialect::Http, early, conn, core))
+        Parsed::Leave(Leave::To {
+            target,
+            dialect: Dialect::Http,
+            early,
+        })
     }
 
     /// Any method but CONNECT: with an absolute URI (`GET http://host/path`)
     /// the forward proxy takes it; the head stays buffered for it to parse.
-    fn forward(&mut self, head: http::RequestHead, conn: &mut Conn, core: &mut Core) -> Parsed {
-        let refuse_http = |r, conn: &mut Conn, core: &mut Core| {
-            Parsed::Leave(refuse(r, Dialect::Http, conn, core))
-        };
+    fn forward(&mut self, head: http::RequestHead) -> Parsed {
+        let refuse_http = |r| Parsed::Leave(Leave::Refuse(r, Dialect::Http));
         let abs = match http1::parse_absolute_target(&head.target) {
             Ok(Some(abs)) => abs,
-            Ok(None) => return refuse_http(Refusal::Method(head.method), conn, core),
-            Err(why) => return refuse_http(Refusal::Malformed(why), conn, core),
+            Ok(None) => return refuse_http(Refusal::Method(head.method)),
+            Err(why) => return refuse_http(Refusal::Malformed(why)),
         };
         let target = match Target::new(&abs.host, abs.port) {
             Ok(t) => t,
-            Err(e) => return refuse_http(Refusal::BadHost(e.0), conn, core),
+            Err(e) => return refuse_http(Refusal::BadHost(e.0)),
         };
-        let early = std::mem::take(&mut self.buf);
-        Parsed::Leave(connect::start(target, Dialect::Forward, early, conn, core))
+        Parsed::Leave(Leave::To {
+            target,
+            dialect: Dialect::Forward,
+            early: std::mem::take(&mut self.buf),
+        })
     }
 
-    fn parse_greeting(&mut self, conn: &mut Conn, core: &mut Core) -> Parsed {
+    fn parse_greeting(&mut self, ctx: &Ctx) -> Parsed {
         match socks5::parse_greeting(&self.buf) {
             Parse::Incomplete => Parsed::More,
-            Parse::Invalid(e) => Parsed::Leave(refuse(
+            Parse::Invalid(e) => Parsed::Leave(Leave::Refuse(
                 Refusal::Malformed(format!("SOCKS5 greeting: {e:?}")),
                 Dialect::Socks5,
-                conn,
-                core,
             )),
             Parse::Done(greeting, n) => {
                 self.buf.drain(..n);
-                let (method, next) = match core.settings.auth {
+                let (method, next) = match ctx.settings.auth {
                     Some(_) => (socks5::METHOD_USER_PASS, Stage::SocksAuth),
                     None => (socks5::METHOD_NO_AUTH, Stage::SocksRequest),
                 };
                 if !greeting.methods.contains(&method) {
-                    let none = socks5::method_selection(socks5::METHOD_NONE_ACCEPTABLE);
-                    let why = "no acceptable SOCKS5 authentication method".to_string();
-                    return Parsed::Leave(super::closing::answer(
-                        &none,
-                        CloseReason::AuthFailed,
-                        why,
-                        conn,
-                        core,
-                    ));
+                    return Parsed::Leave(Leave::Answer {
+                        bytes: socks5::method_selection(socks5::METHOD_NONE_ACCEPTABLE).to_vec(),
+                        reason: CloseReason::AuthFailed,
+                        why: "no acceptable SOCKS5 authentication method".into(),
+                    });
                 }
                 self.owed
                     .extend_from_slice(&socks5::method_selection(method));
@@ -250,43 +302,38 @@ impl Handshake {
         }
     }
 
-    fn parse_auth(&mut self, conn: &mut Conn, core: &mut Core) -> Parsed {
+    fn parse_auth(&mut self, ctx: &Ctx) -> Parsed {
         let ok = match socks5::parse_user_pass(&self.buf) {
             Parse::Incomplete => return Parsed::More,
             Parse::Invalid(_) => false,
             Parse::Done(up, n) => {
                 self.buf.drain(..n);
-                core.settings.auth.as_ref().is_some_and(|c| {
+                ctx.settings.auth.as_ref().is_some_and(|c| {
                     up.username == c.username.as_bytes() && up.password == c.password.as_bytes()
                 })
             }
         };
         if !ok {
-            let why = "SOCKS5 credentials rejected".to_string();
-            return Parsed::Leave(super::closing::answer(
-                &socks5::auth_status(false),
-                CloseReason::AuthFailed,
-                why,
-                conn,
-                core,
-            ));
+            return Parsed::Leave(Leave::Answer {
+                bytes: socks5::auth_status(false).to_vec(),
+                reason: CloseReason::AuthFailed,
+                why: "SOCKS5 credentials rejected".into(),
+            });
         }
         self.owed.extend_from_slice(&socks5::auth_status(true));
         self.stage = Stage::SocksRequest;
         Parsed::Again
     }
 
-    fn parse_request(&mut self, conn: &mut Conn, core: &mut Core) -> Parsed {
-        let refuse_socks = |r, conn: &mut Conn, core: &mut Core| {
-            Parsed::Leave(refuse(r, Dialect::Socks5, conn, core))
-        };
+    fn parse_request(&mut self) -> Parsed {
+        let refuse_socks = |r| Parsed::Leave(Leave::Refuse(r, Dialect::Socks5));
         let (request, n) = match socks5::parse_request(&self.buf) {
             Parse::Incomplete => return Parsed::More,
-            Parse::Invalid(e) => return refuse_socks(Refusal::Socks(e), conn, core),
+            Parse::Invalid(e) => return refuse_socks(Refusal::Socks(e)),
             Parse::Done(request, n) => (request, n),
         };
         if request.command != socks5::Command::Connect {
-            return refuse_socks(Refusal::SocksCommand, conn, core);
+            return refuse_socks(Refusal::SocksCommand);
         }
         let host = match &request.address {
             socks5::Address::Ip(ip) => ip.to_string(),
@@ -294,9 +341,12 @@ impl Handshake {
         };
         let target = match Target::new(&host, request.port) {
             Ok(t) => t,
-            Err(e) => return refuse_socks(Refusal::BadHost(e.0), conn, core),
+            Err(e) => return refuse_socks(Refusal::BadHost(e.0)),
         };
-        let early = self.buf.split_off(n);
-        Parsed::Leave(connect::start(target, Dialect::Socks5, early, conn, core))
+        Parsed::Leave(Leave::To {
+            target,
+            dialect: Dialect::Socks5,
+            early: self.buf.split_off(n),
+        })
     }
 }

@@ -1,35 +1,39 @@
-//! The session state machine: one variant per phase, each owning what that
-//! phase needs. Handlers consume the state and return the next one.
+//! The session state machine: one variant per state, each owning what that
+//! state needs, sockets included. Handlers consume the state and return the
+//! next one; [`super::Session::step`] enters it.
 //!
 //! ```text
-//! Handshake ──> Resolving ──> Connecting ──> Established ──> Done
-//!                   ^              │                ^
-//!                   │              └──> Inspect ────┘ (101: raw from here)
-//!                   └── forward proxy, next host ──┘
-//!     │             │              │               │
-//!     └─────────────┴──────────────┴───────────────┴──> Closing ──> Done
+//! Handshake ──> Resolving ──> Connecting ──┬──> Passthrough ─────────────┐
+//!                   ^                      └──> Inspect ──101──> Passthrough
+//!                   └──── forward proxy, next host ───┘               │
+//!     │ refusal, error, timeout (any state)                           │
+//!     └──────────────────────────────> Closing ──> Done <─────────────┘
 //! ```
 
+use std::fmt;
+
+use mio::event::Event;
+
 use super::closing::Closing;
+use super::conn::Conn;
 use super::connect::{Connecting, Resolving};
+use super::ctx::Ctx;
 use super::handshake::Handshake;
 use super::inspect::Inspect;
-use super::tunnel::Tunnel;
-use super::Conn;
-use crate::reactor::Core;
-use crate::stats::{CloseReason, Phase};
+use super::passthrough::Passthrough;
+use crate::lifecycle::{CloseReason, Phase, Side};
 
 pub(crate) enum State {
-    /// Reading the client's CONNECT or SOCKS5 request.
+    /// Reading the client's CONNECT, SOCKS5 or forward-proxy request.
     Handshake(Handshake),
     /// Waiting for DNS.
     Resolving(Resolving),
     /// A non-blocking connect is in flight.
     Connecting(Connecting),
-    /// Relaying both ways.
-    Established(Tunnel),
+    /// Raw relaying both ways (spliced on Linux).
+    Passthrough(Passthrough),
     /// Relaying HTTP/1.1 message by message (inspection, forward proxy).
-    /// Boxed: its four buffers would otherwise size every slab slot.
+    /// Boxed: its buffers would otherwise size every slab slot.
     Inspect(Box<Inspect>),
     /// Flushing what is owed to the surviving side, then closing.
     Closing(Closing),
@@ -43,11 +47,29 @@ impl State {
             State::Handshake(_) => "Handshake",
             State::Resolving(_) => "Resolving",
             State::Connecting(_) => "Connecting",
-            State::Established(_) => "Established",
+            State::Passthrough(_) => "Passthrough",
             State::Inspect(_) => "Inspect",
             State::Closing(_) => "Closing",
             State::Done(_) => "Done",
         }
+    }
+
+    /// The sub-stage within the state, where it has one.
+    pub(crate) fn stage(&self) -> Option<&'static str> {
+        match self {
+            State::Handshake(h) => Some(h.stage()),
+            State::Closing(c) => Some(c.stage()),
+            State::Inspect(i) => Some(i.stage()),
+            State::Passthrough(p) => Some(p.stage()),
+            State::Done(reason) => Some(reason.as_str()),
+            State::Resolving(_) | State::Connecting(_) => None,
+        }
+    }
+
+    /// Name and sub-stage, compared to see whether a step changed anything
+    /// worth logging (no allocation on the hot path).
+    pub(crate) fn label(&self) -> Label {
+        Label(self.name(), self.stage())
     }
 
     pub(crate) fn phase(&self) -> Option<Phase> {
@@ -57,35 +79,76 @@ impl State {
             State::Handshake(_) => Some(Phase::Handshake),
             State::Resolving(_) => Some(Phase::Resolving),
             State::Connecting(_) => Some(Phase::Connecting),
-            State::Established(_) | State::Inspect(_) => Some(Phase::Established),
+            State::Passthrough(_) | State::Inspect(_) => Some(Phase::Established),
             State::Closing(_) => Some(Phase::Closing),
             State::Done(_) => None,
         }
     }
 
+    /// Folds a readiness event into the socket of `side`, if this state owns
+    /// one. Returns whether it did.
+    pub(crate) fn absorb(&mut self, side: Side, ev: &Event) -> bool {
+        let ep = match self {
+            State::Handshake(h) => (side == Side::Client).then(|| h.client()),
+            State::Resolving(r) => (side == Side::Client).then(|| r.client()),
+            State::Connecting(c) => Some(c.endpoint(side)),
+            State::Passthrough(p) => Some(p.endpoint(side)),
+            State::Inspect(i) => Some(i.endpoint(side)),
+            State::Closing(c) => c.endpoint(side),
+            State::Done(_) => None,
+        };
+        match ep {
+            Some(ep) => {
+                ep.absorb(ev);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Acts on the readiness the session's sockets have reported.
-    pub(crate) fn drive(self, conn: &mut Conn, core: &mut Core) -> State {
+    pub(crate) fn drive(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
         match self {
-            State::Handshake(h) => h.drive(conn, core),
-            State::Resolving(r) => r.drive(conn, core),
-            State::Connecting(c) => c.drive(conn, core),
-            State::Established(t) => t.drive(conn, core),
-            State::Inspect(i) => i.drive(conn, core),
-            State::Closing(c) => c.drive(conn, core),
+            State::Handshake(h) => h.drive(conn, ctx),
+            State::Resolving(r) => r.drive(conn, ctx),
+            State::Connecting(c) => c.drive(conn, ctx),
+            State::Passthrough(p) => p.drive(conn, ctx),
+            State::Inspect(i) => i.drive(conn, ctx),
+            State::Closing(c) => c.drive(conn, ctx),
             done @ State::Done(_) => done,
         }
     }
 
     /// The state's deadline passed.
-    pub(crate) fn on_timer(self, conn: &mut Conn, core: &mut Core) -> State {
+    pub(crate) fn on_timer(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
         match self {
             State::Handshake(_) => State::Done(CloseReason::HandshakeTimeout),
-            State::Resolving(r) => r.on_timeout(conn, core),
-            State::Connecting(c) => c.on_timeout(conn, core),
-            State::Established(t) => t.on_timer(conn, core),
-            State::Inspect(i) => i.on_timer(conn, core),
-            State::Closing(c) => c.on_timeout(conn),
+            State::Resolving(r) => r.on_timeout(conn, ctx),
+            State::Connecting(c) => c.on_timeout(conn, ctx),
+            State::Passthrough(p) => p.on_timer(conn, ctx),
+            State::Inspect(i) => i.on_timer(conn, ctx),
+            State::Closing(c) => c.on_timeout(),
             done @ State::Done(_) => done,
         }
+    }
+}
+
+/// A state's name and sub-stage, displayed `Handshake(socks5-auth)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Label(&'static str, Option<&'static str>);
+
+impl fmt::Display for Label {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)?;
+        match self.1 {
+            Some(stage) => write!(f, "({stage})"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.label().fmt(f)
     }
 }

@@ -14,20 +14,19 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::carrier::Carrier;
 use super::closing::Closing;
-use super::endpoint::{Endpoint, Side};
+use super::conn::Conn;
+use super::endpoint::Endpoint;
+use super::passthrough::{Carrier, Passthrough, Preload};
 use super::refusal::Dialect;
 use super::state::State;
-use super::tunnel::Tunnel;
-use super::Conn;
 use crate::buffer::ByteBuf;
 use crate::io::Io;
+use crate::lifecycle::{CloseReason, Side};
 use crate::policy::{RequestRules, Target};
 use crate::protocol::http;
 use crate::protocol::http1::{Body, BodyKind};
-use crate::reactor::Core;
-use crate::stats::CloseReason;
+use crate::session::ctx::Ctx;
 
 mod request;
 mod response;
@@ -47,6 +46,8 @@ pub(crate) enum Mode {
 }
 
 pub(crate) struct Inspect {
+    client: Endpoint,
+    upstream: Endpoint,
     mode: Mode,
     /// The allowing rule's request rules; `None`: every request allowed.
     rules: Option<Arc<RequestRules>>,
@@ -156,13 +157,15 @@ impl Inspect {
     /// An inspected tunnel: `to_client` is the proxy's success reply,
     /// `early` the bytes the client sent behind its request.
     pub(crate) fn tunnel(
+        client: Endpoint,
+        upstream: Endpoint,
         to_client: &[u8],
         early: &[u8],
         rules: Option<Arc<RequestRules>>,
         idle: Option<Duration>,
-        core: &mut Core,
+        ctx: &mut Ctx,
     ) -> Inspect {
-        let mut s = Inspect::new(Mode::Tunnel, rules, early, idle, core);
+        let mut s = Inspect::new(client, upstream, Mode::Tunnel, rules, early, idle, ctx);
         s.cout.extend(to_client);
         s
     }
@@ -170,27 +173,34 @@ impl Inspect {
     /// The forward proxy, connected to `upstream`; `early` starts with the
     /// request head that led here.
     pub(crate) fn forward(
-        upstream: Target,
+        client: Endpoint,
+        upstream: Endpoint,
+        target: Target,
         early: &[u8],
         rules: Option<Arc<RequestRules>>,
         idle: Option<Duration>,
-        core: &mut Core,
+        ctx: &mut Ctx,
     ) -> Inspect {
-        Inspect::new(Mode::Forward { upstream }, rules, early, idle, core)
+        let mode = Mode::Forward { upstream: target };
+        Inspect::new(client, upstream, mode, rules, early, idle, ctx)
     }
 
     fn new(
+        client: Endpoint,
+        upstream: Endpoint,
         mode: Mode,
         rules: Option<Arc<RequestRules>>,
         early: &[u8],
         idle: Option<Duration>,
-        core: &mut Core,
+        ctx: &mut Ctx,
     ) -> Inspect {
-        let size = buffer_size(core);
-        let mut take = || core.pool.take_at_least(size);
+        let size = buffer_size(ctx);
+        let mut take = || ctx.pool.take_at_least(size);
         let mut cin = take();
         cin.extend(early);
         Inspect {
+            client,
+            upstream,
             mode,
             rules,
             cin,
@@ -204,15 +214,34 @@ impl Inspect {
             upstream_eof: false,
             close_after: false,
             idle,
-            last_active: core.now,
+            last_active: ctx.now,
             waiting_since: None,
             armed: None,
             requests: 0,
         }
     }
 
-    pub(crate) fn drive(mut self: Box<Self>, conn: &mut Conn, core: &mut Core) -> State {
-        let result = self.pump(conn, core);
+    pub(crate) fn endpoint(&mut self, side: Side) -> &mut Endpoint {
+        match side {
+            Side::Client => &mut self.client,
+            Side::Upstream => &mut self.upstream,
+        }
+    }
+
+    /// Where the request side is: reading heads, streaming a body, waiting
+    /// for an upgrade's answer, or stopped.
+    pub(crate) fn stage(&self) -> &'static str {
+        match self.req {
+            Req::Head => "head",
+            Req::Body { forward: true, .. } => "body",
+            Req::Body { forward: false, .. } => "refused-body",
+            Req::AwaitUpgrade => "await-upgrade",
+            Req::Stopped => "stopped",
+        }
+    }
+
+    pub(crate) fn drive(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        let result = self.pump(conn, ctx);
         // Counted per call, so a forward-proxy session that moves to another
         // upstream (a new Inspect) keeps its total.
         conn.log.requests += std::mem::take(&mut self.requests);
@@ -220,89 +249,87 @@ impl Inspect {
             Ok(()) => {}
             Err(Stop::Gone(Side::Client)) => return State::Done(CloseReason::ClientGone),
             Err(Stop::Gone(Side::Upstream)) => {
-                conn.drop_side(Side::Upstream, core);
                 return self.close(CloseReason::UpstreamGone);
             }
             Err(Stop::BadUpstream(why)) => {
                 log::info!("conn={} upstream broke HTTP: {why}", conn.id);
                 conn.log.error = Some(why.clone());
-                conn.drop_side(Side::Upstream, core);
                 // A 502 answers the request awaiting its response; with none
                 // due, an answer would pass for the reply to the next one.
                 if matches!(self.due.front(), Some(Exchange::Upstream { .. })) {
-                    self.owe(&why_answer(502, "bad-upstream-response", &why), core);
+                    self.owe(&why_answer(502, "bad-upstream-response", &why), ctx);
                 }
                 return self.close(CloseReason::UpstreamGone);
             }
-            Err(Stop::Upgrade) => return self.upgrade(conn, core),
+            Err(Stop::Upgrade) => return self.upgrade(conn, ctx),
             Err(Stop::Switch(target)) => {
-                conn.drop_side(Side::Upstream, core);
-                let early = self.cin.data().to_vec();
-                return super::connect::start(target, Dialect::Forward, early, conn, core);
+                // The old upstream closes here; the client goes on to the new one.
+                let this = *self;
+                let early = this.cin.data().to_vec();
+                ctx.pool.give(this.cin);
+                return super::connect::start(
+                    this.client,
+                    target,
+                    Dialect::Forward,
+                    early,
+                    conn,
+                    ctx,
+                );
             }
         }
-        self.update_wait(core);
-        if let Some(reason) = self.finished(conn, core) {
+        self.update_wait(ctx);
+        if let Some(reason) = self.finished(conn, ctx) {
             return self.close(reason);
         }
-        self.rearm(conn, core);
-        self.park(core);
+        self.rearm(conn, ctx);
+        self.park(ctx);
         State::Inspect(self)
     }
 
     /// Moves bytes and messages both ways until nothing more can move.
-    fn pump(&mut self, conn: &mut Conn, core: &mut Core) -> Result<(), Stop> {
-        self.unpark(core);
-        let Conn {
-            client,
-            upstream,
-            log,
-            key,
-            id,
-            ..
-        } = conn;
-        let Some(upstream) = upstream.as_mut() else {
-            return Err(Stop::Gone(Side::Upstream));
-        };
+    fn pump(&mut self, conn: &mut Conn, ctx: &mut Ctx) -> Result<(), Stop> {
+        self.unpark(ctx);
+        let id = conn.id;
         // As in a tunnel, an error event ends a side only once nothing more
         // moves: what it sent before failing is read and relayed first.
         let mut active = false;
         for round in 0.. {
             if round == ROUNDS_PER_CALL {
-                core.requeue.push(*key);
+                ctx.again();
                 break;
             }
             let mut moved = false;
             if !self.client_eof {
-                moved |= fill(client, &mut self.cin, &mut self.client_eof, Side::Client)?;
+                moved |= fill(
+                    &mut self.client,
+                    &mut self.cin,
+                    &mut self.client_eof,
+                    Side::Client,
+                )?;
             }
-            moved |= self.requests(*id, core)?;
-            moved |= flush(upstream, &mut self.uout, Side::Upstream, &mut log.up, |n| {
-                core.stats().bytes_up(n)
-            })?;
+            moved |= self.requests(id, ctx)?;
+            moved |= flush(&mut self.upstream, &mut self.uout, Side::Client, conn, ctx)?;
             if !self.upstream_eof {
                 moved |= fill(
-                    upstream,
+                    &mut self.upstream,
                     &mut self.uin,
                     &mut self.upstream_eof,
                     Side::Upstream,
                 )?;
             }
-            moved |= self.responses(core)?;
-            moved |= flush(client, &mut self.cout, Side::Client, &mut log.down, |n| {
-                core.stats().bytes_down(n)
-            })?;
+            moved |= self.responses(ctx)?;
+            moved |= flush(&mut self.client, &mut self.cout, Side::Upstream, conn, ctx)?;
             if !moved {
                 break;
             }
             active = true;
-            self.last_active = core.now;
+            self.last_active = ctx.now;
         }
         if !active {
-            if client.failed {
+            if self.client.failed() {
                 return Err(Stop::Gone(Side::Client));
             }
-            if upstream.failed {
+            if self.upstream.failed() {
                 return Err(Stop::Gone(Side::Upstream));
             }
         }
@@ -310,7 +337,7 @@ impl Inspect {
     }
 
     /// After pumping: does the session end, or move on?
-    fn finished(&mut self, conn: &mut Conn, core: &mut Core) -> Option<CloseReason> {
+    fn finished(&mut self, conn: &mut Conn, ctx: &mut Ctx) -> Option<CloseReason> {
         // A close-delimited body ends with the upstream's EOF, and so does
         // the connection: nothing may follow it (the client reads to EOF, so
         // an answer to a pipelined request would become part of this body).
@@ -318,7 +345,6 @@ impl Inspect {
             if let Resp::Body(body) = &self.resp {
                 if body.kind() == BodyKind::UntilClose {
                     self.exchange_done();
-                    conn.drop_side(Side::Upstream, core);
                     return Some(CloseReason::Done);
                 }
             }
@@ -333,14 +359,12 @@ impl Inspect {
                 let why = "the upstream closed the connection before answering";
                 conn.log.error = Some(why.into());
                 if matches!(self.resp, Resp::Head) {
-                    self.owe(&why_answer(502, "upstream-closed", why), core);
+                    self.owe(&why_answer(502, "upstream-closed", why), ctx);
                 }
             }
-            conn.drop_side(Side::Upstream, core);
             return Some(CloseReason::Done);
         }
         if answered && self.cout.is_empty() && (self.close_after || self.client_eof) {
-            conn.drop_side(Side::Upstream, core);
             return Some(CloseReason::Done);
         }
         None
@@ -348,27 +372,39 @@ impl Inspect {
 
     /// Flushes what is owed to the client, then closes.
     fn close(self: Box<Self>, reason: CloseReason) -> State {
+        // The upstream's socket closes here; the client's goes on to Closing.
         let this = *self;
         let owed = (!this.cout.is_empty()).then_some(Carrier::Buf(this.cout));
-        State::Closing(Closing::to_client(owed, reason))
+        State::Closing(Closing::to_client(this.client, owed, reason))
     }
 
     /// The 101 is out: every buffered byte goes on raw, both ways.
-    fn upgrade(self: Box<Self>, conn: &mut Conn, core: &mut Core) -> State {
+    fn upgrade(self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
         let this = *self;
-        core.stats().upgraded();
+        ctx.stats.upgraded();
         conn.log.upgraded = true;
         log::debug!("conn={} upgraded: raw passthrough from here", conn.id);
-        let to_client = join(this.cout, this.uin, core);
-        let to_upstream = join(this.uout, this.cin, core);
+        let to_client = join(this.cout, this.uin, ctx);
+        let to_upstream = join(this.uout, this.cin, ctx);
         // An EOF already read raises no new edge: the tunnel must know of it.
-        let eof = (this.client_eof, this.upstream_eof);
-        State::Established(Tunnel::resume(to_upstream, to_client, eof, this.idle, core))
+        let preload = Preload {
+            to_client,
+            own: 0,
+            to_upstream,
+            eof: (this.client_eof, this.upstream_eof),
+        };
+        State::Passthrough(Passthrough::new(
+            this.client,
+            this.upstream,
+            preload,
+            this.idle,
+            ctx.now,
+        ))
     }
 
     /// Keeps the one session timer on what the session waits for: a
     /// response head (504 when it does not come) or, if set, idleness.
-    fn rearm(&mut self, conn: &mut Conn, core: &mut Core) {
+    fn rearm(&mut self, conn: &mut Conn, ctx: &mut Ctx) {
         let want = if self.waiting_since.is_some() {
             Some(Wait::Response)
         } else {
@@ -384,21 +420,18 @@ impl Inspect {
         let due = match want {
             Some(Wait::Response) => self
                 .waiting_since
-                .map(|t| t + core.settings.timeouts.response),
+                .map(|t| t + ctx.settings.timeouts.response),
             Some(Wait::Idle) => self.idle.map(|idle| self.last_active + idle),
             None => None,
         };
-        match due {
-            Some(due) => conn.arm(core, due.saturating_duration_since(core.now)),
-            None => conn.disarm(core),
-        }
+        conn.deadline = due;
     }
 
     /// The response timeout runs while the answer due next is the upstream's,
     /// its request is wholly sent (or waits for `100 Continue`), and nothing
     /// of a response has arrived: not while the client is still uploading,
     /// nor while an earlier response streams or waits for a slow client.
-    fn update_wait(&mut self, core: &Core) {
+    fn update_wait(&mut self, ctx: &Ctx) {
         let waiting = matches!(self.resp, Resp::Head)
             && self.uin.is_empty()
             && matches!(
@@ -406,7 +439,7 @@ impl Inspect {
                 Some(Exchange::Upstream { sent: true, .. })
             );
         match (waiting, self.waiting_since) {
-            (true, None) => self.waiting_since = Some(core.now),
+            (true, None) => self.waiting_since = Some(ctx.now),
             (false, Some(_)) => self.waiting_since = None,
             _ => {}
         }
@@ -414,9 +447,9 @@ impl Inspect {
 
     /// Queues a whole answer for the client, growing the buffer if it must:
     /// half an answer would corrupt the stream.
-    fn owe(&mut self, answer: &[u8], core: &mut Core) {
+    fn owe(&mut self, answer: &[u8], ctx: &mut Ctx) {
         if self.cout.room() < answer.len() {
-            let mut bigger = core.pool.take_at_least(self.cout.len() + answer.len());
+            let mut bigger = ctx.pool.take_at_least(self.cout.len() + answer.len());
             bigger.extend(self.cout.data());
             self.cout = bigger;
         }
@@ -425,23 +458,23 @@ impl Inspect {
 
     /// Gives empty buffers back to the pool between calls, so an idle
     /// keep-alive session holds none (an empty `ByteBuf` allocates nothing).
-    fn park(&mut self, core: &mut Core) {
+    fn park(&mut self, ctx: &mut Ctx) {
         for buf in [&mut self.cin, &mut self.uout, &mut self.uin, &mut self.cout] {
             // Only pool-sized buffers: others would be freed and allocated
             // again on every call.
-            if buf.is_empty() && buf.capacity() == core.pool.size() {
-                core.pool
+            if buf.is_empty() && buf.capacity() == ctx.pool.size() {
+                ctx.pool
                     .give(std::mem::replace(buf, ByteBuf::with_capacity(0)));
             }
         }
     }
 
     /// Takes buffers again for the parked slots.
-    fn unpark(&mut self, core: &mut Core) {
-        let size = buffer_size(core);
+    fn unpark(&mut self, ctx: &mut Ctx) {
+        let size = buffer_size(ctx);
         for buf in [&mut self.cin, &mut self.uout, &mut self.uin, &mut self.cout] {
             if buf.capacity() == 0 {
-                *buf = core.pool.take_at_least(size);
+                *buf = ctx.pool.take_at_least(size);
             }
         }
     }
@@ -451,27 +484,26 @@ impl Inspect {
         self.rules = rules;
     }
 
-    pub(crate) fn on_timer(mut self: Box<Self>, conn: &mut Conn, core: &mut Core) -> State {
-        self.unpark(core);
+    pub(crate) fn on_timer(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        self.unpark(ctx);
         self.armed = None;
         if let Some(since) = self.waiting_since {
-            if core.now >= since + core.settings.timeouts.response {
+            if ctx.now >= since + ctx.settings.timeouts.response {
                 let why = "the upstream did not answer in time";
                 log::info!("conn={} {why}", conn.id);
                 conn.log.error = Some(why.into());
-                conn.drop_side(Side::Upstream, core);
                 if matches!(self.resp, Resp::Head) {
-                    self.owe(&why_answer(504, "response-timeout", why), core);
+                    self.owe(&why_answer(504, "response-timeout", why), ctx);
                 }
                 return self.close(CloseReason::ResponseTimeout);
             }
         } else if let Some(idle) = self.idle {
-            if core.now >= self.last_active + idle {
+            if ctx.now >= self.last_active + idle {
                 return State::Done(CloseReason::IdleTimeout);
             }
         }
-        self.rearm(conn, core);
-        self.park(core);
+        self.rearm(conn, ctx);
+        self.park(ctx);
         State::Inspect(self)
     }
 }
@@ -479,15 +511,15 @@ impl Inspect {
 /// Reads into `buf` until it is full or the socket would block.
 fn fill(ep: &mut Endpoint, buf: &mut ByteBuf, eof: &mut bool, side: Side) -> Result<bool, Stop> {
     let mut moved = false;
-    while ep.readable && buf.room() > 0 {
-        match ep.stream.read_into(buf.space()) {
+    ep.want_read(buf.room() > 0);
+    while ep.can_read() && buf.room() > 0 {
+        match ep.read(buf.space()) {
             Io::Progress(n) => {
                 buf.commit(n);
                 moved = true;
             }
-            Io::WouldBlock => ep.readable = false,
+            Io::WouldBlock => {}
             Io::Eof => {
-                ep.readable = false;
                 *eof = true;
                 return Ok(true);
             }
@@ -497,25 +529,26 @@ fn fill(ep: &mut Endpoint, buf: &mut ByteBuf, eof: &mut bool, side: Side) -> Res
     Ok(moved)
 }
 
-/// Writes `buf` until it is empty or the socket would block.
+/// Writes `buf` to `ep` until it is empty or the socket would block; the
+/// bytes came `from` the other side and are counted as relayed.
 fn flush(
     ep: &mut Endpoint,
     buf: &mut ByteBuf,
-    side: Side,
-    counter: &mut u64,
-    count: impl Fn(usize),
+    from: Side,
+    conn: &mut Conn,
+    ctx: &Ctx,
 ) -> Result<bool, Stop> {
     let mut moved = false;
-    while ep.writable && !buf.is_empty() {
-        match ep.stream.write_from(buf.data()) {
+    ep.want_write(!buf.is_empty());
+    while ep.can_write() && !buf.is_empty() {
+        match ep.write(buf.data()) {
             Io::Progress(n) => {
                 buf.consume(n);
-                *counter += n as u64;
-                count(n);
+                conn.count(from, n, ctx);
                 moved = true;
             }
-            Io::WouldBlock => ep.writable = false,
-            Io::Eof | Io::PeerGone(_) => return Err(Stop::Gone(side)),
+            Io::WouldBlock => {}
+            Io::Eof | Io::PeerGone(_) => return Err(Stop::Gone(from.other())),
         }
     }
     Ok(moved)
@@ -523,13 +556,13 @@ fn flush(
 
 /// Inspect's buffer size: a whole head must fit, with room for what the
 /// forward proxy adds when it rewrites one (`Via`, `Host`, `Connection`).
-fn buffer_size(core: &Core) -> usize {
-    let limits = &core.settings.limits;
+fn buffer_size(ctx: &Ctx) -> usize {
+    let limits = &ctx.settings.limits;
     limits.buffer_size.max(limits.max_head_bytes + 1024)
 }
 
 /// `a` then `b` in one buffer (`None` when both are empty).
-fn join(mut a: ByteBuf, b: ByteBuf, core: &mut Core) -> Option<ByteBuf> {
+fn join(mut a: ByteBuf, b: ByteBuf, ctx: &mut Ctx) -> Option<ByteBuf> {
     match (a.is_empty(), b.is_empty()) {
         (true, true) => None,
         (false, true) => Some(a),
@@ -539,7 +572,7 @@ fn join(mut a: ByteBuf, b: ByteBuf, core: &mut Core) -> Option<ByteBuf> {
             Some(a)
         }
         (false, false) => {
-            let mut joined = core.pool.take_at_least(a.len() + b.len());
+            let mut joined = ctx.pool.take_at_least(a.len() + b.len());
             joined.extend(a.data());
             joined.extend(b.data());
             Some(joined)

@@ -6,11 +6,11 @@ use super::{why_answer, After, Exchange, Inspect, Mode, Req, Resp, Stop, VIA};
 use crate::policy::{normalize_path, RequestVerdict, Target};
 use crate::protocol::http::{self, parse_request_head, HeadError, RequestHead};
 use crate::protocol::http1::{self, Body, BodyKind, HeadEdit};
-use crate::reactor::Core;
+use crate::session::ctx::Ctx;
 
 impl Inspect {
     /// Parses and forwards (or refuses) requests from `cin`.
-    pub(super) fn requests(&mut self, id: u64, core: &mut Core) -> Result<bool, Stop> {
+    pub(super) fn requests(&mut self, id: u64, ctx: &mut Ctx) -> Result<bool, Stop> {
         let mut moved = false;
         loop {
             match &mut self.req {
@@ -19,21 +19,21 @@ impl Inspect {
                     if self.cin.is_empty() {
                         return Ok(moved);
                     }
-                    let max = core.settings.limits.max_head_bytes;
+                    let max = ctx.settings.limits.max_head_bytes;
                     match parse_request_head(self.cin.data(), max) {
                         Ok(None) => return Ok(moved),
                         Ok(Some((head, n))) => {
-                            if !self.request(head, n, id, core)? {
+                            if !self.request(head, n, id, ctx)? {
                                 return Ok(moved);
                             }
                         }
                         Err(HeadError::TooLarge) => {
-                            core.stats().request(false);
+                            ctx.stats.request(false);
                             let why = "request head too large".into();
                             self.refuse(431, "head-too-large", why, true);
                         }
                         Err(HeadError::Malformed(why)) => {
-                            core.stats().request(false);
+                            ctx.stats.request(false);
                             let why = format!("malformed request: {why}");
                             self.refuse(400, "bad-request", why, true);
                         }
@@ -94,10 +94,10 @@ impl Inspect {
         head: RequestHead,
         n: usize,
         id: u64,
-        core: &mut Core,
+        ctx: &mut Ctx,
     ) -> Result<bool, Stop> {
         if head.method == "CONNECT" {
-            core.stats().request(false);
+            ctx.stats.request(false);
             let why = "CONNECT is not allowed inside an inspected connection".to_string();
             self.refuse(405, "method-not-allowed", why, true);
             return Ok(true);
@@ -111,20 +111,20 @@ impl Inspect {
                 Ok(Some(abs)) => match Target::new(&abs.host, abs.port) {
                     Ok(t) => (abs.path_and_query, Some(t)),
                     Err(e) => {
-                        core.stats().request(false);
+                        ctx.stats.request(false);
                         self.refuse(400, "bad-request", format!("invalid host: {}", e.0), true);
                         return Ok(true);
                     }
                 },
                 Ok(None) => {
-                    core.stats().request(false);
+                    ctx.stats.request(false);
                     let why =
                         "a forward proxy request needs an absolute URI (http://host/path)".into();
                     self.refuse(400, "bad-request", why, true);
                     return Ok(true);
                 }
                 Err(why) => {
-                    core.stats().request(false);
+                    ctx.stats.request(false);
                     self.refuse(400, "bad-request", why, true);
                     return Ok(true);
                 }
@@ -147,7 +147,7 @@ impl Inspect {
         let path = match normalize_path(&path_and_query) {
             Ok(p) => p,
             Err(why) => {
-                core.stats().request(false);
+                ctx.stats.request(false);
                 self.refuse(400, "bad-request", format!("invalid path: {why}"), true);
                 return Ok(true);
             }
@@ -155,7 +155,7 @@ impl Inspect {
         let kind = match http1::request_body_kind(&head) {
             Ok(k) => k,
             Err(e) => {
-                core.stats().request(false);
+                ctx.stats.request(false);
                 self.refuse(
                     400,
                     "bad-request",
@@ -172,7 +172,7 @@ impl Inspect {
             None => RequestVerdict::Allow("-".into()),
         };
         if let RequestVerdict::Deny(rule) = verdict {
-            core.stats().request(false);
+            ctx.stats.request(false);
             log::info!("conn={id} request denied: {} {path} by {rule}", head.method);
             let why = format!("{} {path} is denied by {rule}", head.method);
             let cause = format!("denied; rule={rule}");
@@ -217,7 +217,7 @@ impl Inspect {
         if self.uout.room() < out.len() {
             return Ok(false);
         }
-        core.stats().request(true);
+        ctx.stats.request(true);
         log::debug!("conn={id} request {} {path}", head.method);
         self.uout.extend(&out);
         self.cin.consume(n);

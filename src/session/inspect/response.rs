@@ -3,15 +3,15 @@
 //! only to find where each ends).
 
 use super::{Exchange, Inspect, Mode, Req, Resp, Stop, VIA};
+use crate::lifecycle::Side;
 use crate::protocol::http::HeadError;
 use crate::protocol::http1::{self, Body, BodyKind, HeadEdit, ResponseHead};
-use crate::reactor::Core;
-use crate::session::Side;
+use crate::session::ctx::Ctx;
 
 impl Inspect {
     /// Emits answers due to the client: local ones, and upstream responses
     /// parsed from `uin` and streamed into `cout`.
-    pub(super) fn responses(&mut self, core: &mut Core) -> Result<bool, Stop> {
+    pub(super) fn responses(&mut self, ctx: &mut Ctx) -> Result<bool, Stop> {
         let mut moved = false;
         loop {
             match &mut self.resp {
@@ -38,7 +38,7 @@ impl Inspect {
                     if self.uin.is_empty() {
                         return Ok(moved);
                     }
-                    let max = core.settings.limits.max_head_bytes;
+                    let max = ctx.settings.limits.max_head_bytes;
                     let (head, n) = match http1::parse_response_head(self.uin.data(), max) {
                         Ok(None) => return Ok(moved),
                         Ok(Some(parsed)) => parsed,

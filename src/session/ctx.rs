@@ -1,0 +1,78 @@
+//! What a session may use and what it asks for: the narrow context the
+//! reactor lends it for one call, and the effects it hands back.
+//!
+//! The session layer defines both, so it needs nothing from the reactor:
+//! tokens arrive as plain `mio::Token`s, and everything that belongs to the
+//! reactor (the run queue, the timer wheel, admission counts, the resolver)
+//! is asked for through [`Effects`].
+
+use std::time::Instant;
+
+use mio::{Registry, Token};
+
+use crate::buffer::BufPool;
+use crate::config::{Credentials, Limits, Timeouts};
+use crate::lifecycle::CloseReason;
+use crate::policy::Policy;
+use crate::stats::Stats;
+
+/// Settings sessions read.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) timeouts: Timeouts,
+    pub(crate) limits: Limits,
+    pub(crate) auth: Option<Credentials>,
+}
+
+/// The tokens this session's two sockets register under.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tokens {
+    pub(crate) client: Token,
+    pub(crate) upstream: Token,
+}
+
+/// Everything a session handler may use, lent for one call.
+pub(crate) struct Ctx<'a> {
+    pub(crate) registry: &'a Registry,
+    pub(crate) tokens: Tokens,
+    pub(crate) pool: &'a mut BufPool,
+    /// Pipes for splicing bulk tunnels.
+    #[cfg(target_os = "linux")]
+    pub(crate) pipes: &'a super::passthrough::pipe::PipeBudget,
+    pub(crate) settings: &'a Settings,
+    pub(crate) policy: &'a Policy,
+    pub(crate) stats: &'a Stats,
+    /// The time of this reactor iteration.
+    pub(crate) now: Instant,
+    /// What the handler asks of the reactor; returned when the call ends.
+    pub(crate) effects: Effects,
+}
+
+/// What a session asks of the reactor after a call.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[must_use]
+pub(crate) struct Effects {
+    /// It stopped at its per-call budget with work left: run it again next
+    /// iteration, before sleeping.
+    pub(crate) again: bool,
+    /// Resolve this name off the loop and hand the answer back.
+    pub(crate) resolve: Option<String>,
+    /// It left its handshake (admission's pending-handshake count drops).
+    pub(crate) left_handshake: bool,
+    /// Its deadline after the call (`None`: no deadline).
+    pub(crate) deadline: Option<Instant>,
+    /// It ended for this reason: release its admission and reap it.
+    pub(crate) closed: Option<CloseReason>,
+}
+
+impl Ctx<'_> {
+    /// Asks to be run again next iteration (budget spent, work left).
+    pub(crate) fn again(&mut self) {
+        self.effects.again = true;
+    }
+
+    /// Asks the reactor to resolve `host`.
+    pub(crate) fn resolve(&mut self, host: String) {
+        self.effects.resolve = Some(host);
+    }
+}

@@ -1,0 +1,90 @@
+//! What holds a direction's bytes in flight: a user-space buffer, or on
+//! Linux a kernel pipe moved with `splice(2)`, so bulk payload never enters
+//! user space.
+//!
+//! A flow starts on a pooled buffer. Only a flow that fills its buffer (bulk
+//! traffic) trades it for a pipe, and only while the pipe budget lasts: a
+//! pipe costs two fds, and idle or chatty tunnels must cost none.
+
+use crate::buffer::ByteBuf;
+use crate::io::Io;
+use crate::session::endpoint::Endpoint;
+
+/// What one attempt to read into a carrier did.
+pub(crate) enum Fill {
+    Moved,
+    Eof,
+    /// The source has nothing now (its readiness is cleared).
+    Dry,
+    /// The carrier has no room (the source keeps its readiness).
+    Full,
+    Gone,
+}
+
+pub(crate) enum Carrier {
+    Buf(ByteBuf),
+    #[cfg(target_os = "linux")]
+    Pipe(super::pipe::Pipe),
+}
+
+impl Carrier {
+    pub(crate) fn is_empty(&self) -> bool {
+        match self {
+            Carrier::Buf(b) => b.is_empty(),
+            #[cfg(target_os = "linux")]
+            Carrier::Pipe(p) => p.is_empty(),
+        }
+    }
+
+    pub(crate) fn is_full(&self) -> bool {
+        match self {
+            Carrier::Buf(b) => b.is_full(),
+            #[cfg(target_os = "linux")]
+            Carrier::Pipe(p) => p.is_full(),
+        }
+    }
+
+    /// One read from `src`.
+    pub(crate) fn fill_from(&mut self, src: &mut Endpoint) -> Fill {
+        if self.is_full() {
+            return Fill::Full;
+        }
+        let io = match self {
+            Carrier::Buf(b) => {
+                let io = src.read(b.space());
+                if let Io::Progress(n) = io {
+                    b.commit(n);
+                }
+                io
+            }
+            #[cfg(target_os = "linux")]
+            Carrier::Pipe(p) => src.splice_in(p),
+        };
+        match io {
+            Io::Progress(_) => Fill::Moved,
+            Io::Eof => Fill::Eof,
+            // The endpoint kept its readiness: the pipe, not the socket, was full.
+            Io::WouldBlock if self.is_full() => Fill::Full,
+            Io::WouldBlock => Fill::Dry,
+            Io::PeerGone(e) => {
+                log::debug!("read: {e}");
+                Fill::Gone
+            }
+        }
+    }
+
+    /// One write to `dst`; `Progress(n)` says how many bytes left.
+    pub(crate) fn drain_to(&mut self, dst: &mut Endpoint) -> Io {
+        match self {
+            Carrier::Buf(b) => {
+                let io = dst.write(b.data());
+                if let Io::Progress(n) = io {
+                    b.consume(n);
+                }
+                io
+            }
+            #[cfg(target_os = "linux")]
+            Carrier::Pipe(p) => dst.splice_out(p),
+        }
+    }
+}

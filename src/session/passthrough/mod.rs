@@ -1,0 +1,332 @@
+//! Passthrough: raw relaying in both directions. It owns both sockets.
+//!
+//! Each direction is a [`Flow`] with at most one bounded carrier (a buffer,
+//! or on Linux a pipe for `splice`). A side is read only while its flow's
+//! carrier has room, written only while bytes are pending; reads and writes
+//! alternate until WouldBlock, so one call moves as much as the sockets
+//! allow. There is no cumulative limit of any kind. EOF from one side is
+//! flushed and then becomes `shutdown(Write)` on the other; the tunnel is
+//! done when both directions are.
+
+mod carrier;
+#[cfg(target_os = "linux")]
+pub(crate) mod pipe;
+
+use std::time::{Duration, Instant};
+
+pub(crate) use carrier::Carrier;
+use carrier::Fill;
+
+use super::closing::Closing;
+use super::conn::Conn;
+use super::ctx::Ctx;
+use super::endpoint::Endpoint;
+use super::state::State;
+use crate::buffer::ByteBuf;
+use crate::io::Io;
+use crate::lifecycle::{CloseReason, Side};
+
+/// Read/write rounds per call before yielding to other sessions, so one fat
+/// tunnel cannot starve the rest (the session is run again next iteration).
+const ROUNDS_PER_CALL: usize = 32;
+
+pub(crate) struct Passthrough {
+    client: Endpoint,
+    upstream: Endpoint,
+    /// Client to upstream.
+    up: Flow,
+    /// Upstream to client.
+    down: Flow,
+    idle: Option<Duration>,
+    last_active: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FlowPhase {
+    /// Relaying.
+    Open,
+    /// The source sent EOF; flush, then shut the destination's write side.
+    Draining,
+    /// EOF passed on: this direction is finished.
+    Shut,
+}
+
+struct Flow {
+    buf: Option<Carrier>,
+    /// Has filled its carrier at least once.
+    bulk: bool,
+    phase: FlowPhase,
+    /// Leading buffered bytes that are the proxy's own (its success reply),
+    /// not payload: written like payload, never counted as relayed.
+    own: usize,
+}
+
+/// A side died while relaying.
+struct Gone(Side);
+
+/// The bytes each way that go first, before anything read from the sockets.
+pub(crate) struct Preload {
+    /// To the client: the proxy's success reply (`own`), then payload.
+    pub(crate) to_client: Option<ByteBuf>,
+    /// Leading bytes of `to_client` that are the proxy's own reply.
+    pub(crate) own: usize,
+    /// To the upstream: what the client pipelined behind its request.
+    pub(crate) to_upstream: Option<ByteBuf>,
+    /// (client, upstream) already sent EOF (after an upgrade: no new edge
+    /// will say so).
+    pub(crate) eof: (bool, bool),
+}
+
+impl Preload {
+    /// A fresh tunnel: the proxy's `reply` to the client, and the client's
+    /// `early` bytes for the upstream.
+    pub(crate) fn reply(reply: &[u8], early: &[u8], ctx: &mut Ctx) -> Preload {
+        let mut preload = |bytes: &[u8]| {
+            (!bytes.is_empty()).then(|| {
+                let mut buf = ctx.pool.take_at_least(bytes.len());
+                buf.extend(bytes);
+                buf
+            })
+        };
+        Preload {
+            to_client: preload(reply),
+            own: reply.len(),
+            to_upstream: preload(early),
+            eof: (false, false),
+        }
+    }
+}
+
+impl Passthrough {
+    pub(crate) fn new(
+        client: Endpoint,
+        upstream: Endpoint,
+        preload: Preload,
+        idle: Option<Duration>,
+        now: Instant,
+    ) -> Passthrough {
+        let flow = |buf: Option<ByteBuf>, own, eof| Flow {
+            buf: buf.map(Carrier::Buf),
+            bulk: false,
+            phase: if eof {
+                FlowPhase::Draining
+            } else {
+                FlowPhase::Open
+            },
+            own,
+        };
+        Passthrough {
+            client,
+            upstream,
+            up: flow(preload.to_upstream, 0, preload.eof.0),
+            down: flow(preload.to_client, preload.own, preload.eof.1),
+            idle,
+            last_active: now,
+        }
+    }
+
+    pub(crate) fn idle_timeout(&self) -> Option<Duration> {
+        self.idle
+    }
+
+    pub(crate) fn endpoint(&mut self, side: Side) -> &mut Endpoint {
+        match side {
+            Side::Client => &mut self.client,
+            Side::Upstream => &mut self.upstream,
+        }
+    }
+
+    /// Which directions are still open.
+    pub(crate) fn stage(&self) -> &'static str {
+        match (
+            self.up.phase == FlowPhase::Open,
+            self.down.phase == FlowPhase::Open,
+        ) {
+            (true, true) => "open",
+            (false, true) => "client-eof",
+            (true, false) => "upstream-eof",
+            (false, false) => "both-eof",
+        }
+    }
+
+    pub(crate) fn drive(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        // An error event does not end a side at once: bytes it sent before
+        // its reset are still queued, and the reads below deliver them before
+        // reporting the error (the syscalls say it in the right order).
+        let mut active = false;
+        let mut rounds = 0;
+        loop {
+            let up = self.up.pump(
+                &mut self.client,
+                &mut self.upstream,
+                Side::Client,
+                conn,
+                ctx,
+            );
+            let down = self.down.pump(
+                &mut self.upstream,
+                &mut self.client,
+                Side::Upstream,
+                conn,
+                ctx,
+            );
+            let moved = match (up, down) {
+                (Ok(a), Ok(b)) => a | b,
+                (Err(Gone(side)), _) | (_, Err(Gone(side))) => return self.lost(side, ctx),
+            };
+            if !moved {
+                break;
+            }
+            active = true;
+            rounds += 1;
+            if rounds == ROUNDS_PER_CALL {
+                ctx.again();
+                break;
+            }
+        }
+        if active {
+            self.last_active = ctx.now;
+        }
+        if self.up.phase == FlowPhase::Shut && self.down.phase == FlowPhase::Shut {
+            return State::Done(CloseReason::Done);
+        }
+        // A side that reported an error and with which nothing more can move
+        // now (its carrier toward the other side is full, nothing is owed to
+        // it) is gone: waiting would hold the session for ever.
+        if !active {
+            if self.client.failed() {
+                return self.lost(Side::Client, ctx);
+            }
+            if self.upstream.failed() {
+                return self.lost(Side::Upstream, ctx);
+            }
+        }
+        State::Passthrough(self)
+    }
+
+    /// One side is dead: close it at once and flush what is owed to the
+    /// other, including what the dead side sent before it died and is still
+    /// queued (as much as the carrier holds).
+    fn lost(self, dead: Side, ctx: &mut Ctx) -> State {
+        let Passthrough {
+            mut client,
+            mut upstream,
+            up,
+            down,
+            ..
+        } = self;
+        let (mut owed, stranded, dead_ep, survivor) = match dead {
+            Side::Client => (up, down.buf, &mut client, upstream),
+            Side::Upstream => (down, up.buf, &mut upstream, client),
+        };
+        if owed.phase == FlowPhase::Open {
+            let carrier = owed
+                .buf
+                .get_or_insert_with(|| Carrier::Buf(ctx.pool.take()));
+            while matches!(carrier.fill_from(dead_ep), Fill::Moved) {}
+        }
+        if let Some(Carrier::Buf(buf)) = stranded {
+            ctx.pool.give(buf);
+        }
+        // The dead side aborted: the survivor gets what is owed, then a reset,
+        // as it would have from the dead end directly (a FIN would make a
+        // stream cut short, with bytes left unread, look complete). The dead
+        // side's socket closes as this scope ends.
+        State::Closing(Closing::abort(
+            survivor,
+            dead.other(),
+            owed.buf,
+            dead.gone_reason(),
+        ))
+    }
+
+    pub(crate) fn on_timer(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        let Some(idle) = self.idle else {
+            return State::Passthrough(self);
+        };
+        let due = self.last_active + idle;
+        if ctx.now >= due {
+            return State::Done(CloseReason::IdleTimeout);
+        }
+        // Traffic moved since the deadline was set: sleep until the new one.
+        conn.deadline = Some(due);
+        State::Passthrough(self)
+    }
+}
+
+impl Flow {
+    /// Moves bytes from `src` to `dst`: at most one read and one write.
+    /// Returns whether anything happened.
+    fn pump(
+        &mut self,
+        src: &mut Endpoint,
+        dst: &mut Endpoint,
+        src_side: Side,
+        conn: &mut Conn,
+        ctx: &mut Ctx,
+    ) -> Result<bool, Gone> {
+        let mut moved = false;
+        let full = self.buf.as_ref().is_some_and(Carrier::is_full);
+        src.want_read(self.phase == FlowPhase::Open && !full);
+        if src.can_read() {
+            let carrier = self
+                .buf
+                .get_or_insert_with(|| Carrier::Buf(ctx.pool.take()));
+            match carrier.fill_from(src) {
+                Fill::Moved => {
+                    moved = true;
+                    // A flow that fills its carrier is bulk: worth a pipe.
+                    self.bulk |= carrier.is_full();
+                }
+                Fill::Full => self.bulk = true,
+                Fill::Dry => {}
+                Fill::Eof => {
+                    self.phase = FlowPhase::Draining;
+                    moved = true;
+                }
+                Fill::Gone => return Err(Gone(src_side)),
+            }
+        }
+        let pending = self.buf.as_ref().is_some_and(|c| !c.is_empty());
+        dst.want_write(pending);
+        if let Some(carrier) = self.buf.as_mut().filter(|_| dst.can_write()) {
+            match carrier.drain_to(dst) {
+                Io::Progress(written) => {
+                    let ours = written.min(self.own);
+                    self.own -= ours;
+                    conn.count(src_side, written - ours, ctx);
+                    moved = true;
+                }
+                Io::WouldBlock => {}
+                Io::Eof | Io::PeerGone(_) => return Err(Gone(src_side.other())),
+            }
+        }
+        if self.buf.as_ref().is_none_or(Carrier::is_empty) {
+            self.recycle(ctx);
+            if self.phase == FlowPhase::Draining {
+                dst.shutdown_write();
+                self.phase = FlowPhase::Shut;
+                moved = true;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// An empty flow gives its buffer back to the pool (an idle tunnel holds
+    /// none), unless it is bulk and can move to a pipe instead; a pipe is
+    /// kept for the flow's life, since making one costs syscalls.
+    fn recycle(&mut self, ctx: &mut Ctx) {
+        match self.buf.take() {
+            Some(Carrier::Buf(buf)) => {
+                ctx.pool.give(buf);
+                #[cfg(target_os = "linux")]
+                if self.bulk && self.phase == FlowPhase::Open {
+                    self.buf = ctx.pipes.take().map(Carrier::Pipe);
+                }
+            }
+            #[cfg(target_os = "linux")]
+            Some(pipe @ Carrier::Pipe(_)) if self.phase == FlowPhase::Open => self.buf = Some(pipe),
+            _ => {}
+        }
+    }
+}
