@@ -67,6 +67,13 @@ start_peer() {
                 --allow "127.0.0.1:$sink" ${PORTCULLIS_ARGS:-} >"$WORK/portcullis.log" 2>&1 &
             pid=$!
             ;;
+        baseline)
+            # Another portcullis binary (BASELINE_BIN), e.g. the previous
+            # commit's, measured in the same run for a before/after row.
+            RUST_LOG=${PORTCULLIS_LOG:-info} "$BASELINE_BIN" --listen "127.0.0.1:$port" \
+                --allow "127.0.0.1:$sink" ${PORTCULLIS_ARGS:-} >"$WORK/baseline.log" 2>&1 &
+            pid=$!
+            ;;
         tinyproxy)
             cat >"$WORK/tinyproxy.conf" <<CONF
 User nobody

@@ -5,6 +5,7 @@
 #   scripts/bench.sh                 # everything
 #   BYTES=2GiB DIR=up REPEAT=3 STRACE_BYTES=256MiB CHURN=2000 IDLE=5000 scripts/bench.sh
 #   PEERS="portcullis-connect tinyproxy" scripts/bench.sh
+#   BASELINE_BIN=/tmp/old/portcullis PEERS="baseline-connect portcullis-connect" scripts/bench.sh
 #
 # Per path: bulk throughput (MiB/s) and the proxy's CPU seconds per GiB
 # (utime+stime of the proxy and its children from /proc, around the transfer;
@@ -34,18 +35,26 @@ install_peers
 have strace || { log "strace missing"; exit 1; }
 
 # label -> peer process and loadgen --via
-peer_of() { case $1 in portcullis-*) echo portcullis ;; direct) echo none ;; *) echo "$1" ;; esac; }
+peer_of() {
+    case $1 in
+        portcullis-*) echo portcullis ;;
+        baseline-*) echo baseline ;;
+        direct) echo none ;;
+        *) echo "$1" ;;
+    esac
+}
 via_of() {
     case $1 in
         direct) echo direct ;;
-        portcullis-connect | tinyproxy) echo connect ;;
-        portcullis-socks5 | dante) echo socks5 ;;
+        portcullis-connect | baseline-connect | tinyproxy) echo connect ;;
+        portcullis-socks5 | baseline-socks5 | dante) echo socks5 ;;
         haproxy | socat) echo relay ;;
     esac
 }
 have_peer() {
     case $1 in
         none | portcullis) return 0 ;;
+        baseline) [ -n "${BASELINE_BIN:-}" ] && [ -x "$BASELINE_BIN" ] ;;
         dante) have danted ;;
         *) have "$1" ;;
     esac
@@ -53,16 +62,16 @@ have_peer() {
 
 median() { sort -g | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print "-"}'; }
 
-# portcullis's own counters (SIGUSR1 logs them): "wakeups events".
+# portcullis's own counters (SIGUSR1 logs them to $WORK/NAME.log): "wakeups events".
 portcullis_counters() {
-    local pid=$1 before i
-    before=$(grep -c 'stats:' "$WORK/portcullis.log" || true)
+    local pid=$1 logf="$WORK/$2.log" before i
+    before=$(grep -c 'stats:' "$logf" || true)
     kill -USR1 "$pid"
     for i in $(seq 1 50); do
-        [ "$(grep -c 'stats:' "$WORK/portcullis.log" || true)" -gt "$before" ] && break
+        [ "$(grep -c 'stats:' "$logf" || true)" -gt "$before" ] && break
         sleep 0.05
     done
-    grep 'stats:' "$WORK/portcullis.log" | tail -1 | awk '{
+    grep 'stats:' "$logf" | tail -1 | awk '{
         for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "wakeups") w = kv[2]; if (kv[1] == "events") e = kv[2] }
         print w, e }'
 }
@@ -108,7 +117,7 @@ for label in $PEERS; do
     rates=()
     cpus=()
     c0=""
-    [ "$peer" = portcullis ] && c0=$(portcullis_counters "$pid")
+    case $peer in portcullis | baseline) c0=$(portcullis_counters "$pid" "$peer") ;; esac
     for i in $(seq 1 "$REPEAT"); do
         # shellcheck disable=SC2086
         r=$(lg transfer $vargs --sink "127.0.0.1:$sink" --bytes "$BYTES" --dir "$DIR" $watch)
@@ -120,7 +129,7 @@ for label in $PEERS; do
     cpu=$(printf '%s\n' "${cpus[@]}" | awk NF | median)
     wake="-"
     if [ -n "$c0" ]; then
-        c1=$(portcullis_counters "$pid")
+        c1=$(portcullis_counters "$pid" "$peer")
         wake=$(awk -v a="$c0" -v b="$c1" -v n="$REPEAT" -v bytes="$BYTES" 'BEGIN {
             split(a, x, " "); split(b, y, " ")
             m = bytes; u = 1

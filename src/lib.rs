@@ -9,8 +9,8 @@
 //! session with an explicit state machine:
 //!
 //! ```text
-//! accept ─> Handshake ─(policy allows)─> Resolving ─> Connecting ─┬─> Established (raw; splice on Linux)
-//!              │  SOCKS5 or HTTP, by the first byte                └─> Inspect (HTTP/1.1) ─101─> Established
+//! accept ─> Handshake ─(policy allows)─> Resolving ─> Connecting ─┬─> Passthrough (raw; splice on Linux)
+//!              │  SOCKS5 or HTTP, by the first byte                └─> Inspect (HTTP/1.1) ─101─> Passthrough
 //!              └─(deny, bad input, limit, timeout)─> Closing: flush the answer, FIN, linger ─> closed
 //! ```
 //!

@@ -24,6 +24,8 @@ mod passthrough;
 mod readiness;
 mod refusal;
 mod state;
+#[cfg(test)]
+mod tests;
 
 use std::io;
 use std::net::IpAddr;
