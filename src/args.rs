@@ -78,6 +78,10 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", value_parser = parse_idle)]
     pub idle_timeout: Option<IdleTimeout>,
 
+    /// Close half-closed tunnels (one side finished) idle this long. [default: 30s]
+    #[arg(long, value_name = "DURATION", value_parser = portcullis::duration::parse_required)]
+    pub half_close_timeout: Option<Duration>,
+
     /// Time to flush what is owed before closing. [default: 5s]
     #[arg(long, value_name = "DURATION", value_parser = portcullis::duration::parse_required)]
     pub close_timeout: Option<Duration>,
@@ -182,6 +186,7 @@ impl Args {
         t.handshake = self.handshake_timeout.unwrap_or(t.handshake);
         t.connect = self.connect_timeout.unwrap_or(t.connect);
         t.idle = self.idle_timeout.map_or(t.idle, |i| i.0);
+        t.half_close = self.half_close_timeout.unwrap_or(t.half_close);
         t.close = self.close_timeout.unwrap_or(t.close);
 
         if self.uses_builtin_policy() {

@@ -61,6 +61,9 @@ pub struct Timeouts {
     pub connect: Duration,
     /// Established tunnels with no traffic either way; `None` means never.
     pub idle: Option<Duration>,
+    /// A half-closed tunnel (one side sent EOF) with no traffic either way:
+    /// a peer that never finishes must not hold two fds for ever. Always on.
+    pub half_close: Duration,
     /// Flushing what is owed before closing.
     pub close: Duration,
     /// On graceful shutdown, how long open sessions may finish before they
@@ -77,6 +80,7 @@ impl Default for Timeouts {
             handshake: Duration::from_secs(10),
             connect: Duration::from_secs(10),
             idle: None,
+            half_close: Duration::from_secs(30),
             close: Duration::from_secs(5),
             drain: Duration::from_secs(30),
             response: Duration::from_secs(60),
@@ -365,6 +369,8 @@ struct RawTimeouts {
     #[serde(default)]
     idle: Option<RawDuration>,
     #[serde(default)]
+    half_close: Option<RawDuration>,
+    #[serde(default)]
     close: Option<RawDuration>,
     #[serde(default)]
     drain: Option<RawDuration>,
@@ -462,6 +468,10 @@ impl ConfigFile {
             idle: match &t.idle {
                 Some(v) => v.parse("timeouts.idle")?,
                 None => d.idle,
+            },
+            half_close: match &t.half_close {
+                Some(v) => v.parse_required("timeouts.half_close")?,
+                None => d.half_close,
             },
             close: match &t.close {
                 Some(v) => v.parse_required("timeouts.close")?,
@@ -630,6 +640,7 @@ impl Config {
         for (key, d) in [
             ("timeouts.handshake", t.handshake),
             ("timeouts.connect", t.connect),
+            ("timeouts.half_close", t.half_close),
             ("timeouts.close", t.close),
             ("timeouts.drain", t.drain),
             ("timeouts.response", t.response),

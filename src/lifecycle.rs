@@ -55,6 +55,9 @@ pub enum CloseReason {
     ConnectTimeout,
     /// An established tunnel saw no traffic for its idle timeout.
     IdleTimeout,
+    /// A half-closed tunnel (one side finished) saw no traffic for the
+    /// half-close timeout.
+    HalfCloseTimeout,
     /// A closing session could not flush within the close timeout.
     CloseTimeout,
     /// A policy reload no longer allows this tunnel.
@@ -69,7 +72,7 @@ pub enum CloseReason {
 
 impl CloseReason {
     /// Every reason, in a fixed order (the order of the tallies).
-    pub const ALL: [CloseReason; 16] = [
+    pub const ALL: [CloseReason; 17] = [
         CloseReason::Done,
         CloseReason::ClientGone,
         CloseReason::UpstreamGone,
@@ -81,6 +84,7 @@ impl CloseReason {
         CloseReason::ConnectFailed,
         CloseReason::ConnectTimeout,
         CloseReason::IdleTimeout,
+        CloseReason::HalfCloseTimeout,
         CloseReason::CloseTimeout,
         CloseReason::PolicyReload,
         CloseReason::Shutdown,
@@ -102,6 +106,7 @@ impl CloseReason {
             CloseReason::ConnectFailed => "connect-failed",
             CloseReason::ConnectTimeout => "connect-timeout",
             CloseReason::IdleTimeout => "idle-timeout",
+            CloseReason::HalfCloseTimeout => "half-close-timeout",
             CloseReason::CloseTimeout => "close-timeout",
             CloseReason::PolicyReload => "policy-reload",
             CloseReason::Shutdown => "shutdown",

@@ -280,7 +280,7 @@ impl Connecting {
                 upstream,
                 Preload::reply(&reply, &early, ctx),
                 idle,
-                ctx.now,
+                ctx,
             )),
         }
     }

@@ -150,6 +150,23 @@ impl Session {
                 self.conn.log.decision = Decision::Denied(d.to_string());
                 self.step(ctx, |_, _, _| State::Done(CloseReason::PolicyReload));
             }
+            // Allowed now only under inspection: a raw tunnel (not one that
+            // an inspected upgrade made raw) cannot be inspected after the
+            // fact, so it closes.
+            Verdict::Allow(allowed)
+                if allowed.inspect.is_some()
+                    && matches!(self.state, State::Passthrough(_))
+                    && !self.conn.log.upgraded =>
+            {
+                log::info!(
+                    "conn={} {target}: closed by policy reload: rule {} now inspects it",
+                    self.conn.id,
+                    allowed.rule
+                );
+                self.conn.log.decision = Decision::Allowed(allowed.rule);
+                self.conn.log.error = Some("policy now requires inspection".into());
+                self.step(ctx, |_, _, _| State::Done(CloseReason::PolicyReload));
+            }
             Verdict::Allow(allowed) => {
                 if let State::Inspect(inspect) = &mut self.state {
                     inspect.set_rules(allowed.inspect);

@@ -280,6 +280,7 @@ pub fn test_timeouts() -> Timeouts {
         handshake: Duration::from_secs(5),
         connect: Duration::from_secs(5),
         idle: None,
+        half_close: Duration::from_secs(30),
         close: Duration::from_secs(2),
         drain: Duration::from_secs(2),
         response: Duration::from_secs(5),

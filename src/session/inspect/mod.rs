@@ -398,7 +398,7 @@ impl Inspect {
             this.upstream,
             preload,
             this.idle,
-            ctx.now,
+            ctx,
         ))
     }
 

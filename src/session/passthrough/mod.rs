@@ -38,6 +38,8 @@ pub(crate) struct Passthrough {
     /// Upstream to client.
     down: Flow,
     idle: Option<Duration>,
+    /// How long a half-closed tunnel may sit silent.
+    half_close: Duration,
     last_active: Instant,
 }
 
@@ -103,7 +105,7 @@ impl Passthrough {
         upstream: Endpoint,
         preload: Preload,
         idle: Option<Duration>,
-        now: Instant,
+        ctx: &Ctx,
     ) -> Passthrough {
         let flow = |buf: Option<ByteBuf>, own, eof| Flow {
             buf: buf.map(Carrier::Buf),
@@ -121,12 +123,26 @@ impl Passthrough {
             up: flow(preload.to_upstream, 0, preload.eof.0),
             down: flow(preload.to_client, preload.own, preload.eof.1),
             idle,
-            last_active: now,
+            half_close: ctx.settings.timeouts.half_close,
+            last_active: ctx.now,
         }
     }
 
+    /// How long the tunnel may sit silent now: the idle timeout, and once
+    /// one side has finished, the half-close timeout (whichever is shorter).
     pub(crate) fn idle_timeout(&self) -> Option<Duration> {
-        self.idle
+        if self.half_closed() {
+            Some(
+                self.idle
+                    .map_or(self.half_close, |i| i.min(self.half_close)),
+            )
+        } else {
+            self.idle
+        }
+    }
+
+    fn half_closed(&self) -> bool {
+        self.up.phase != FlowPhase::Open || self.down.phase != FlowPhase::Open
     }
 
     pub(crate) fn endpoint(&mut self, side: Side) -> &mut Endpoint {
@@ -153,6 +169,7 @@ impl Passthrough {
         // An error event does not end a side at once: bytes it sent before
         // its reset are still queued, and the reads below deliver them before
         // reporting the error (the syscalls say it in the right order).
+        let was_half_closed = self.half_closed();
         let mut active = false;
         let mut rounds = 0;
         loop {
@@ -189,6 +206,12 @@ impl Passthrough {
         }
         if self.up.phase == FlowPhase::Shut && self.down.phase == FlowPhase::Shut {
             return State::Done(CloseReason::Done);
+        }
+        if self.half_closed() && !was_half_closed {
+            // One side finished: the other must finish too, or go quiet for
+            // no longer than the half-close timeout.
+            let due = self.last_active + self.half_close;
+            conn.deadline = Some(conn.deadline.map_or(due, |d| d.min(due)));
         }
         // A side that reported an error and with which nothing more can move
         // now (its carrier toward the other side is full, nothing is owed to
@@ -241,12 +264,16 @@ impl Passthrough {
     }
 
     pub(crate) fn on_timer(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let Some(idle) = self.idle else {
+        let Some(idle) = self.idle_timeout() else {
             return State::Passthrough(self);
         };
         let due = self.last_active + idle;
         if ctx.now >= due {
-            return State::Done(CloseReason::IdleTimeout);
+            return State::Done(if self.half_closed() {
+                CloseReason::HalfCloseTimeout
+            } else {
+                CloseReason::IdleTimeout
+            });
         }
         // Traffic moved since the deadline was set: sleep until the new one.
         conn.deadline = Some(due);
