@@ -357,15 +357,23 @@ fn an_unprivileged_user_keeps_their_uid_in_a_user_namespace() {
     // a one-id map written by the parent).
     let origin = http_server(BODY);
     let port = origin.port();
+    // A copy nobody can execute, wherever the checkout lives (/root is 0700).
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("run-nobody");
+    let exe = dir.path().join("portcullis");
+    std::fs::copy(env!("CARGO_BIN_EXE_portcullis"), &exe).unwrap();
+    for p in [dir.path(), exe.as_path()] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     let mut cmd = Command::new("setpriv");
     for v in PROXY_VARS {
         cmd.env_remove(v);
     }
-    cmd.args([
+    cmd.current_dir("/").args([
         "--reuid=65534",
         "--regid=65534",
         "--clear-groups",
-        env!("CARGO_BIN_EXE_portcullis"),
+        exe.to_str().unwrap(),
         "run",
         "--allow",
         &format!("127.0.0.1:{port}"),
