@@ -11,6 +11,7 @@ use crate::config::{
     Config, Credentials, Limits, ListenAddr, ListenerConfig, ListenerProtocol, Timeouts,
 };
 use crate::policy::Policy;
+use crate::reactor::listener::Listener;
 use crate::reactor::{Control, Reactor, Remote};
 use crate::stats::StatsSnapshot;
 
@@ -41,12 +42,18 @@ impl Proxy {
         ProxyBuilder {
             config: Config::default(),
             listeners_set: false,
+            adopted: Vec::new(),
         }
     }
 
     /// Binds every listener in `config`.
     pub fn new(config: Config) -> io::Result<Proxy> {
-        let (reactor, shared) = Reactor::new(config)?;
+        Proxy::with_listeners(config, Vec::new())
+    }
+
+    /// Binds the listeners in `config` and adds the already-bound `adopted` ones after them.
+    fn with_listeners(config: Config, adopted: Vec<Listener>) -> io::Result<Proxy> {
+        let (reactor, shared) = Reactor::new(config, adopted)?;
         Ok(Proxy {
             reactor,
             handle: ProxyHandle { shared },
@@ -86,6 +93,8 @@ impl Proxy {
 pub struct ProxyBuilder {
     config: Config,
     listeners_set: bool,
+    /// Listeners bound by the caller; shared so that the builder stays `Clone`.
+    adopted: Vec<(Arc<StdListener>, ListenerProtocol)>,
 }
 
 impl ProxyBuilder {
@@ -104,6 +113,44 @@ impl ProxyBuilder {
         self.config
             .listeners
             .push(ListenerConfig { addr, protocol });
+        self
+    }
+    /// Adds a listener the caller has already bound (and put in the listening
+    /// state): a `std::net::TcpListener` or a `std::os::unix::net::UnixListener`,
+    /// for example one created in another network namespace or inherited from a
+    /// service manager. Like [`listen`](Self::listen), the first listener added
+    /// replaces the default one; these come after any [`listen`](Self::listen)
+    /// addresses in [`Proxy::local_addrs`]. [`build`](Self::build) makes the
+    /// socket non-blocking and close-on-exec and registers it with the reactor;
+    /// it fails with `InvalidInput` if the socket is not listening. A Unix
+    /// socket's file is left in place when the proxy stops (it is the caller's).
+    /// If a clone of this builder is built too, the proxies share the socket.
+    ///
+    /// ```
+    /// use portcullis::{ListenAddr, ListenerProtocol, Policy, Proxy};
+    ///
+    /// let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    /// let addr = std_listener.local_addr().unwrap();
+    /// let proxy = Proxy::builder()
+    ///     .listener(std_listener, ListenerProtocol::Auto)
+    ///     .policy(Policy::builtin_default())
+    ///     .build()
+    ///     .expect("adopt the listener");
+    /// assert_eq!(proxy.local_addrs(), &[ListenAddr::Tcp(addr)]);
+    /// let running = proxy.spawn().unwrap();
+    /// running.shutdown_now();
+    /// running.join().unwrap();
+    /// ```
+    pub fn listener(
+        mut self,
+        listener: impl Into<StdListener>,
+        protocol: ListenerProtocol,
+    ) -> Self {
+        if !self.listeners_set {
+            self.config.listeners.clear();
+            self.listeners_set = true;
+        }
+        self.adopted.push((Arc::new(listener.into()), protocol));
         self
     }
     /// Sets the policy.
@@ -129,9 +176,46 @@ impl ProxyBuilder {
         });
         self
     }
-    /// Binds the listeners.
+    /// Binds the listeners (and takes in the ones given to [`listener`](Self::listener)).
     pub fn build(self) -> io::Result<Proxy> {
-        Proxy::new(self.config)
+        let mut adopted = Vec::with_capacity(self.adopted.len());
+        for (l, protocol) in self.adopted {
+            // The builder's own socket, or a dup of it when a clone still holds it.
+            let l = Arc::try_unwrap(l).or_else(|shared| shared.try_clone())?;
+            adopted.push(Listener::from_std(l, protocol)?);
+        }
+        Proxy::with_listeners(self.config, adopted)
+    }
+}
+
+/// A listening socket bound by the caller, for [`ProxyBuilder::listener`].
+#[derive(Debug)]
+pub enum StdListener {
+    /// A TCP listener.
+    Tcp(std::net::TcpListener),
+    /// A Unix-domain stream listener.
+    Unix(std::os::unix::net::UnixListener),
+}
+
+impl StdListener {
+    /// A second handle on the same socket (`dup`).
+    pub fn try_clone(&self) -> io::Result<StdListener> {
+        Ok(match self {
+            StdListener::Tcp(l) => StdListener::Tcp(l.try_clone()?),
+            StdListener::Unix(l) => StdListener::Unix(l.try_clone()?),
+        })
+    }
+}
+
+impl From<std::net::TcpListener> for StdListener {
+    fn from(l: std::net::TcpListener) -> Self {
+        StdListener::Tcp(l)
+    }
+}
+
+impl From<std::os::unix::net::UnixListener> for StdListener {
+    fn from(l: std::os::unix::net::UnixListener) -> Self {
+        StdListener::Unix(l)
     }
 }
 

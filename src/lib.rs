@@ -80,7 +80,7 @@ pub(crate) mod reactor;
 pub(crate) mod session;
 pub mod stats;
 
-pub use api::{Proxy, ProxyBuilder, ProxyHandle, SpawnedProxy};
+pub use api::{Proxy, ProxyBuilder, ProxyHandle, SpawnedProxy, StdListener};
 pub use config::{
     Config, Credentials, Limits, ListenAddr, ListenerConfig, ListenerProtocol, Timeouts,
 };

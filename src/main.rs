@@ -1,6 +1,9 @@
 //! The `portcullis` binary: a thin command line over the library.
 
 mod args;
+mod cli;
+mod proxy_env;
+mod run;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::process::ExitCode;
@@ -13,8 +16,8 @@ use portcullis::{Config, ListenAddr, ListenerProtocol, Proxy, ProxyHandle};
 use args::Args;
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
-        Ok(a) => a,
+    let cli = match cli::Cli::try_parse() {
+        Ok(c) => c,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
         Err(e) => {
             eprintln!("portcullis: {} (see --help)", args::one_line(&e));
@@ -22,6 +25,10 @@ fn main() -> ExitCode {
         }
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let args = match cli.command {
+        Some(command) => return cli::main(command),
+        None => cli.args,
+    };
 
     if args.check {
         return match args.load() {

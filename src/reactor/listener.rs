@@ -19,7 +19,8 @@ pub(crate) struct Listener {
 
 enum Socket {
     Tcp(TcpListener),
-    Unix(UnixListener, PathBuf),
+    /// With the socket file to remove on drop: `None` when the caller bound it.
+    Unix(UnixListener, Option<PathBuf>),
 }
 
 impl Listener {
@@ -43,7 +44,7 @@ impl Listener {
                 s.bind(&socket2::SockAddr::unix(path)?)?;
                 let l = UnixListener::from_std(listen(s)?.into());
                 (
-                    Socket::Unix(l, path.clone()),
+                    Socket::Unix(l, Some(path.clone())),
                     ListenAddr::Unix(path.clone()),
                 )
             }
@@ -51,6 +52,43 @@ impl Listener {
         Ok(Listener {
             socket,
             protocol: config.protocol,
+            local,
+        })
+    }
+
+    /// Adopts a socket the caller bound and put in the listening state.
+    pub(crate) fn from_std(
+        listener: crate::api::StdListener,
+        protocol: ListenerProtocol,
+    ) -> io::Result<Listener> {
+        use crate::api::StdListener;
+        let check = |s: socket2::SockRef<'_>| -> io::Result<()> {
+            #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+            if !s.is_listener()? {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "the adopted socket is not listening (call listen first)",
+                ));
+            }
+            s.set_nonblocking(true)?;
+            s.set_cloexec(true)
+        };
+        let (socket, local) = match listener {
+            StdListener::Tcp(l) => {
+                check(socket2::SockRef::from(&l))?;
+                let local = ListenAddr::Tcp(l.local_addr()?);
+                (Socket::Tcp(TcpListener::from_std(l)), local)
+            }
+            StdListener::Unix(l) => {
+                check(socket2::SockRef::from(&l))?;
+                let path = l.local_addr()?.as_pathname().map(PathBuf::from);
+                let local = ListenAddr::Unix(path.unwrap_or_default());
+                (Socket::Unix(UnixListener::from_std(l), None), local)
+            }
+        };
+        Ok(Listener {
+            socket,
+            protocol,
             local,
         })
     }
@@ -83,7 +121,7 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Socket::Unix(_, path) = &self.socket {
+        if let Socket::Unix(_, Some(path)) = &self.socket {
             let _ = std::fs::remove_file(path);
         }
     }

@@ -145,8 +145,12 @@ pub(crate) struct Reactor {
 }
 
 impl Reactor {
-    pub(crate) fn new(config: Config) -> io::Result<(Reactor, Arc<Remote>)> {
-        if config.listeners.is_empty() {
+    /// Binds `config`'s listeners, then registers the `adopted` (already bound) ones after them.
+    pub(crate) fn new(
+        config: Config,
+        adopted: Vec<Listener>,
+    ) -> io::Result<(Reactor, Arc<Remote>)> {
+        if config.listeners.is_empty() && adopted.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "no listeners configured",
@@ -160,6 +164,10 @@ impl Reactor {
                 io::Error::new(e.kind(), format!("cannot listen on {}: {e}", lc.addr))
             })?;
             l.register(poll.registry(), token::listener(i))?;
+            listeners.push(l);
+        }
+        for mut l in adopted {
+            l.register(poll.registry(), token::listener(listeners.len()))?;
             listeners.push(l);
         }
         let local_addrs = listeners.iter().map(|l| l.local.clone()).collect();

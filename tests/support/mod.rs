@@ -364,7 +364,15 @@ impl Server {
     where
         F: Fn(TcpStream) + Send + Sync + 'static,
     {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind upstream");
+        Server::start_on("127.0.0.1:0".parse().unwrap(), handler)
+    }
+
+    /// Like [`Server::start`], on `addr` (another loopback address, the host's own address).
+    pub fn start_on<F>(addr: SocketAddr, handler: F) -> Server
+    where
+        F: Fn(TcpStream) + Send + Sync + 'static,
+    {
+        let listener = TcpListener::bind(addr).expect("bind upstream");
         let addr = listener.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
@@ -384,9 +392,9 @@ impl Server {
         self.addr.port()
     }
 
-    /// `127.0.0.1:PORT`, as a CONNECT target.
+    /// `IP:PORT` (`127.0.0.1:PORT` for [`Server::start`]), as a CONNECT target.
     pub fn target(&self) -> String {
-        format!("127.0.0.1:{}", self.addr.port())
+        self.addr.to_string()
     }
 
     /// Connections accepted so far.
@@ -439,7 +447,12 @@ pub fn source_server(seed: u64, len: u64) -> Server {
 
 /// A tiny HTTP/1.1 origin: answers every request with 200 and `body`, then closes.
 pub fn http_server(body: &'static str) -> Server {
-    Server::start(move |mut s| {
+    http_server_on("127.0.0.1:0".parse().unwrap(), body)
+}
+
+/// [`http_server`] on `addr`.
+pub fn http_server_on(addr: SocketAddr, body: &'static str) -> Server {
+    Server::start_on(addr, move |mut s| {
         let _ = read_until_blank_line(&mut s);
         let resp = format!(
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",

@@ -1,0 +1,181 @@
+//! Subcommands beside the proxy's own flags: `portcullis run` and
+//! `portcullis env`. Each takes the same proxy flags as the main command
+//! (flattened from [`Args`]), so `--config`, `--listen`, `--allow` ... mean
+//! the same everywhere.
+
+pub mod env;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::args::Args;
+
+// The whole command line: the proxy's flags, or a subcommand. (A plain
+// comment: a doc comment would replace the about text `Args` brings.)
+#[derive(Debug, Parser)]
+#[command(name = "portcullis", args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    /// The proxy's flags (the main command).
+    #[command(flatten)]
+    pub args: Args,
+    /// A subcommand, if any.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+// `portcullis SUBCOMMAND`. (A plain comment, as on `Cli`.)
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run CMD behind the proxy: in a new network namespace whose only way
+    /// out is the proxy (Linux), with the proxy variables set.
+    Run(RunArgs),
+    /// Print the proxy environment variables for the configured listener:
+    /// eval "$(portcullis env)".
+    Env(EnvArgs),
+}
+
+const RUN_AFTER_HELP: &str = "\
+CMD runs in new user, network and PID namespaces (a plain network and PID
+namespace when user namespaces are unavailable and portcullis runs as root).
+Its only network is a loopback where the proxy listens (127.0.0.1:3128, or
+--listen); HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (socks5h), NO_PROXY
+(localhost,127.0.0.1,::1) and GRPC_PROXY are set in both cases, and
+NODE_USE_ENV_PROXY=1. Any other connection fails: there is no route.
+The policy is the proxy's: the built-in default allows the public internet
+on ports 80 and 443 only.
+
+The exit status is CMD's (128+N if a signal N killed it). SIGINT, SIGTERM,
+SIGHUP and SIGQUIT are forwarded to CMD. When CMD exits, every process it
+left in the namespace is killed and the proxy stops.
+
+Examples:
+  portcullis run -- cargo build
+  portcullis run --allow github.com:443 -- git clone https://github.com/o/r
+  portcullis run --no-isolate -- npm install";
+
+const ENV_AFTER_HELP: &str = "\
+Examples:
+  eval \"$(portcullis env)\"
+  eval \"$(portcullis env --config portcullis.toml)\"
+  portcullis env --shell fish | source
+  portcullis env --listen 127.0.0.1:8080 --shell json";
+
+/// `portcullis run [proxy options] -- CMD ARGS...`
+#[derive(Debug, clap::Args)]
+#[command(after_help = RUN_AFTER_HELP)]
+pub struct RunArgs {
+    /// The proxy's flags.
+    #[command(flatten)]
+    pub proxy: Args,
+
+    /// No namespace: only set the proxy variables and run CMD (on the host
+    /// network, so CMD can still connect directly). The listener defaults to
+    /// an ephemeral port on 127.0.0.1.
+    #[arg(long)]
+    pub no_isolate: bool,
+
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+/// `portcullis env [proxy options] [--shell sh|fish|json]`
+#[derive(Debug, clap::Args)]
+#[command(after_help = ENV_AFTER_HELP)]
+pub struct EnvArgs {
+    /// The proxy's flags (the listener, --auth, --config matter here).
+    #[command(flatten)]
+    pub proxy: Args,
+
+    /// Output syntax.
+    #[arg(long, value_enum, default_value_t = Shell::Sh)]
+    pub shell: Shell,
+}
+
+/// `--shell`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    /// POSIX sh: `export NAME='value'`.
+    Sh,
+    /// fish: `set -gx NAME 'value'`.
+    Fish,
+    /// One JSON object of names to values.
+    Json,
+}
+
+/// Runs a subcommand.
+pub fn main(command: Command) -> ExitCode {
+    match command {
+        Command::Run(run) => crate::run::main(run),
+        Command::Env(env) => env::main(&env),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("portcullis").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn help_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn no_subcommand_is_the_proxy() {
+        let cli = parse(&["--allow", "example.com:443"]).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.args.allow.len(), 1);
+    }
+
+    #[test]
+    fn run_takes_proxy_flags_and_a_command_after_the_separator() {
+        let cli = parse(&[
+            "run",
+            "--allow",
+            "127.0.0.1:8080",
+            "--no-isolate",
+            "--",
+            "sh",
+            "-c",
+            "exit 7",
+        ])
+        .unwrap();
+        let Some(Command::Run(run)) = cli.command else {
+            panic!("not run")
+        };
+        assert!(run.no_isolate);
+        assert_eq!(run.proxy.allow.len(), 1);
+        assert_eq!(run.cmd, ["sh", "-c", "exit 7"]);
+    }
+
+    #[test]
+    fn run_needs_a_command_and_main_flags_stay_with_main() {
+        assert!(parse(&["run"]).is_err());
+        assert!(parse(&["run", "--"]).is_err());
+        // Proxy flags go after the subcommand, not before it.
+        assert!(parse(&["--allow", "a.example", "run", "--", "true"]).is_err());
+    }
+
+    #[test]
+    fn env_shells() {
+        let cli = parse(&["env", "--shell", "fish", "--listen", "127.0.0.1:9"]).unwrap();
+        let Some(Command::Env(env)) = cli.command else {
+            panic!("not env")
+        };
+        assert_eq!(env.shell, Shell::Fish);
+        assert_eq!(env.proxy.listen.len(), 1);
+        let cli = parse(&["env"]).unwrap();
+        let Some(Command::Env(env)) = cli.command else {
+            panic!("not env")
+        };
+        assert_eq!(env.shell, Shell::Sh);
+        assert!(parse(&["env", "--shell", "csh"]).is_err());
+    }
+}

@@ -1,0 +1,294 @@
+//! The environment that points programs at the proxy: `HTTP_PROXY` and
+//! friends, in both cases, for `portcullis env` and `portcullis run`.
+//!
+//! Which tool reads what (see the README, "Keeping a program behind the proxy"):
+//! curl reads `http_proxy` (lower case only), `HTTPS_PROXY`/`https_proxy`,
+//! `ALL_PROXY`/`all_proxy` and `NO_PROXY`; Python (urllib, requests, pip),
+//! Go, git, cargo and npm read the `*_PROXY` pair; gRPC reads `GRPC_PROXY`;
+//! Node reads none unless `NODE_USE_ENV_PROXY=1` (Node 22.21 / 24 and later)
+//! or the program installs undici's `EnvHttpProxyAgent`.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+
+use portcullis::{Config, Credentials, ListenAddr, ListenerProtocol};
+
+/// Destinations reached directly, not through the proxy: the loopback only,
+/// so a test suite that starts a local server reaches it (inside `run`'s
+/// namespace that loopback is the namespace's own).
+pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
+
+/// One environment variable.
+pub type Var = (String, String);
+
+/// Where a program reaches the proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A TCP listener (an unspecified address is reached on loopback).
+    Tcp(SocketAddr),
+    /// A Unix-socket listener.
+    Unix(PathBuf),
+}
+
+impl Endpoint {
+    /// The endpoint for a bound listener address.
+    pub fn of(addr: &ListenAddr) -> Endpoint {
+        match addr {
+            ListenAddr::Tcp(a) => Endpoint::Tcp(reachable(*a)),
+            ListenAddr::Unix(p) => Endpoint::Unix(p.clone()),
+        }
+    }
+}
+
+/// The variables, plus notes for a human (printed as comments by `env`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxyEnv {
+    /// Name and value, in print order.
+    pub vars: Vec<Var>,
+    /// Remarks about what the variables cannot do.
+    pub notes: Vec<String>,
+}
+
+impl ProxyEnv {
+    /// The proxy variables for `endpoint`, speaking `protocol`, with `auth`
+    /// credentials in the URLs if the proxy requires them.
+    pub fn new(
+        endpoint: &Endpoint,
+        protocol: ListenerProtocol,
+        auth: Option<&Credentials>,
+    ) -> Self {
+        let user = auth.map_or_else(String::new, |c| {
+            format!(
+                "{}:{}@",
+                percent_encode(&c.username),
+                percent_encode(&c.password)
+            )
+        });
+        let mut notes = Vec::new();
+        let (http, socks) = match endpoint {
+            Endpoint::Tcp(a) => (format!("http://{user}{a}"), format!("socks5h://{user}{a}")),
+            Endpoint::Unix(p) => {
+                notes.push(format!(
+                    "the proxy listens on a Unix socket ({}): most tools cannot use one; \
+                     curl 7.84+ can, with the socks5h://localhost/PATH form set below",
+                    p.display()
+                ));
+                let url = format!("socks5h://{user}localhost{}", p.display());
+                (url.clone(), url)
+            }
+        };
+        let (http, all) = match protocol {
+            ListenerProtocol::Auto => (http, socks),
+            ListenerProtocol::Http => (http.clone(), http),
+            ListenerProtocol::Socks5 => {
+                notes.push(
+                    "the listener speaks SOCKS5 only: tools that need an HTTP proxy \
+                     (Python without PySocks, gRPC, Node) fail rather than go direct"
+                        .into(),
+                );
+                (socks.clone(), socks)
+            }
+        };
+        let mut vars = Vec::new();
+        for (name, value) in [
+            ("HTTP_PROXY", &http),
+            ("HTTPS_PROXY", &http),
+            ("ALL_PROXY", &all),
+            ("NO_PROXY", &NO_PROXY.to_string()),
+            ("GRPC_PROXY", &http),
+        ] {
+            vars.push((name.to_string(), value.clone()));
+            vars.push((name.to_ascii_lowercase(), value.clone()));
+        }
+        // Node 22.21+/24+ honour the variables only when asked to.
+        vars.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+        ProxyEnv { vars, notes }
+    }
+
+    /// The variables for the first TCP listener of `config` (else its first
+    /// Unix listener), plus the hook's extra variables.
+    pub fn for_config(config: &Config) -> Result<ProxyEnv, String> {
+        let listener = config
+            .listeners
+            .iter()
+            .find(|l| matches!(l.addr, ListenAddr::Tcp(_)))
+            .or_else(|| config.listeners.first())
+            .ok_or("no listener is configured")?;
+        if let ListenAddr::Tcp(a) = listener.addr {
+            if a.port() == 0 {
+                return Err(format!(
+                    "the listener {a} has port 0 (an ephemeral port, known only once the \
+                     proxy runs): give a fixed port with --listen or in the [[listen]] table"
+                ));
+            }
+        }
+        let env = ProxyEnv::new(
+            &Endpoint::of(&listener.addr),
+            listener.protocol,
+            config.auth.as_ref(),
+        );
+        Ok(env.with_extra(tls_ca_vars(config)))
+    }
+
+    /// Adds (or replaces) variables: the hook for whatever else a program
+    /// needs to use the proxy, such as the CA bundle of TLS termination.
+    pub fn with_extra(mut self, extra: impl IntoIterator<Item = Var>) -> Self {
+        for (name, value) in extra {
+            self.vars.retain(|(n, _)| *n != name);
+            self.vars.push((name, value));
+        }
+        self
+    }
+}
+
+/// Hook for TLS termination: the variables that make programs trust the
+/// proxy's CA (`SSL_CERT_FILE`, `REQUESTS_CA_BUNDLE`, `NODE_EXTRA_CA_CERTS`,
+/// `CURL_CA_BUNDLE`, `GIT_SSL_CAINFO`, ...) once the configuration has one.
+/// None today: the proxy never terminates TLS yet.
+pub fn tls_ca_vars(_config: &Config) -> Vec<Var> {
+    Vec::new()
+}
+
+/// The address a local client would use: the unspecified address becomes loopback.
+fn reachable(a: SocketAddr) -> SocketAddr {
+    match a.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, a.port()).into(),
+        IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, a.port()).into(),
+        _ => a,
+    }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters (for URL userinfo).
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get<'a>(env: &'a ProxyEnv, name: &str) -> Option<&'a str> {
+        env.vars
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn tcp_auto_sets_both_cases() {
+        let env = ProxyEnv::new(
+            &Endpoint::Tcp("127.0.0.1:3128".parse().unwrap()),
+            ListenerProtocol::Auto,
+            None,
+        );
+        for name in ["HTTP_PROXY", "HTTPS_PROXY", "GRPC_PROXY"] {
+            assert_eq!(get(&env, name), Some("http://127.0.0.1:3128"));
+            let lower = name.to_ascii_lowercase();
+            assert_eq!(get(&env, &lower), Some("http://127.0.0.1:3128"));
+        }
+        assert_eq!(get(&env, "ALL_PROXY"), Some("socks5h://127.0.0.1:3128"));
+        assert_eq!(get(&env, "all_proxy"), Some("socks5h://127.0.0.1:3128"));
+        assert_eq!(get(&env, "no_proxy"), Some(NO_PROXY));
+        assert_eq!(get(&env, "NODE_USE_ENV_PROXY"), Some("1"));
+        assert!(env.notes.is_empty());
+    }
+
+    #[test]
+    fn unspecified_and_ipv6_addresses_are_reachable_urls() {
+        let env = ProxyEnv::new(
+            &Endpoint::of(&ListenAddr::Tcp("[::]:8080".parse().unwrap())),
+            ListenerProtocol::Http,
+            None,
+        );
+        assert_eq!(get(&env, "http_proxy"), Some("http://[::1]:8080"));
+        assert_eq!(get(&env, "ALL_PROXY"), Some("http://[::1]:8080"));
+    }
+
+    #[test]
+    fn credentials_are_percent_encoded() {
+        let creds = Credentials {
+            username: "agent".into(),
+            password: "p@ss:w/rd".into(),
+        };
+        let env = ProxyEnv::new(
+            &Endpoint::Tcp("127.0.0.1:3128".parse().unwrap()),
+            ListenerProtocol::Auto,
+            Some(&creds),
+        );
+        assert_eq!(
+            get(&env, "HTTPS_PROXY"),
+            Some("http://agent:p%40ss%3Aw%2Frd@127.0.0.1:3128")
+        );
+    }
+
+    #[test]
+    fn a_unix_listener_gets_the_curl_form_and_a_note() {
+        let env = ProxyEnv::new(
+            &Endpoint::Unix("/tmp/p.sock".into()),
+            ListenerProtocol::Auto,
+            None,
+        );
+        assert_eq!(
+            get(&env, "ALL_PROXY"),
+            Some("socks5h://localhost/tmp/p.sock")
+        );
+        assert_eq!(
+            get(&env, "https_proxy"),
+            Some("socks5h://localhost/tmp/p.sock")
+        );
+        assert_eq!(env.notes.len(), 1);
+    }
+
+    #[test]
+    // Set field by field: `Config` may become #[non_exhaustive].
+    #[allow(clippy::field_reassign_with_default)]
+    fn config_picks_the_first_tcp_listener_and_refuses_port_zero() {
+        use portcullis::ListenerConfig;
+        let mut config = Config::default();
+        config.listeners = vec![
+            ListenerConfig {
+                addr: ListenAddr::Unix("/tmp/x.sock".into()),
+                protocol: ListenerProtocol::Auto,
+            },
+            ListenerConfig {
+                addr: ListenAddr::Tcp("127.0.0.1:9000".parse().unwrap()),
+                protocol: ListenerProtocol::Auto,
+            },
+        ];
+        let env = ProxyEnv::for_config(&config).unwrap();
+        assert_eq!(get(&env, "HTTP_PROXY"), Some("http://127.0.0.1:9000"));
+        config.listeners[1].addr = ListenAddr::Tcp("127.0.0.1:0".parse().unwrap());
+        assert!(ProxyEnv::for_config(&config)
+            .unwrap_err()
+            .contains("port 0"));
+    }
+
+    #[test]
+    fn extra_vars_replace_and_append() {
+        let env = ProxyEnv::new(
+            &Endpoint::Tcp("127.0.0.1:1".parse().unwrap()),
+            ListenerProtocol::Auto,
+            None,
+        )
+        .with_extra([
+            ("SSL_CERT_FILE".to_string(), "/ca.pem".to_string()),
+            ("NODE_USE_ENV_PROXY".to_string(), "0".to_string()),
+        ]);
+        assert_eq!(get(&env, "SSL_CERT_FILE"), Some("/ca.pem"));
+        assert_eq!(get(&env, "NODE_USE_ENV_PROXY"), Some("0"));
+        let n = env
+            .vars
+            .iter()
+            .filter(|(n, _)| n == "NODE_USE_ENV_PROXY")
+            .count();
+        assert_eq!(n, 1);
+    }
+}

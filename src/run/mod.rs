@@ -1,0 +1,250 @@
+//! `portcullis run [proxy options] -- CMD ARGS...`: CMD behind the proxy.
+//!
+//! On Linux, CMD runs in new user, network and PID namespaces whose only
+//! network is a loopback where the proxy's listener lives (see
+//! [`namespace`]); the proxy itself stays in the host namespaces and accepts
+//! on that listener directly. `--no-isolate` (and platforms without
+//! isolation) run CMD on the host with only the proxy variables set. On
+//! macOS CMD runs under `sandbox-exec` (see [`sandbox`]).
+//!
+//! Either way: the policy is the one the proxy flags describe, CMD's exit
+//! status is `run`'s, SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to CMD, and
+//! the proxy stops when CMD exits.
+
+#[cfg(target_os = "linux")]
+mod fdpass;
+#[cfg(target_os = "linux")]
+mod namespace;
+mod sandbox;
+mod supervise;
+
+use std::ffi::OsString;
+use std::io;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use log::info;
+use nix::sys::signal::SigSet;
+use nix::unistd::Pid;
+use portcullis::config::ConfigFile;
+use portcullis::{Config, Credentials, ListenAddr, ListenerConfig, ListenerProtocol, Proxy};
+
+use crate::args::Args;
+use crate::cli::RunArgs;
+use crate::proxy_env::{tls_ca_vars, Endpoint, ProxyEnv, Var};
+
+/// `portcullis run`.
+pub fn main(run: RunArgs) -> ExitCode {
+    if run.proxy.check {
+        eprintln!("portcullis: --check does not apply to run");
+        return ExitCode::from(2);
+    }
+    let setup = match run.proxy.load() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("portcullis: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Before any thread exists: every thread, the namespace child and its
+    // init inherit the mask, and only sigwait takes these signals.
+    let signals = supervise::signals();
+    if let Err(e) = signals.thread_block() {
+        eprintln!("portcullis: cannot block signals: {e}");
+        return ExitCode::FAILURE;
+    }
+    crate::raise_nofile_limit();
+    crate::log_policy(&run.proxy, setup.rules.as_deref());
+    if run.no_isolate {
+        let given = listeners_given(&run.proxy);
+        return on_host(setup.config, given, &run.cmd, signals, |_| Vec::new());
+    }
+    isolated(setup.config, &run.proxy, &run.cmd, signals)
+}
+
+#[cfg(target_os = "linux")]
+fn isolated(config: Config, _: &Args, cmd: &[OsString], signals: SigSet) -> ExitCode {
+    if config.listeners.len() > fdpass::MAX_FDS {
+        eprintln!(
+            "portcullis: run takes at most {} listeners",
+            fdpass::MAX_FDS
+        );
+        return ExitCode::from(2);
+    }
+    let extra_env = tls_ca_vars(&config);
+    let plan = namespace::Plan {
+        listeners: &config.listeners,
+        auth: config.auth.as_ref(),
+        extra_env: &extra_env,
+        cmd,
+        signals,
+    };
+    let mut child = match namespace::spawn(&plan) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("portcullis: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Threads may start from here on: the child exists.
+    let mut proxy_config = config.clone();
+    proxy_config.listeners.clear();
+    let mut builder = Proxy::builder().config(proxy_config);
+    for (l, protocol) in std::mem::take(&mut child.listeners) {
+        builder = builder.listener(l, protocol);
+    }
+    // On an early return the child sees its socket close and exits; CMD never starts.
+    let proxy = match builder.build() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("portcullis: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let how = match child.isolation {
+        namespace::Isolation::UserNamespace => "new user, network and PID namespaces",
+        namespace::Isolation::RootNetworkNamespace => "new network and PID namespaces (as root)",
+    };
+    for addr in proxy.local_addrs() {
+        info!("listening on {addr} inside CMD's network namespace");
+    }
+    info!("running {} in {how}", show(cmd));
+    if let Err(e) = child.start() {
+        eprintln!("portcullis: cannot start CMD: {e}");
+        return ExitCode::FAILURE;
+    }
+    let status = supervise::run(proxy, child.pid, signals);
+    // The child bound the Unix sockets, so the proxy leaves their files: remove them.
+    for l in &config.listeners {
+        if let ListenAddr::Unix(path) = &l.addr {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    status
+}
+
+#[cfg(target_os = "macos")]
+fn isolated(config: Config, args: &Args, cmd: &[OsString], signals: SigSet) -> ExitCode {
+    on_host(
+        config,
+        listeners_given(args),
+        cmd,
+        signals,
+        sandbox::wrapper,
+    )
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+fn isolated(_: Config, _: &Args, _: &[OsString], _: SigSet) -> ExitCode {
+    eprintln!(
+        "portcullis: run cannot isolate CMD on this platform (network namespaces are \
+         Linux-only, sandbox-exec macOS-only); use --no-isolate to only set the proxy variables"
+    );
+    ExitCode::FAILURE
+}
+
+/// CMD on the host's network, with the proxy variables set (and, on macOS,
+/// `wrap`ped in a sandbox). The listener defaults to an ephemeral loopback port.
+fn on_host(
+    mut config: Config,
+    listeners_given: bool,
+    cmd: &[OsString],
+    signals: SigSet,
+    wrap: impl FnOnce(&ListenAddr) -> Vec<OsString>,
+) -> ExitCode {
+    if !listeners_given {
+        config.listeners = vec![ListenerConfig {
+            addr: ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 0))),
+            protocol: ListenerProtocol::Auto,
+        }];
+    }
+    let extra_env = tls_ca_vars(&config);
+    let auth = config.auth.clone();
+    let protocols: Vec<ListenerProtocol> = config.listeners.iter().map(|l| l.protocol).collect();
+    let proxy = match Proxy::new(config) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("portcullis: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let addrs: Vec<(ListenAddr, ListenerProtocol)> =
+        proxy.local_addrs().iter().cloned().zip(protocols).collect();
+    for (addr, _) in &addrs {
+        info!("listening on {addr}");
+    }
+    let Some((primary, _)) = primary(&addrs) else {
+        eprintln!("portcullis: no listener");
+        return ExitCode::FAILURE;
+    };
+    let argv: Vec<OsString> = wrap(primary)
+        .into_iter()
+        .chain(cmd.iter().cloned())
+        .collect();
+    info!(
+        "running {} with the proxy variables set; it is not isolated and can still connect directly",
+        show(cmd)
+    );
+    let env = proxy_env(&addrs, auth.as_ref(), &extra_env);
+    let child = match std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .envs(env.vars)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("portcullis: cannot run {}: {e}", argv[0].to_string_lossy());
+            return ExitCode::from(spawn_failure_code(&e));
+        }
+    };
+    supervise::run(proxy, Pid::from_raw(child.id() as i32), signals)
+}
+
+/// The listener the variables point at: the first TCP one, else the first.
+fn primary(
+    listeners: &[(ListenAddr, ListenerProtocol)],
+) -> Option<&(ListenAddr, ListenerProtocol)> {
+    listeners
+        .iter()
+        .find(|(a, _)| matches!(a, ListenAddr::Tcp(_)))
+        .or_else(|| listeners.first())
+}
+
+/// CMD's proxy variables for the bound listeners.
+fn proxy_env(
+    listeners: &[(ListenAddr, ListenerProtocol)],
+    auth: Option<&Credentials>,
+    extra: &[Var],
+) -> ProxyEnv {
+    match primary(listeners) {
+        Some((addr, protocol)) => {
+            ProxyEnv::new(&Endpoint::of(addr), *protocol, auth).with_extra(extra.iter().cloned())
+        }
+        None => ProxyEnv::default(),
+    }
+}
+
+/// The shell's convention when CMD cannot be started: 127 not found, 126 otherwise.
+fn spawn_failure_code(e: &io::Error) -> u8 {
+    match e.kind() {
+        io::ErrorKind::NotFound => 127,
+        _ => 126,
+    }
+}
+
+/// Whether the user chose the listeners (`--listen`, or `[[listen]]` in the file).
+fn listeners_given(args: &Args) -> bool {
+    !args.listen.is_empty()
+        || args
+            .config
+            .as_ref()
+            .is_some_and(|p| ConfigFile::load(p).is_ok_and(|f| f.listeners.is_some()))
+}
+
+/// CMD for a log line.
+fn show(cmd: &[OsString]) -> String {
+    cmd.iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
