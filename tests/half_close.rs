@@ -135,3 +135,43 @@ fn upstream_half_close_then_client_keeps_sending_connect() {
 fn upstream_half_close_then_client_keeps_sending_socks5() {
     upstream_closes_first(Via::Socks5);
 }
+
+/// The client finishes and the upstream never does (it neither answers nor
+/// closes): the half-closed tunnel ends after the half-close timeout, even
+/// with the idle timeout off, and holds nothing after.
+fn silent_peer_after_half_close(via: Via) {
+    let (hold_tx, hold_rx) = mpsc::channel::<TcpStream>();
+    let hold_tx = std::sync::Mutex::new(hold_tx);
+    // The upstream keeps its socket open and silent for the whole test.
+    let up = Server::start(move |s| {
+        let _ = hold_tx.lock().unwrap().send(s);
+    });
+    let timeouts = portcullis::Timeouts {
+        half_close: std::time::Duration::from_millis(300),
+        ..test_timeouts()
+    };
+    assert_eq!(
+        timeouts.idle, None,
+        "idle timeout off: only half-close applies"
+    );
+    let proxy = spawn(proxy_builder(allow_ports(&[up.port()])).timeouts(timeouts));
+    let mut s = tunnel(&proxy, via, &up);
+    let _upstream = hold_rx.recv_timeout(PROMPTLY).expect("upstream accepted");
+    s.shutdown(Shutdown::Write).unwrap();
+    // Nothing comes back; the proxy gives up on the silent peer.
+    let rest = expect_closed(&mut s, "half-closed tunnel to a silent upstream");
+    assert!(rest.is_empty(), "{rest:?}");
+    wait_no_open_sessions(&proxy);
+    let st = proxy.stats();
+    assert_eq!(st.closed.get(CloseReason::HalfCloseTimeout), 1, "{st}");
+}
+
+#[test]
+fn half_closed_tunnel_to_a_silent_upstream_times_out_connect() {
+    silent_peer_after_half_close(Via::Http);
+}
+
+#[test]
+fn half_closed_tunnel_to_a_silent_upstream_times_out_socks5() {
+    silent_peer_after_half_close(Via::Socks5);
+}

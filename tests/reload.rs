@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::io::Write;
 use std::time::Duration;
 
 use portcullis::{CloseReason, Policy};
@@ -111,4 +112,30 @@ fn reload_applies_new_request_rules_to_open_inspected_sessions() {
     c.send(get("/public"));
     assert_eq!(c.response("GET").status, 200, "the session stayed usable");
     assert_eq!(proxy.stats().closed.get(CloseReason::PolicyReload), 0);
+}
+
+/// A raw tunnel opened under a plain allow is closed when a reload allows
+/// its target only under inspection: it cannot be inspected after the fact.
+#[test]
+fn reload_to_inspection_closes_raw_tunnels() {
+    use portcullis::policy::parse_cli_inspect;
+    let up = echo_server();
+    let proxy = start_proxy(allow_ports(&[up.port()]));
+    let p = proxy_addr(&proxy);
+    let mut raw = connect_via_http(p, &up.target());
+    assert_echo(&mut raw, b"raw before the reload");
+
+    let inspected = Policy::from_rules(&[parse_cli_inspect(&up.target()).unwrap()]).unwrap();
+    proxy.reload(inspected);
+    let rest = expect_closed(&mut raw, "raw tunnel after a reload to inspection");
+    assert!(rest.is_empty(), "{rest:?}");
+    wait_for("the policy-reload tally", PROMPTLY, || {
+        proxy.stats().closed.get(CloseReason::PolicyReload) == 1
+    });
+    // A new CONNECT to the same target is inspected now: raw bytes that are
+    // not HTTP get a 400, not an echo.
+    let mut s = connect_via_http(p, &up.target());
+    s.write_all(b"not http\r\n\r\n").unwrap();
+    let head = read_response_head(&mut s).expect("an answer from the inspector");
+    assert_eq!(head.status, 400, "{}", head.raw);
 }
