@@ -68,12 +68,16 @@ enum Cmd {
         #[arg(long, default_value = "256KiB", value_parser = parse_size)]
         chunk: u64,
     },
-    /// Open, echo 32 bytes, close; `--count` times, one after another.
+    /// Open, echo 32 bytes, close; `--count` times in all, one after
+    /// another on each of `--parallel` clients.
     Churn {
         #[command(flatten)]
         c: Common,
         #[arg(long, default_value_t = 2000)]
         count: u32,
+        /// Clients churning at once (each runs count/parallel connections).
+        #[arg(long, default_value_t = 1)]
+        parallel: u32,
     },
     /// Open `--count` tunnels and hold them idle; report memory per tunnel.
     Idle {
@@ -145,7 +149,7 @@ fn main() {
             dir,
             chunk,
         } => transfer(&c, bytes, dir, chunk as usize),
-        Cmd::Churn { c, count } => churn(&c, count),
+        Cmd::Churn { c, count, parallel } => churn(&c, count, parallel.max(1)),
         Cmd::Idle {
             c,
             count,
@@ -396,7 +400,7 @@ fn transfer(c: &Common, bytes: u64, dir: Dir, chunk: usize) -> io::Result<()> {
     Ok(())
 }
 
-fn churn(c: &Common, count: u32) -> io::Result<()> {
+fn churn(c: &Common, count: u32, parallel: u32) -> io::Result<()> {
     let l = bind(c.sink)?;
     thread::spawn(move || {
         for conn in l.incoming() {
@@ -413,22 +417,38 @@ fn churn(c: &Common, count: u32) -> io::Result<()> {
         }
     });
     let via = c.via();
-    let msg = [0x5au8; 32];
     let cpu0 = c.watch_pid.map(cpu_seconds);
     let t0 = Instant::now();
-    for i in 0..count {
-        let mut s = open(via, c.sink)
-            .map_err(|e| io::Error::new(e.kind(), format!("connection {i}: {e}")))?;
-        s.write_all(&msg)?;
-        let mut back = [0u8; 32];
-        s.read_exact(&mut back)?;
-        if back != msg {
-            return Err(io::Error::other("echo mismatch"));
-        }
+    let per_client = count / parallel;
+    let count = per_client * parallel;
+    let sink = c.sink;
+    let clients: Vec<_> = (0..parallel)
+        .map(|_| {
+            let via = via;
+            thread::spawn(move || -> io::Result<()> {
+                let msg = [0x5au8; 32];
+                for i in 0..per_client {
+                    let mut s = open(via, sink)
+                        .map_err(|e| io::Error::new(e.kind(), format!("connection {i}: {e}")))?;
+                    s.write_all(&msg)?;
+                    let mut back = [0u8; 32];
+                    s.read_exact(&mut back)?;
+                    if back != msg {
+                        return Err(io::Error::other("echo mismatch"));
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for client in clients {
+        client
+            .join()
+            .map_err(|_| io::Error::other("client thread panicked"))??;
     }
     let secs = t0.elapsed().as_secs_f64();
     let mut line = format!(
-        "RESULT kind=churn via={} count={count} secs={secs:.3} conns_per_s={:.0}",
+        "RESULT kind=churn via={} count={count} parallel={parallel} secs={secs:.3} conns_per_s={:.0}",
         c.via_name(),
         f64::from(count) / secs
     );

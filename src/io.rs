@@ -57,6 +57,18 @@ pub(crate) fn retrying(dir: Dir, mut op: impl FnMut() -> io::Result<usize>) -> I
     }
 }
 
+/// Whether accepted TCP sockets inherit TCP_NODELAY from their listener
+/// (Linux and the BSDs copy it into the new socket), so setting it once on
+/// the listener saves a `setsockopt` per connection.
+pub(crate) const NODELAY_INHERITED: bool = cfg!(any(
+    target_os = "linux",
+    target_os = "android",
+    target_vendor = "apple",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "netbsd"
+));
+
 /// A connected stream socket: TCP, or Unix-domain for sandboxes handed a socket path.
 #[derive(Debug)]
 pub(crate) enum Stream {
@@ -96,9 +108,10 @@ impl Stream {
         let _ = socket2::SockRef::from(self).set_linger(Some(std::time::Duration::ZERO));
     }
 
-    /// Per-socket options every relayed socket gets.
-    pub(crate) fn prepare(&self) {
-        if let Stream::Tcp(s) = self {
+    /// Per-socket options every relayed socket gets. `nodelay`: set
+    /// TCP_NODELAY here (accepted sockets may have inherited it already).
+    pub(crate) fn prepare(&self, nodelay: bool) {
+        if let (Stream::Tcp(s), true) = (self, nodelay) {
             // We forward whatever arrives as soon as it arrives; Nagle would
             // only add latency to interactive tunnels (ssh, kubectl exec).
             let _ = s.set_nodelay(true);

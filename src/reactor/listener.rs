@@ -33,6 +33,7 @@ impl Listener {
                     None,
                 )?;
                 s.set_reuse_address(true)?;
+                set_nodelay_inherited(&s)?;
                 s.bind(&(*addr).into())?;
                 let l = TcpListener::from_std(listen(s)?.into());
                 let local = l.local_addr()?;
@@ -76,6 +77,7 @@ impl Listener {
         let (socket, local) = match listener {
             StdListener::Tcp(l) => {
                 check(socket2::SockRef::from(&l))?;
+                set_nodelay_inherited(&socket2::SockRef::from(&l))?;
                 let local = ListenAddr::Tcp(l.local_addr()?);
                 (Socket::Tcp(TcpListener::from_std(l)), local)
             }
@@ -133,6 +135,14 @@ impl Drop for Listener {
 const BACKLOG: i32 = 1024;
 
 /// Listens, non-blocking, close-on-exec.
+/// Sets TCP_NODELAY on a listener, for its accepted sockets to inherit.
+fn set_nodelay_inherited(s: &socket2::Socket) -> io::Result<()> {
+    if crate::io::NODELAY_INHERITED {
+        s.set_tcp_nodelay(true)?;
+    }
+    Ok(())
+}
+
 fn listen(s: socket2::Socket) -> io::Result<socket2::Socket> {
     s.listen(BACKLOG)?;
     s.set_nonblocking(true)?;

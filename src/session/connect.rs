@@ -172,9 +172,8 @@ impl Plan {
         while let Some(&ip) = self.addrs.get(self.next) {
             self.next += 1;
             let addr = SocketAddr::new(ip, self.request.target.port);
-            let upstream = mio::net::TcpStream::connect(addr).and_then(|s| {
-                Endpoint::register(Stream::Tcp(s), ctx.tokens.upstream, ctx.registry)
-            });
+            let upstream = mio::net::TcpStream::connect(addr)
+                .and_then(|s| Endpoint::dialled(Stream::Tcp(s), ctx.tokens.upstream, ctx.registry));
             match upstream {
                 Ok(mut upstream) => {
                     // A connect completes (or fails) with a writable edge.

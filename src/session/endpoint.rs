@@ -19,21 +19,51 @@ use crate::io::{Io, Stream};
 pub(crate) struct Endpoint {
     stream: Stream,
     ready: Readiness,
+    /// A short read after the peer's FIN: EOF is next (no syscall needed).
+    drained_to_eof: bool,
 }
 
 impl Endpoint {
-    /// Registers `stream` for both directions, edge-triggered, once for its
-    /// whole life: interest is applied in user space.
-    pub(crate) fn register(
-        mut stream: Stream,
+    /// An accepted client socket: registered, and assumed readable and
+    /// writable at once, since clients speak first and the request is
+    /// usually queued by the time we accept (a wrong guess costs one
+    /// EAGAIN; a right one saves a wakeup). TCP_NODELAY was inherited from
+    /// the listener where the platform does that.
+    pub(crate) fn accepted(
+        stream: Stream,
         token: Token,
         registry: &Registry,
     ) -> io::Result<Endpoint> {
-        stream.prepare();
+        let nodelay = !crate::io::NODELAY_INHERITED;
+        let mut ep = Endpoint::register(stream, token, registry, nodelay)?;
+        ep.ready.event = Ready::READABLE | Ready::WRITABLE;
+        Ok(ep)
+    }
+
+    /// A socket we connected (or are connecting): readiness comes from the
+    /// kernel's edges only.
+    pub(crate) fn dialled(
+        stream: Stream,
+        token: Token,
+        registry: &Registry,
+    ) -> io::Result<Endpoint> {
+        Endpoint::register(stream, token, registry, true)
+    }
+
+    /// Registers `stream` for both directions, edge-triggered, once for its
+    /// whole life: interest is applied in user space.
+    fn register(
+        mut stream: Stream,
+        token: Token,
+        registry: &Registry,
+        nodelay: bool,
+    ) -> io::Result<Endpoint> {
+        stream.prepare(nodelay);
         registry.register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)?;
         Ok(Endpoint {
             stream,
             ready: Readiness::default(),
+            drained_to_eof: false,
         })
     }
 
@@ -74,20 +104,44 @@ impl Endpoint {
         self.ready.event.contains(Ready::ERROR)
     }
 
-    /// Reads into `buf`.
+    /// Reads into `buf` (never empty).
+    ///
+    /// A short read empties the socket's receive queue (TCP and Unix stream
+    /// reads return less than asked only then), so the readiness is used up
+    /// without spending a syscall on the EAGAIN; anything arriving later
+    /// raises a new edge. If the peer's FIN was reported too, the queue ends
+    /// in EOF: the next read reports it without a syscall.
     pub(crate) fn read(&mut self, buf: &mut [u8]) -> Io {
-        let io = self.stream.read_into(buf);
-        if matches!(io, Io::WouldBlock | Io::Eof) {
+        debug_assert!(!buf.is_empty());
+        if self.eof_known() {
             self.ready.event.remove(Ready::READABLE);
+            return Io::Eof;
+        }
+        let io = self.stream.read_into(buf);
+        match io {
+            Io::WouldBlock | Io::Eof => self.ready.event.remove(Ready::READABLE),
+            Io::Progress(n) if n < buf.len() && !self.ready.event.contains(Ready::READ_CLOSED) => {
+                self.ready.event.remove(Ready::READABLE)
+            }
+            Io::Progress(n) if n < buf.len() => self.drained_to_eof = true,
+            _ => {}
         }
         io
     }
 
-    /// Writes from `buf` (never empty).
+    /// The receive queue held nothing but the FIN after the last read.
+    fn eof_known(&self) -> bool {
+        self.drained_to_eof && !self.failed()
+    }
+
+    /// Writes from `buf` (never empty). A short write means the send buffer
+    /// is full: the writability is used up without an EAGAIN syscall.
     pub(crate) fn write(&mut self, buf: &[u8]) -> Io {
         let io = self.stream.write_from(buf);
-        if matches!(io, Io::WouldBlock) {
-            self.ready.event.remove(Ready::WRITABLE);
+        match io {
+            Io::WouldBlock => self.ready.event.remove(Ready::WRITABLE),
+            Io::Progress(n) if n < buf.len() => self.ready.event.remove(Ready::WRITABLE),
+            _ => {}
         }
         io
     }
@@ -115,11 +169,16 @@ impl Endpoint {
     #[cfg(target_os = "linux")]
     pub(crate) fn splice_out(&mut self, pipe: &mut super::passthrough::pipe::Pipe) -> Io {
         use std::os::fd::AsFd;
+        let before = pipe.len();
         let io = crate::io::retrying(crate::io::Dir::Write, || {
             pipe.splice_to(self.stream.as_fd())
         });
-        if matches!(io, Io::WouldBlock) {
-            self.ready.event.remove(Ready::WRITABLE);
+        match io {
+            // Everything in the pipe was offered: a short move means the
+            // socket's send buffer is full.
+            Io::WouldBlock => self.ready.event.remove(Ready::WRITABLE),
+            Io::Progress(n) if n < before => self.ready.event.remove(Ready::WRITABLE),
+            _ => {}
         }
         io
     }

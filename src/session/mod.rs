@@ -63,14 +63,15 @@ impl Session {
         refusing: Option<&'static str>,
         ctx: &mut Ctx,
     ) -> io::Result<Session> {
-        let client = Endpoint::register(stream, ctx.tokens.client, ctx.registry)?;
+        let client = Endpoint::accepted(stream, ctx.tokens.client, ctx.registry)?;
         let mut conn = Conn::new(id, peer, ctx.now);
         conn.deadline_in(ctx.now, ctx.settings.timeouts.handshake);
         let state = State::Handshake(handshake::Handshake::new(client, protocol, refusing));
         ctx.stats.phase(None, state.phase());
         log::debug!("conn={id} accepted: {state}");
-        let session = Session { conn, state };
-        session.report(ctx);
+        let mut session = Session { conn, state };
+        // The request is usually queued already: read it now, not a wakeup later.
+        session.run(ctx);
         Ok(session)
     }
 

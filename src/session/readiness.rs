@@ -22,6 +22,8 @@ impl Ready {
     pub(crate) const WRITABLE: Ready = Ready(2);
     /// The kernel reported an error on the socket: the peer is gone.
     pub(crate) const ERROR: Ready = Ready(4);
+    /// The peer finished sending (FIN): once the queue is read, EOF follows.
+    pub(crate) const READ_CLOSED: Ready = Ready(8);
 
     pub(crate) fn contains(self, other: Ready) -> bool {
         self.0 & other.0 == other.0
@@ -65,6 +67,7 @@ impl fmt::Debug for Ready {
             (Ready::READABLE, "R"),
             (Ready::WRITABLE, "W"),
             (Ready::ERROR, "E"),
+            (Ready::READ_CLOSED, "C"),
         ];
         if *self == Ready::EMPTY {
             return f.write_str("-");
@@ -99,6 +102,9 @@ impl Readiness {
     pub(crate) fn absorb(&mut self, ev: &mio::event::Event) {
         if ev.is_readable() || ev.is_read_closed() {
             self.event.insert(Ready::READABLE);
+        }
+        if ev.is_read_closed() {
+            self.event.insert(Ready::READ_CLOSED);
         }
         if ev.is_writable() || ev.is_write_closed() {
             self.event.insert(Ready::WRITABLE);

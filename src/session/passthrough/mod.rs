@@ -177,6 +177,7 @@ impl Passthrough {
                 &mut self.client,
                 &mut self.upstream,
                 Side::Client,
+                self.down.phase == FlowPhase::Shut,
                 conn,
                 ctx,
             );
@@ -184,6 +185,7 @@ impl Passthrough {
                 &mut self.upstream,
                 &mut self.client,
                 Side::Upstream,
+                self.up.phase == FlowPhase::Shut,
                 conn,
                 ctx,
             );
@@ -289,6 +291,7 @@ impl Flow {
         src: &mut Endpoint,
         dst: &mut Endpoint,
         src_side: Side,
+        last: bool,
         conn: &mut Conn,
         ctx: &mut Ctx,
     ) -> Result<bool, Gone> {
@@ -331,7 +334,12 @@ impl Flow {
         if self.buf.as_ref().is_none_or(Carrier::is_empty) {
             self.recycle(ctx);
             if self.phase == FlowPhase::Draining {
-                dst.shutdown_write();
+                // When the other way is finished already, the session ends
+                // now and closing the socket sends the FIN (its receive
+                // queue is empty: its peer's EOF was read), so no `shutdown`.
+                if !last {
+                    dst.shutdown_write();
+                }
                 self.phase = FlowPhase::Shut;
                 moved = true;
             }

@@ -92,6 +92,11 @@ impl Pipe {
         self.len == 0
     }
 
+    /// Bytes in the pipe.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     pub(crate) fn is_full(&self) -> bool {
         self.full || self.len >= self.cap
     }
