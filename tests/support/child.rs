@@ -253,3 +253,71 @@ pub fn stat(m: &HashMap<String, u64>, key: &str) -> u64 {
     *m.get(key)
         .unwrap_or_else(|| panic!("stats line has no `{key}=`: {m:?}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATS: &str = "[2026-01-01T00:00:00Z INFO  portcullis] stats: accepted=3 allowed=2 denied=1 open=1 (handshake=0 resolving=0 connecting=0 established=1 closing=0) bytes_up=10 bytes_down=20 wakeups=17 events=30 accept_pauses=0 closed: client-gone=1 denied=1";
+
+    #[test]
+    fn stats_line_parses() {
+        let m = parse_stats_line(STATS);
+        assert_eq!(stat(&m, "open"), 1);
+        assert_eq!(stat(&m, "handshake"), 0, "inside the parentheses");
+        assert_eq!(stat(&m, "closing"), 0, "before the closing parenthesis");
+        assert_eq!(stat(&m, "established"), 1);
+        assert_eq!(stat(&m, "wakeups"), 17);
+        assert_eq!(stat(&m, "accepted"), 3);
+        assert_eq!(stat(&m, "denied"), 1);
+        assert_eq!(stat(&m, "closed.client-gone"), 1);
+        assert_eq!(stat(&m, "closed.denied"), 1);
+        assert!(!m.contains_key("client-gone"), "reasons are prefixed");
+        assert!(!m.contains_key("INFO"), "the log prefix is skipped");
+        assert_eq!(m.len(), 16);
+    }
+
+    #[test]
+    fn stats_line_skips_what_is_not_a_number() {
+        let m = parse_stats_line("stats: a=1 b=x c= d (e=5,)");
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!((stat(&m, "a"), stat(&m, "e")), (1, 5));
+    }
+
+    #[test]
+    #[should_panic(expected = "stats line")]
+    fn a_line_without_stats_is_refused() {
+        parse_stats_line("listening on 127.0.0.1:1");
+    }
+
+    #[test]
+    #[should_panic(expected = "no `missing=`")]
+    fn a_missing_stat_panics_with_its_name() {
+        stat(&parse_stats_line(STATS), "missing");
+    }
+
+    #[test]
+    fn listening_line_gives_the_address() {
+        let line = "[2026-01-01T00:00:00Z INFO  portcullis] listening on 127.0.0.1:41234 (http+socks5); try: curl -p -x http://127.0.0.1:41234 https://example.com";
+        assert_eq!(
+            parse_listening_addr(line),
+            Some("127.0.0.1:41234".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listening_addr("listening on [::1]:3128 (socks5)"),
+            Some("[::1]:3128".parse().unwrap())
+        );
+        assert_eq!(parse_listening_addr("listening on unix:/tmp/p.sock"), None);
+        assert_eq!(parse_listening_addr("stats: open=0"), None);
+    }
+
+    #[test]
+    fn cpu_ticks_are_utime_plus_stime() {
+        // A command name with spaces and parentheses, as /proc shows it.
+        let stat =
+            "4242 (we (ird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 111 222 0 0 20 0 1 0 5 0 0";
+        assert_eq!(parse_cpu_ticks(stat), 333);
+        let me = std::fs::read_to_string("/proc/self/stat").unwrap();
+        parse_cpu_ticks(&me);
+    }
+}

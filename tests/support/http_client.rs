@@ -162,3 +162,124 @@ pub fn curl(args: &[&str]) -> std::process::Output {
         Err(e) => panic!("cannot run curl ({e}); this test needs it (CI installs it)"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::support::scripted::{Scripted, Step};
+
+    const HEAD: &[u8] = b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"x\"\r\nX-Proxy-Error:  auth \r\nno colon here\r\nX-Proxy-Error: second\r\n\r\n";
+
+    #[test]
+    fn base64_known_answers() {
+        // RFC 4648, section 10.
+        for (plain, enc) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(plain.as_bytes()), enc, "{plain:?}");
+        }
+        assert_eq!(base64(&[0xfb, 0xff, 0xbf]), "+/+/");
+        assert_eq!(base64(&[0, 0, 0]), "AAAA");
+        // RFC 7617's example.
+        assert_eq!(
+            basic_auth("Aladdin", "open sesame"),
+            "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
+        );
+    }
+
+    #[test]
+    fn blank_line_ends_the_head_at_every_split() {
+        let mut wire = HEAD.to_vec();
+        wire.extend_from_slice(b"TUNNEL");
+        for piece in [1, 2, 3, 7, wire.len()] {
+            let mut r = Scripted::pieces(&wire, piece);
+            assert_eq!(
+                read_until_blank_line(&mut r).unwrap(),
+                HEAD,
+                "piece {piece}"
+            );
+            assert_eq!(r.unread(), b"TUNNEL", "never reads past the head");
+        }
+    }
+
+    #[test]
+    fn blank_line_reader_retries_interrupts_and_reports_eof_and_overflow() {
+        let mut r = Scripted::new(vec![
+            Step::Data(b"HTTP/1.1 200 OK\r\n".to_vec()),
+            Step::Err(io::ErrorKind::Interrupted),
+            Step::Data(b"\r\n".to_vec()),
+        ]);
+        assert_eq!(
+            read_until_blank_line(&mut r).unwrap(),
+            b"HTTP/1.1 200 OK\r\n\r\n"
+        );
+
+        // Bare LFs do not end a head: EOF comes first.
+        let mut r = Scripted::data(b"HTTP/1.1 200 OK\n\n");
+        let e = read_until_blank_line(&mut r).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(e.to_string().contains("17 bytes"), "{e}");
+
+        let mut r = Scripted::new(vec![Step::Err(io::ErrorKind::TimedOut)]);
+        let e = read_until_blank_line(&mut r).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+
+        let mut r = Scripted::data(&vec![b'a'; 70 * 1024]);
+        let e = read_until_blank_line(&mut r).unwrap_err();
+        assert!(e.to_string().contains("too long"), "{e}");
+    }
+
+    #[test]
+    fn response_head_parses_status_and_headers() {
+        let mut r = Scripted::pieces(HEAD, 5);
+        let head = read_response_head(&mut r).unwrap();
+        assert_eq!(head.status, 407);
+        assert_eq!(head.raw.as_bytes(), HEAD);
+        assert_eq!(head.header("proxy-authenticate"), Some("Basic realm=\"x\""));
+        assert_eq!(head.header("X-PROXY-ERROR"), Some("auth"), "first, trimmed");
+        assert_eq!(head.header("no colon here"), None);
+        assert_eq!(head.headers.len(), 3);
+
+        let mut r = Scripted::data(b"HTTP/1.0 200\r\n\r\n");
+        let head = read_response_head(&mut r).unwrap();
+        assert_eq!(head.status, 200);
+        assert!(head.headers.is_empty());
+    }
+
+    #[test]
+    fn response_head_refuses_what_is_not_http() {
+        for bad in [
+            &b"SSH-2.0-OpenSSH\r\n\r\n"[..],
+            b"HTTP/2 200\r\n\r\n",
+            b"HTTP/1.1 OK\r\n\r\n",
+            b"HTTP/1.1\r\n\r\n",
+        ] {
+            let mut r = Scripted::data(bad);
+            let e = read_response_head(&mut r).unwrap_err();
+            assert!(e.to_string().contains("bad status line"), "{e}");
+        }
+    }
+
+    #[test]
+    fn connect_request_is_well_formed() {
+        let mut s = Scripted::data(b"HTTP/1.1 200 Connection established\r\n\r\nTUNNEL");
+        let head = http_connect_on(
+            &mut s,
+            "example.com:443",
+            &[("Proxy-Authorization", "Basic eDp5")],
+        )
+        .unwrap();
+        assert_eq!(head.status, 200);
+        assert_eq!(
+            String::from_utf8(s.written.clone()).unwrap(),
+            "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\nProxy-Authorization: Basic eDp5\r\n\r\n"
+        );
+        assert_eq!(s.unread(), b"TUNNEL");
+    }
+}

@@ -5,6 +5,11 @@
 //! with `mod support;` and `use support::*;`, and uses a subset: hence the
 //! `dead_code` allowance (inherited by every module below) and the
 //! `unused_imports` allowance on each re-export.
+//!
+//! Modules with logic in them (generator, parsers, encoders) carry their own
+//! `#[cfg(test)] mod tests`. Integration tests build with `cfg(test)`, so
+//! those unit tests run in every test binary that includes `support`; they
+//! are few and take microseconds.
 #![allow(dead_code)]
 
 // Sorted, one `pub mod` and one `pub use` per module, so that parallel
@@ -14,6 +19,8 @@ pub mod http_client;
 pub mod origin;
 pub mod payload;
 pub mod proxy;
+#[cfg(test)]
+mod scripted;
 pub mod socks;
 pub mod stream;
 pub mod temp_dir;

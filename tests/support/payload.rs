@@ -216,3 +216,184 @@ pub fn read_stalling(
         thread::sleep(pause);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::support::scripted::{Scripted, Step};
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn stream_matches_an_independent_implementation() {
+        // Known answers from a separate (Python) splitmix64 + xorshift64*
+        // implementation: the pattern cannot drift unnoticed.
+        assert_eq!(
+            DataGen::new(0).bytes(16),
+            unhex("d08206550db4bc7bfdc90cd013e47fde")
+        );
+        assert_eq!(
+            DataGen::new(1).bytes(16),
+            unhex("9b1b61f35da5464bf43e760e41f1e1d7")
+        );
+        assert_eq!(
+            hex(&expected_hash(42, 1000)),
+            "efe1a2a5c2d8aed8b363dc51314364aeee70c666a60052b3d76f1feac45b1f07"
+        );
+        assert_eq!(
+            hex(&expected_hash(7, 3)),
+            "5d1f6ffc9cfd7cecb206df9b89f538e20b68c85b42fb38d909dbe2e78d5c9d12"
+        );
+    }
+
+    #[test]
+    fn stream_is_the_same_whatever_the_chunking() {
+        let whole = DataGen::new(42).bytes(100_003);
+        let mut g = DataGen::new(42);
+        let mut sizes = DataGen::new(7);
+        let mut pieces = Vec::new();
+        while pieces.len() < whole.len() {
+            let n = sizes.range(0, 37).min(whole.len() - pieces.len());
+            pieces.extend(g.bytes(n));
+        }
+        assert_eq!(pieces, whole);
+    }
+
+    #[test]
+    fn stream_is_not_degenerate() {
+        // A constant or short-cycled stream would still be chunking-invariant
+        // and agree with its own hash, and prove nothing about a relay.
+        let b = DataGen::new(0).bytes(64 * 1024);
+        let mut seen = [false; 256];
+        for &x in &b {
+            seen[x as usize] = true;
+        }
+        assert!(seen.iter().all(|&s| s), "every byte value appears");
+        assert!(!b[1..].windows(64).any(|w| w == &b[..64]), "no short cycle");
+        assert_ne!(DataGen::new(1).bytes(64), DataGen::new(2).bytes(64));
+    }
+
+    #[test]
+    fn range_stays_inside_its_bounds_and_reaches_them() {
+        let mut g = DataGen::new(3);
+        let v: Vec<usize> = (0..1000).map(|_| g.range(5, 9)).collect();
+        assert!(v.iter().all(|&x| (5..=9).contains(&x)));
+        assert!(v.contains(&5) && v.contains(&9));
+        assert_eq!(g.range(4, 4), 4);
+    }
+
+    #[test]
+    fn hashes_agree_with_the_generator() {
+        for len in [0u64, 1, 7, 8, 9, (1 << 20) + 5] {
+            let bytes = DataGen::new(42).bytes(len as usize);
+            assert_eq!(expected_hash(42, len), sha256(&bytes), "len {len}");
+        }
+        assert_ne!(expected_hash(42, 100), expected_hash(42, 101));
+        assert_ne!(expected_hash(42, 100), expected_hash(43, 100));
+        assert_eq!(
+            hex(&sha256(b"abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn verifier_accepts_the_stream_in_any_chunks() {
+        let whole = DataGen::new(42).bytes(10_000);
+        let mut v = Verifier::new(42);
+        v.check(&whole[..1]);
+        v.check(&[]);
+        v.check(&whole[1..4099]);
+        v.check(&whole[4099..]);
+        assert_eq!(v.first_mismatch, None);
+        v.assert_complete("self", 10_000);
+    }
+
+    #[test]
+    fn verifier_reports_the_first_bad_offset_across_chunks() {
+        let mut bad = DataGen::new(42).bytes(10_000);
+        bad[5000] ^= 1;
+        bad[7000] ^= 1;
+        let mut v = Verifier::new(42);
+        v.check(&bad[..4000]);
+        assert_eq!(v.first_mismatch, None);
+        v.check(&bad[4000..]);
+        assert_eq!(v.first_mismatch, Some(5000));
+        assert_eq!(v.offset, 10_000);
+
+        // A wrong seed is caught at once.
+        let mut v = Verifier::new(43);
+        v.check(&DataGen::new(42).bytes(100));
+        assert_eq!(v.first_mismatch, Some(0));
+    }
+
+    #[test]
+    #[should_panic(expected = "corrupted stream")]
+    fn verifier_refuses_a_corrupt_stream() {
+        let mut bad = DataGen::new(1).bytes(100);
+        bad[99] ^= 0x80;
+        let mut v = Verifier::new(1);
+        v.check(&bad);
+        v.assert_complete("self", 100);
+    }
+
+    #[test]
+    #[should_panic(expected = "wrong byte count")]
+    fn verifier_refuses_a_short_stream() {
+        let mut v = Verifier::new(1);
+        v.check(&DataGen::new(1).bytes(99));
+        v.assert_complete("self", 100);
+    }
+
+    #[test]
+    fn write_stream_writes_the_stream_in_bounded_chunks() {
+        let mut w = Scripted::new(vec![]);
+        write_stream(&mut w, 9, 100_000, 10, 3000).unwrap();
+        assert_eq!(w.written, DataGen::new(9).bytes(100_000));
+        let (last, rest) = w.writes.split_last().unwrap();
+        assert!(rest.iter().all(|&n| (10..=3000).contains(&n)), "{rest:?}");
+        assert!(*last <= 3000);
+        assert!(rest.iter().any(|&n| n != rest[0]), "sizes vary");
+
+        let mut w = Scripted::new(vec![]);
+        write_stream(&mut w, 9, 0, 1, 1).unwrap();
+        assert!(w.writes.is_empty());
+    }
+
+    #[test]
+    fn hash_to_eof_counts_and_hashes_across_interruptions() {
+        let data = DataGen::new(5).bytes(300_000);
+        let mut steps = vec![Step::Err(io::ErrorKind::Interrupted)];
+        steps.extend(data.chunks(70_000).map(|c| Step::Data(c.to_vec())));
+        let mut r = Scripted::new(steps);
+        assert_eq!(
+            hash_to_eof(&mut r).unwrap(),
+            (300_000, expected_hash(5, 300_000))
+        );
+
+        let mut r = Scripted::new(vec![
+            Step::Data(vec![1]),
+            Step::Err(io::ErrorKind::ConnectionReset),
+        ]);
+        assert_eq!(
+            hash_to_eof(&mut r).unwrap_err().kind(),
+            io::ErrorKind::ConnectionReset
+        );
+    }
+
+    #[test]
+    fn read_stalling_verifies_every_byte_and_counts_full_bursts() {
+        let data = DataGen::new(8).bytes(2500);
+        let mut r = Scripted::pieces(&data, 300);
+        let mut v = Verifier::new(8);
+        assert_eq!(
+            read_stalling(&mut r, &mut v, 1000, Duration::ZERO).unwrap(),
+            2
+        );
+        v.assert_complete("stalling", 2500);
+    }
+}

@@ -140,3 +140,109 @@ pub fn connect_via_socks5(proxy: SocketAddr, host: &str, port: u16) -> Result<Tc
         Err(e) => panic!("SOCKS5 to {host}:{port}: {e:?}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::support::scripted::Scripted;
+
+    /// A success reply bound to 0.0.0.0:0.
+    const OK_V4: [u8; 10] = [5, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+
+    #[test]
+    fn addresses_are_encoded_by_type() {
+        assert_eq!(socks_addr("127.0.0.1", 80), [1, 127, 0, 0, 1, 0, 80]);
+        assert_eq!(socks_addr("a.b", 443), [3, 3, b'a', b'.', b'b', 1, 187]);
+        let mut v6 = vec![4];
+        v6.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        v6.extend_from_slice(&[0; 11]);
+        v6.extend_from_slice(&[1, 0xff, 0xff]);
+        assert_eq!(socks_addr("[2001:db8::1]", 65535), v6);
+        assert_eq!(socks_addr("2001:db8::1", 65535), v6, "brackets optional");
+        let long = "x".repeat(255);
+        let enc = socks_addr(&long, 1);
+        assert_eq!((enc[0], enc[1], enc.len()), (3, 255, 2 + 255 + 2));
+    }
+
+    #[test]
+    #[should_panic(expected = "domain too long")]
+    fn domains_longer_than_255_bytes_are_refused() {
+        socks_addr(&"x".repeat(256), 1);
+    }
+
+    #[test]
+    fn replies_are_read_whole_and_no_further() {
+        let mut v4 = OK_V4.to_vec();
+        v4.extend_from_slice(b"DATA");
+        let mut r = Scripted::pieces(&v4, 1);
+        assert_eq!(read_socks_reply(&mut r).unwrap(), (0, vec![0; 6]));
+        assert_eq!(r.unread(), b"DATA");
+
+        let mut v6 = vec![5, 2, 0, 4];
+        v6.extend_from_slice(&[9; 18]);
+        v6.push(b'!');
+        let mut r = Scripted::data(&v6);
+        assert_eq!(read_socks_reply(&mut r).unwrap(), (2, vec![9; 18]));
+        assert_eq!(r.unread(), b"!");
+
+        let mut r = Scripted::data(&[5, 0, 0, 3, 3, b'a', b'.', b'b', 0, 80, b'!']);
+        let (rep, bound) = read_socks_reply(&mut r).unwrap();
+        assert_eq!((rep, &bound[..]), (0, &b"a.b\0\x50"[..]));
+        assert_eq!(r.unread(), b"!");
+    }
+
+    #[test]
+    fn malformed_replies_are_errors() {
+        let e = read_socks_reply(&mut Scripted::data(b"HTTP/1.1 400")).unwrap_err();
+        assert!(e.to_string().contains("reply version"), "{e}");
+        let e = read_socks_reply(&mut Scripted::data(&[5, 0, 0, 9, 0, 0])).unwrap_err();
+        assert!(e.to_string().contains("reply ATYP"), "{e}");
+        let e = read_socks_reply(&mut Scripted::data(&[5, 0, 0, 1, 0])).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn handshake_without_auth() {
+        let mut answer = vec![5, 0];
+        answer.extend_from_slice(&OK_V4);
+        answer.extend_from_slice(b"TUNNEL");
+        let mut s = Scripted::data(&answer);
+        socks5_handshake(&mut s, "127.0.0.1", 80, None).unwrap();
+        assert_eq!(s.written, [5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1, 0, 80]);
+        assert_eq!(s.unread(), b"TUNNEL");
+    }
+
+    #[test]
+    fn handshake_with_username_and_password() {
+        let mut answer = vec![5, 2, 1, 0];
+        answer.extend_from_slice(&OK_V4);
+        let mut s = Scripted::data(&answer);
+        socks5_handshake(&mut s, "a.b", 443, Some(("u", "pw"))).unwrap();
+        let mut want = vec![5, 1, 2, 1, 1, b'u', 2, b'p', b'w'];
+        want.extend_from_slice(&[5, 1, 0, 3, 3, b'a', b'.', b'b', 1, 187]);
+        assert_eq!(s.written, want);
+    }
+
+    #[test]
+    fn handshake_failures_are_told_apart() {
+        let run = |answer: &[u8], auth| {
+            socks5_handshake(&mut Scripted::data(answer), "a.b", 1, auth).unwrap_err()
+        };
+        assert!(matches!(run(&[5, 0xff], None), SocksError::Method(0xff)));
+        assert!(matches!(
+            run(&[5, 2, 1, 1], Some(("u", "p"))),
+            SocksError::Auth(1)
+        ));
+        assert!(matches!(
+            run(&[5, 2, 0, 0], Some(("u", "p"))),
+            SocksError::Protocol(_)
+        ));
+        let mut refused = OK_V4;
+        refused[1] = 2;
+        let mut answer = vec![5, 0];
+        answer.extend_from_slice(&refused);
+        assert!(matches!(run(&answer, None), SocksError::Reply(2)));
+        assert!(matches!(run(b"HTTP/1.1", None), SocksError::Protocol(_)));
+        assert!(matches!(run(&[5], None), SocksError::Io(_)));
+    }
+}

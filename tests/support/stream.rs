@@ -145,3 +145,51 @@ impl Drop for BackgroundTunnel {
         self.stop.store(true, Ordering::SeqCst);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::support::scripted::{Scripted, Step};
+
+    #[test]
+    fn a_reset_counts_as_a_close_and_keeps_what_came_first() {
+        for kind in [
+            io::ErrorKind::ConnectionReset,
+            io::ErrorKind::ConnectionAborted,
+        ] {
+            let mut r = Scripted::new(vec![
+                Step::Data(b"last ".to_vec()),
+                Step::Err(io::ErrorKind::Interrupted),
+                Step::Data(b"words".to_vec()),
+                Step::Err(kind),
+                Step::Data(b"never read".to_vec()),
+            ]);
+            assert_eq!(read_until_closed(&mut r).unwrap(), b"last words");
+        }
+        assert!(read_until_closed(&mut Scripted::new(vec![]))
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn other_errors_are_not_a_close() {
+        for kind in [io::ErrorKind::WouldBlock, io::ErrorKind::TimedOut] {
+            let mut r = Scripted::new(vec![Step::Data(b"x".to_vec()), Step::Err(kind)]);
+            assert_eq!(read_until_closed(&mut r).unwrap_err().kind(), kind);
+        }
+    }
+
+    #[test]
+    fn echo_round_trip_reads_back_as_many_bytes_as_it_wrote() {
+        let mut s = Scripted::pieces(b"pingEXTRA", 3);
+        assert_eq!(echo_roundtrip(&mut s, b"ping").unwrap(), b"ping");
+        assert_eq!(s.written, b"ping");
+        assert_eq!(s.unread(), b"EXTRA");
+    }
+
+    #[test]
+    #[should_panic(expected = "different bytes")]
+    fn assert_echo_notices_altered_bytes() {
+        assert_echo(&mut Scripted::data(b"pong"), b"ping");
+    }
+}

@@ -29,3 +29,21 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directories_are_fresh_distinct_and_removed_on_drop() {
+        let a = TempDir::new("self-test");
+        let b = TempDir::new("self-test");
+        assert_ne!(a.path(), b.path());
+        std::fs::write(a.path().join("f"), "x").unwrap();
+        let p = a.path().to_path_buf();
+        assert!(p.join("f").exists());
+        drop(a);
+        assert!(!p.exists());
+        assert!(b.path().is_dir());
+    }
+}

@@ -31,3 +31,26 @@ pub fn wait_for(what: &str, timeout: Duration, cond: impl FnMut() -> bool) {
         "timed out after {timeout:?} waiting for: {what}"
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_until_reports_whether_the_condition_held() {
+        assert!(wait_until(Duration::ZERO, || true));
+        assert!(!wait_until(Duration::ZERO, || false));
+        let mut calls = 0;
+        assert!(wait_until(PROMPTLY, || {
+            calls += 1;
+            calls == 3
+        }));
+        assert_eq!(calls, 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "waiting for: the impossible")]
+    fn wait_for_panics_with_its_reason() {
+        wait_for("the impossible", Duration::ZERO, || false);
+    }
+}
