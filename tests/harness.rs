@@ -1,6 +1,8 @@
 //! Self-tests of the shared helpers, with no proxy in the path: the
-//! generator, hashing, the servers and the clients' parsers. If these fail,
-//! the scenario tests' failures say nothing about the proxy.
+//! servers, the WebSocket helpers, python3 and /proc over real sockets and
+//! processes. If these fail, the scenario tests' failures say nothing about
+//! the proxy. The helpers' pure logic (generator, hashes, parsers,
+//! encoders) is unit-tested inside each `support` module.
 
 mod support;
 
@@ -10,83 +12,6 @@ use std::thread;
 
 use support::*;
 use tungstenite::protocol::{Role, WebSocket};
-
-#[test]
-fn generator_is_chunking_invariant() {
-    let whole = DataGen::new(42).bytes(100_003);
-    let mut g = DataGen::new(42);
-    let mut sizes = DataGen::new(7);
-    let mut pieces = Vec::new();
-    while pieces.len() < whole.len() {
-        let n = sizes.range(0, 37).min(whole.len() - pieces.len());
-        pieces.extend(g.bytes(n));
-    }
-    assert_eq!(pieces, whole);
-    assert_ne!(DataGen::new(1).bytes(64), DataGen::new(2).bytes(64));
-    assert_eq!(hex(&expected_hash(42, 100_003)), hex(&sha256(&whole)));
-
-    let mut v = Verifier::new(42);
-    v.check(&whole[..10]);
-    v.check(&whole[10..]);
-    v.assert_complete("self", whole.len() as u64);
-    let mut bad = whole.clone();
-    bad[5000] ^= 1;
-    let mut v = Verifier::new(42);
-    v.check(&bad);
-    assert_eq!(v.first_mismatch, Some(5000));
-}
-
-#[test]
-fn sha256_and_base64_known_answers() {
-    assert_eq!(
-        hex(&sha256(b"abc")),
-        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-    );
-    assert_eq!(base64(b""), "");
-    assert_eq!(base64(b"f"), "Zg==");
-    assert_eq!(base64(b"fo"), "Zm8=");
-    assert_eq!(base64(b"foo"), "Zm9v");
-    assert_eq!(
-        basic_auth("Aladdin", "open sesame"),
-        "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
-    );
-}
-
-#[test]
-fn stats_line_parses() {
-    let m = parse_stats_line(
-        "[2026-01-01T00:00:00Z INFO  portcullis] stats: accepted=3 allowed=2 denied=1 open=1 (handshake=0 resolving=0 connecting=0 established=1 closing=0) bytes_up=10 bytes_down=20 wakeups=17 events=30 accept_pauses=0 closed: client-gone=1 denied=1",
-    );
-    assert_eq!(stat(&m, "open"), 1);
-    assert_eq!(stat(&m, "established"), 1);
-    assert_eq!(stat(&m, "wakeups"), 17);
-    assert_eq!(stat(&m, "closed.client-gone"), 1);
-    assert_eq!(stat(&m, "closed.denied"), 1);
-    assert_eq!(stat(&m, "denied"), 1);
-    assert_eq!(stat(&m, "accepted"), 3);
-    assert_eq!(stat(&m, "handshake"), 0);
-}
-
-#[test]
-fn socks_address_encoding() {
-    assert_eq!(socks_addr("127.0.0.1", 80), [1, 127, 0, 0, 1, 0, 80]);
-    assert_eq!(socks_addr("a.b", 443), [3, 3, b'a', b'.', b'b', 1, 187]);
-    let v6 = socks_addr("[::1]", 1);
-    assert_eq!(v6.len(), 1 + 16 + 2);
-    assert_eq!(v6[0], 4);
-    assert_eq!(v6[16], 1);
-}
-
-#[test]
-fn response_head_is_read_without_over_reading() {
-    let mut data: &[u8] =
-        b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"x\"\r\nX-Proxy-Error: auth\r\n\r\nTUNNEL";
-    let head = read_response_head(&mut data).unwrap();
-    assert_eq!(head.status, 407);
-    assert_eq!(head.header("proxy-authenticate"), Some("Basic realm=\"x\""));
-    assert_eq!(head.header("x-proxy-error"), Some("auth"));
-    assert_eq!(data, b"TUNNEL");
-}
 
 #[test]
 fn echo_sink_source_and_http_servers() {

@@ -1,0 +1,86 @@
+//! The proxy in-process: a builder on 127.0.0.1:0 with short timeouts,
+//! loopback allow policies, and waits on its stats.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use portcullis::policy::{parse_cli_rule, Action};
+use portcullis::{
+    Limits, ListenAddr, ListenerProtocol, Policy, Proxy, ProxyBuilder, SpawnedProxy, Timeouts,
+};
+
+use super::wait::{wait_for, PROMPTLY};
+
+/// Short timeouts for tests: nothing should ever wait on them unless a test means to.
+pub fn test_timeouts() -> Timeouts {
+    Timeouts {
+        handshake: Duration::from_secs(5),
+        connect: Duration::from_secs(5),
+        idle: None,
+        half_close: Duration::from_secs(30),
+        close: Duration::from_secs(2),
+        drain: Duration::from_secs(2),
+        response: Duration::from_secs(5),
+    }
+}
+
+/// A policy allowing exactly these loopback ports on 127.0.0.1.
+pub fn allow_ports(ports: &[u16]) -> Policy {
+    let rules: Vec<_> = ports
+        .iter()
+        .map(|p| parse_cli_rule(Action::Allow, &format!("127.0.0.1:{p}")).expect("rule"))
+        .collect();
+    Policy::from_rules(&rules).expect("policy")
+}
+
+/// A policy from command-line style allow rules, e.g. `["localhost:8080"]`.
+pub fn allow_rules(specs: &[&str]) -> Policy {
+    let rules: Vec<_> = specs
+        .iter()
+        .map(|s| parse_cli_rule(Action::Allow, s).expect("rule"))
+        .collect();
+    Policy::from_rules(&rules).expect("policy")
+}
+
+/// A builder with one auto listener on 127.0.0.1:0, `policy` and test timeouts.
+pub fn proxy_builder(policy: Policy) -> ProxyBuilder {
+    Proxy::builder()
+        .listen(
+            ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+            ListenerProtocol::Auto,
+        )
+        .policy(policy)
+        .timeouts(test_timeouts())
+}
+
+/// A proxy on 127.0.0.1:0 (auto) with `policy` and test timeouts, running on its thread.
+pub fn start_proxy(policy: Policy) -> SpawnedProxy {
+    spawn(proxy_builder(policy))
+}
+
+/// Builds and spawns.
+pub fn spawn(builder: ProxyBuilder) -> SpawnedProxy {
+    builder
+        .build()
+        .expect("bind proxy")
+        .spawn()
+        .expect("spawn proxy")
+}
+
+/// Limits with a given relay buffer size.
+pub fn limits_with_buffer(buffer_size: usize) -> Limits {
+    Limits {
+        buffer_size,
+        ..Limits::default()
+    }
+}
+
+pub fn proxy_addr(p: &SpawnedProxy) -> SocketAddr {
+    p.tcp_addr().expect("proxy has a TCP listener")
+}
+
+/// Waits until the proxy has no open sessions.
+#[track_caller]
+pub fn wait_no_open_sessions(p: &SpawnedProxy) {
+    wait_for("no open sessions", PROMPTLY, || p.stats().open.total() == 0);
+}
