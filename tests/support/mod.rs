@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod origin;
+pub mod tls;
 #[allow(unused_imports)] // not every test file uses the origin
 pub use origin::*;
 
