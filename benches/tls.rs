@@ -3,6 +3,11 @@
 //! per-connection ServerConfig, and a whole in-memory handshake (server and
 //! client both in this thread, so the figure is the sum of the two sides).
 //! `cargo bench --bench tls`.
+//!
+//! Measured on the 2-core development machine under a load average of ~10
+//! (other builds running), medians: mint with the shared key 116 µs, with a
+//! key per leaf 264 µs, cache hit 0.2 µs, per-connection ServerConfig
+//! 0.4 µs, whole TLS 1.3 handshake (both sides) 2.1 ms.
 
 use std::hint::black_box;
 use std::sync::Arc;

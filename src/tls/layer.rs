@@ -173,10 +173,13 @@ impl TlsLayer {
     }
 
     /// Reads plaintext into `buf` (not empty).
+    ///
+    /// After a wire failure, plaintext already decrypted is still delivered
+    /// (what the peer sent before it died), then `PeerGone`.
     pub(crate) fn read(&mut self, wire: &mut (impl Wire + ?Sized), buf: &mut [u8]) -> Io {
         debug_assert!(!buf.is_empty());
-        if let Phase::Failed(f) = &self.phase {
-            return Io::PeerGone(f.to_io());
+        if let Phase::Failed(Failure::Tls(t)) = &self.phase {
+            return Io::PeerGone(t.to_io());
         }
         loop {
             if self.plaintext > 0 || self.peer_close.is_some() {
@@ -197,6 +200,9 @@ impl TlsLayer {
                 if self.peer_close.is_some() {
                     return Io::Eof;
                 }
+            }
+            if let Phase::Failed(f) = &self.phase {
+                return Io::PeerGone(f.to_io());
             }
             match self.pull(wire) {
                 Pull::Fed => {}

@@ -329,6 +329,41 @@ fn reader_does_not_read_the_wire_while_plaintext_waits() {
     );
 }
 
+/// The peer resets while plaintext it sent is already decrypted: that
+/// plaintext is still read, then `PeerGone`.
+#[test]
+fn plaintext_sent_before_a_reset_is_still_read() {
+    let f = Fixture::new();
+    let (mut cw, mut sw) = pair(1 << 20);
+    let name = domain("example.test");
+    let (mut c, mut s) = f.pair_for(&name, &name, SMALL, &mut cw, &mut sw);
+    handshake(&mut c, &mut cw, &mut s, &mut sw);
+    let data = pattern(1000);
+    assert!(matches!(s.write(&mut sw, &data), Io::Progress(1000)));
+    let mut buf = [0u8; 10];
+    assert!(matches!(c.read(&mut cw, &mut buf), Io::Progress(10)));
+    cw.reset_outbound();
+    // The write side fails (now or on the next call)...
+    let mut failed = false;
+    for _ in 0..3 {
+        if let Io::PeerGone(_) = c.write(&mut cw, b"x") {
+            failed = true;
+            break;
+        }
+    }
+    assert!(failed);
+    // ...and the rest of what the peer sent is still delivered.
+    let mut got = buf.to_vec();
+    loop {
+        match c.read(&mut cw, &mut buf) {
+            Io::Progress(n) => got.extend_from_slice(&buf[..n]),
+            Io::PeerGone(_) => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(got, data);
+}
+
 #[test]
 fn wire_failure_is_peer_gone() {
     let f = Fixture::new();
