@@ -79,6 +79,7 @@ pub mod protocol;
 pub(crate) mod reactor;
 pub(crate) mod session;
 pub mod stats;
+pub mod tls;
 
 pub use api::{Proxy, ProxyBuilder, ProxyHandle, SpawnedProxy, StdListener};
 pub use config::{

@@ -24,6 +24,7 @@ mod scripted;
 pub mod socks;
 pub mod stream;
 pub mod temp_dir;
+pub mod tls;
 pub mod upstream;
 pub mod wait;
 pub mod ws;
@@ -44,6 +45,8 @@ pub use socks::*;
 pub use stream::*;
 #[allow(unused_imports)]
 pub use temp_dir::*;
+#[allow(unused_imports)]
+pub use tls::*;
 #[allow(unused_imports)]
 pub use upstream::*;
 #[allow(unused_imports)]

@@ -1,0 +1,68 @@
+//! TLS for HTTPS inspection: a local CA, leaves minted per name, the two
+//! rustls configurations, the ClientHello read before a certificate is
+//! chosen, and a sans-IO layer that puts a `rustls::Connection` between a
+//! non-blocking byte wire and plaintext.
+//!
+//! ```text
+//!  client ──TLS──> [TlsAccept: ClientHello, SNI check] ──leaf──> [TlsLayer server] ──plaintext──┐
+//!                                                                                                │ HTTP/1.1 exchange
+//!  upstream <──TLS── [TlsLayer client: SNI = target, webpki + upstream_ca] <──plaintext──────────┘
+//! ```
+//!
+//! - [`ca`]: the CA that signs the leaves, loaded from PEM files or generated
+//!   once into a state directory and reused.
+//! - [`leaf`]: a [`leaf::Minter`] that signs a short-lived leaf for exactly one
+//!   name, and a bounded [`leaf::LeafCache`] in front of it.
+//! - [`config`]: the client-facing `ServerConfig` (ALPN `http/1.1` only) and
+//!   the upstream-facing `ClientConfig` (webpki roots plus extra anchors).
+//! - [`failure`]: TLS errors as short human reasons for `X-Proxy-Error` and logs.
+//! - [`accept`]: [`sniff`] of the first bytes, the SNI and ALPN checks of
+//!   [`ClientHelloInfo::leaf_name`], and `TlsAccept` which reads the
+//!   ClientHello and then completes with the chosen leaf.
+//! - `layer`: `TlsLayer`, plaintext read/write with socket semantics over a
+//!   `Wire`, with bounded memory whatever the peers do.
+//! - [`instructions`]: what `portcullis ca` prints.
+//!
+//! Nothing here touches sockets or the reactor: the session implements
+//! `Wire` for its endpoint and drives the layer from readiness.
+
+// The session wires `TlsAccept`, `TlsLayer` and `Wire` in next; until then
+// only the tests use them.
+#[allow(dead_code)]
+pub mod accept;
+pub mod ca;
+pub mod config;
+mod der;
+pub mod failure;
+pub mod instructions;
+#[allow(dead_code)]
+pub(crate) mod layer;
+pub mod leaf;
+#[allow(dead_code)]
+pub(crate) mod wire;
+
+#[cfg(test)]
+mod tests;
+
+pub use accept::{alert_record, sniff, ClientHelloInfo, HelloRefusal, Sniff};
+pub use ca::{CaError, CertAuthority};
+pub use config::{ClientConfigs, ConfigError, ServerConfigs};
+pub use failure::TlsFailure;
+pub use leaf::{LeafCache, LeafError, LeafKeys, Minter};
+
+/// The only application protocol offered and accepted on either side.
+pub const ALPN_HTTP11: &[u8] = b"http/1.1";
+
+/// The crypto provider every config uses: ring (aws-lc-rs builds slowly here).
+pub fn provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
+    std::sync::Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A host as text: the name, or the address (IPv6 without brackets, as in
+/// certificates and SNI checks).
+pub fn host_text(host: &crate::policy::Host) -> String {
+    match host {
+        crate::policy::Host::Domain(d) => d.clone(),
+        crate::policy::Host::Ip(ip) => ip.to_string(),
+    }
+}
