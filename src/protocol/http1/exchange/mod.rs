@@ -52,10 +52,21 @@
 //! - `uout` and `cout` hold at least `max_head_bytes + 1024` bytes: a head
 //!   goes whole (rewritten ones grow a little), and so does an answer
 //!   (at most [`MAX_ANSWER_LEN`] bytes).
-//! - Execute each action before calling again; call `on_upstream` every
-//!   round, also with no upstream input and after an EOF (answers due and
-//!   the consequences of an EOF come out there). Every action but `Wait`,
-//!   `Stopped`, `Switch`, `Close` and `Upgrade` moves at least one byte.
+//! - Execute each action before calling again, and before looking at
+//!   [`Exchange::status`]: the last bytes of a conversation come as an
+//!   action returned together with the change of status.
+//! - Call `on_client` after `client_eof` and `on_upstream` every round, also
+//!   with no upstream input and after an EOF: answers due, and what an EOF
+//!   means, come out there. Every action but `Wait`, `Stopped`, `Switch`,
+//!   `Close` and `Upgrade` moves at least one byte, so the loops end.
+//! - `Stopped` from `on_client` only means no more requests are read; the
+//!   connection ends when the status says so.
+//! - An upstream that resets is best reported as [`Exchange::upstream_eof`]
+//!   (after relaying what it sent): the client then gets its 502 when
+//!   nothing of the response had gone out. A client that resets is gone:
+//!   drop the machine.
+//! - `Switch` is acted on only once `uout` and `cout` are flushed; take the
+//!   records before dropping the machine.
 //! - [`ClientAction::Wait`] may mean backpressure on the client: the machine
 //!   holds at most [`MAX_DUE`] exchanges and [`MAX_ANSWER_BYTES`] of owed
 //!   answers. Stop reading the client while `cin` is full; it drains as

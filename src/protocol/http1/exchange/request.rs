@@ -8,6 +8,8 @@ use super::{
     After, ClientAction, Decision, Due, Exchange, Forwarded, Local, Mode, Phase, Progress, Req,
     Resp, MAX_ANSWER_BYTES, MAX_DUE, VIA,
 };
+use std::sync::Arc;
+
 use crate::policy::{normalize_path, RequestVerdict, Target};
 use crate::protocol::http::{parse_request_head, HeadError, RequestHead};
 use crate::protocol::http1::{self, Body, BodyKind, HeadEdit};
@@ -15,15 +17,53 @@ use crate::protocol::http1::{self, Body, BodyKind, HeadEdit};
 /// The most of a client's text the proxy echoes in an answer.
 const MAX_ECHO: usize = 512;
 
-/// What a parsed head turned out to be, before it is acted on.
+/// A well-formed request head, as the policy and the framing see it.
 struct Judged {
     method: String,
     /// The normalised path.
     path: String,
-    /// The host the request names, for the record.
-    authority: Option<String>,
+    /// Where the request goes (for the record).
+    authority: String,
+    /// A tunnel's request: its `Host`, parsed.
+    host: Option<Named>,
     kind: BodyKind,
+    /// The connection ends after this exchange.
     close: bool,
+    upgrade: bool,
+    expects_continue: bool,
+}
+
+impl Judged {
+    fn record(&self, decision: Decision) -> Record {
+        let authority = Some(self.authority.clone());
+        Record::new(Some(&self.method), Some(&self.path), authority, decision)
+    }
+}
+
+/// Why the policy refuses a well-formed request.
+struct Refusal {
+    status: u16,
+    /// `X-Proxy-Error`.
+    cause: String,
+    why: String,
+    decision: Decision,
+}
+
+impl Refusal {
+    /// Refused by the proxy's own checks; `cause` goes in the record,
+    /// `header` in `X-Proxy-Error`.
+    fn proxy(status: u16, cause: &str, why: String, header: String) -> Refusal {
+        Refusal {
+            status,
+            cause: header,
+            decision: Decision::Refused {
+                status,
+                cause: cause.to_owned(),
+                reason: why.clone(),
+            },
+            why,
+        }
+    }
 }
 
 impl Exchange {
@@ -148,17 +188,15 @@ impl Exchange {
 
     /// Acts on one parsed head of `n` bytes at the front of `input`.
     fn request(&mut self, head: RequestHead, n: usize, input: &[u8], room: usize) -> ClientAction {
-        let bad = |why: String| (400, "bad-request", why);
         if head.method == "CONNECT" {
             let why = "CONNECT is not allowed inside an inspected connection".to_owned();
             return self.refuse_fatal(Some(&head), 405, "method-not-allowed", why);
         }
-        // The absolute URI's authority (tunnel: checked; forward: the upstream).
-        let (target, uri_authority) = match self.target(&head) {
+        let (target, uri) = match self.target(&head) {
             Ok(t) => t,
             Err(why) => return self.refuse_fatal(Some(&head), 400, "bad-request", why),
         };
-        if let (Mode::Forward { upstream }, Some(named)) = (&self.config.mode, &uri_authority) {
+        if let (Mode::Forward { upstream }, Some(named)) = (&self.config.mode, &uri) {
             if named.target != *upstream {
                 // Another host: its own upstream, once everything due is answered.
                 let answered = self.due.is_empty() && matches!(self.resp, Resp::Head);
@@ -168,78 +206,21 @@ impl Exchange {
                 };
             }
         }
-        let judged = match self.judge(&head, &target, uri_authority.as_ref()) {
+        let judged = match self.judge(&head, &target, uri.as_ref()) {
             Ok(j) => j,
-            Err((status, cause, why)) => return self.refuse_fatal(Some(&head), status, cause, why),
+            Err(why) => return self.refuse_fatal(Some(&head), 400, "bad-request", why),
         };
-        let Judged {
-            method,
-            path,
-            authority,
-            kind,
-            close,
-        } = judged;
-        let record =
-            |decision| Record::new(Some(&method), Some(&path), authority.clone(), decision);
-        let refusal = |status: u16, cause: &str, why: String| Decision::Refused {
-            status,
-            cause: cause.to_owned(),
-            reason: why,
+        let rule = match self.policy(&head, &judged, uri.as_ref()) {
+            Ok(rule) => rule,
+            Err(refusal) => return self.refuse(n, &judged, refusal),
         };
-        // A client waiting for `100 Continue` may never send the body of a
-        // refused request: the connection cannot be followed past it.
-        let close_refused = close || (checks::expects_continue(&head) && kind != BodyKind::Empty);
-
-        if let Mode::Tunnel { target: tunnel } = &self.config.mode {
-            if let Some(why) = self.misdirected(&head, uri_authority.as_ref(), tunnel) {
-                let why = match why {
-                    Ok(why) => why,
-                    Err(why) => {
-                        let (status, cause, why) = bad(why);
-                        return self.refuse_fatal(Some(&head), status, cause, why);
-                    }
-                };
-                let why = clip(&why, MAX_ECHO);
-                let r = record(refusal(421, "host-mismatch", why.clone()));
-                return self.refuse(n, kind, close_refused, 421, "host-mismatch".into(), why, r);
-            }
-        }
-        let verdict = match &self.config.rules {
-            Some(rules) => rules.check(&method, &path),
-            None => RequestVerdict::Allow("-".into()),
-        };
-        let rule = match verdict {
-            RequestVerdict::Deny(rule) => {
-                let why = format!("{method} {} is denied by {rule}", clip(&path, MAX_ECHO));
-                let cause = clip(&format!("denied; rule={rule}"), 256);
-                let r = record(Decision::Denied(rule));
-                return self.refuse(n, kind, close_refused, 403, cause, why, r);
-            }
-            RequestVerdict::Allow(_) if self.config.rules.is_none() => None,
-            RequestVerdict::Allow(rule) => Some(rule),
-        };
-        let upgrade = http1::is_upgrade_request(&head);
-        if upgrade {
-            let tokens = checks::upgrade_tokens(&head);
-            let allowed = &self.config.upgrades;
-            if let Some(bad) = tokens.iter().find(|t| !checks::upgrade_allowed(t, allowed)) {
-                let token = clip(bad, 64);
-                let why = format!(
-                    "upgrading to {token} is not allowed here (allowed: {})",
-                    allowed.join(", ")
-                );
-                let cause = format!("upgrade-not-allowed; token={token}");
-                let r = record(refusal(403, "upgrade-not-allowed", why.clone()));
-                return self.refuse(n, kind, close_refused, 403, cause, why, r);
-            }
-        }
 
         // Allowed: forward the head, verbatim in a tunnel, rewritten for the
         // forward proxy.
-        let out = match (&self.config.mode, &uri_authority) {
+        let out = match (&self.config.mode, &uri) {
             (Mode::Forward { .. }, Some(named)) => {
                 let mut out = Vec::with_capacity(n + 128);
-                rewrite_request(&head, &target, &named.target, upgrade, close, &mut out);
+                rewrite_request(&head, &target, &named.target, &judged, &mut out);
                 Some(out)
             }
             _ => None,
@@ -247,29 +228,27 @@ impl Exchange {
         if out.as_ref().map_or(n, Vec::len) > room {
             return ClientAction::Wait;
         }
-        let progress = if kind == BodyKind::Empty {
-            Progress::Sent
-        } else if checks::expects_continue(&head) {
+        let progress = match (judged.kind, judged.expects_continue) {
+            (BodyKind::Empty, _) => Progress::Sent,
             // A client that waits for `100 Continue` waits on the upstream
             // from the head on.
-            Progress::Continue
-        } else {
-            Progress::Sending
+            (_, true) => Progress::Continue,
+            (_, false) => Progress::Sending,
         };
         self.due.push_back(Due::Upstream(Forwarded {
-            method: method.clone(),
-            upgrade,
-            close,
+            method: judged.method.clone(),
+            upgrade: judged.upgrade,
+            close: judged.close,
             progress,
-            record: Some(record(Decision::Allowed(rule))),
+            record: Some(judged.record(Decision::Allowed(rule))),
         }));
         self.wait_id += 1;
-        let next = match (upgrade, close) {
+        let next = match (judged.upgrade, judged.close) {
             (true, _) => After::AwaitUpgrade,
             (false, true) => After::Stopped,
             (false, false) => After::Head,
         };
-        self.req = match kind {
+        self.req = match judged.kind {
             BodyKind::Empty => next.req(),
             kind => Req::Body {
                 body: Body::new(kind),
@@ -310,86 +289,123 @@ impl Exchange {
         Ok((abs.path_and_query, Some(named)))
     }
 
-    /// Everything about a head that is malformed whatever the policy
-    /// (answered 400 and the connection closed).
+    /// Everything that makes a head malformed whatever the policy (answered
+    /// 400 and the connection closed): `Host` missing, repeated or invalid,
+    /// framing, a target that does not normalise.
     fn judge(
         &self,
         head: &RequestHead,
         target: &str,
-        uri_authority: Option<&Named>,
-    ) -> Result<Judged, (u16, &'static str, String)> {
+        uri: Option<&Named>,
+    ) -> Result<Judged, String> {
         let hosts = checks::host_values(head);
         if hosts.len() > 1 {
-            return Err((400, "bad-request", "several Host headers".into()));
+            return Err("several Host headers".into());
         }
         if hosts.is_empty() && head.version == 1 {
-            return Err((
-                400,
-                "bad-request",
-                "an HTTP/1.1 request without Host".into(),
-            ));
+            return Err("an HTTP/1.1 request without Host".into());
         }
-        let kind = http1::request_body_kind(head)
-            .map_err(|e| (400, "bad-request", format!("bad request framing: {e}")))?;
-        let path = normalize_path(target).map_err(|why| {
-            let why = format!("invalid path: {}", clip(&why, MAX_ECHO));
-            (400, "bad-request", why)
-        })?;
-        let authority = match (uri_authority, &self.config.mode) {
-            (Some(named), _) => Some(named.target.to_string()),
-            (None, Mode::Tunnel { target }) => Some(
-                hosts
-                    .first()
-                    .and_then(|h| checks::parse_host(h, target.port).ok())
-                    .map_or_else(|| target.to_string(), |named| named.target.to_string()),
-            ),
-            (None, Mode::Forward { upstream }) => Some(upstream.to_string()),
+        // The forward proxy replaces `Host`; a tunnel checks it.
+        let host = match (&self.config.mode, hosts.first()) {
+            (Mode::Tunnel { target }, Some(value)) => {
+                Some(checks::parse_host(value, target.port).map_err(|why| clip(&why, MAX_ECHO))?)
+            }
+            _ => None,
+        };
+        let kind = match http1::request_body_kind(head) {
+            // No body either way: the next request starts right after the head.
+            Ok(BodyKind::Length(0)) => BodyKind::Empty,
+            Ok(kind) => kind,
+            Err(e) => return Err(format!("bad request framing: {e}")),
+        };
+        let path = normalize_path(target)
+            .map_err(|why| format!("invalid path: {}", clip(&why, MAX_ECHO)))?;
+        let authority = match (uri, &host, &self.config.mode) {
+            (Some(named), _, _) | (None, Some(named), _) => named.target.to_string(),
+            (None, None, Mode::Tunnel { target }) => target.to_string(),
+            (None, None, Mode::Forward { upstream }) => upstream.to_string(),
         };
         Ok(Judged {
             method: head.method.clone(),
             path,
             authority,
+            host,
             kind,
             close: http1::wants_close(head.version, &head.headers),
+            upgrade: http1::is_upgrade_request(head),
+            expects_continue: checks::expects_continue(head),
         })
     }
 
-    /// In a tunnel: `Some(Ok(why))` when the absolute URI or `Host` names
-    /// another host than `tunnel`, `Some(Err(why))` when `Host` is invalid.
-    fn misdirected(
+    /// The policy on a well-formed request: `Ok(rule)` to forward it (the
+    /// allowing request rule, `None` without rules), or why not.
+    fn policy(
         &self,
         head: &RequestHead,
-        uri_authority: Option<&Named>,
-        tunnel: &Target,
-    ) -> Option<Result<String, String>> {
-        if let Some(why) = uri_authority.and_then(|n| checks::mismatch("the URI", n, tunnel)) {
-            return Some(Ok(why));
+        judged: &Judged,
+        uri: Option<&Named>,
+    ) -> Result<Option<Arc<str>>, Refusal> {
+        if let Mode::Tunnel { target } = &self.config.mode {
+            let mismatch = uri
+                .and_then(|n| checks::mismatch("the URI", n, target))
+                .or_else(|| {
+                    judged
+                        .host
+                        .as_ref()
+                        .and_then(|n| checks::mismatch("Host", n, target))
+                });
+            if let Some(why) = mismatch {
+                let why = clip(&why, MAX_ECHO);
+                return Err(Refusal::proxy(
+                    421,
+                    "host-mismatch",
+                    why,
+                    "host-mismatch".into(),
+                ));
+            }
         }
-        let value = checks::host_values(head).into_iter().next()?;
-        match checks::parse_host(value, tunnel.port) {
-            Ok(named) => checks::mismatch("Host", &named, tunnel).map(Ok),
-            Err(why) => Some(Err(clip(&why, MAX_ECHO))),
+        let rule = match &self.config.rules {
+            None => None,
+            Some(rules) => match rules.check(&judged.method, &judged.path) {
+                RequestVerdict::Allow(rule) => Some(rule),
+                RequestVerdict::Deny(rule) => {
+                    let path = clip(&judged.path, MAX_ECHO);
+                    return Err(Refusal {
+                        status: 403,
+                        cause: clip(&format!("denied; rule={rule}"), 256),
+                        why: format!("{} {path} is denied by {rule}", judged.method),
+                        decision: Decision::Denied(rule),
+                    });
+                }
+            },
+        };
+        if judged.upgrade {
+            let allowed = &self.config.upgrades;
+            let tokens = checks::upgrade_tokens(head);
+            if let Some(bad) = tokens.iter().find(|t| !checks::upgrade_allowed(t, allowed)) {
+                let token = clip(bad, 64);
+                let why = format!(
+                    "upgrading to {token} is not allowed here (allowed: {})",
+                    allowed.join(", ")
+                );
+                let cause = format!("upgrade-not-allowed; token={token}");
+                return Err(Refusal::proxy(403, "upgrade-not-allowed", why, cause));
+            }
         }
+        Ok(rule)
     }
 
-    /// Refuses a request whose framing is known: its answer is queued in
-    /// order, its head and then body dropped, and the connection carries on
-    /// (unless `close`).
-    #[allow(clippy::too_many_arguments)]
-    fn refuse(
-        &mut self,
-        n: usize,
-        kind: BodyKind,
-        close: bool,
-        status: u16,
-        cause: String,
-        why: String,
-        record: Record,
-    ) -> ClientAction {
-        self.queue_answer(status, cause, why, close, record);
+    /// Refuses a well-formed request: its answer is queued in order, its
+    /// head and then body dropped, and the connection carries on (unless it
+    /// asked to close, or waits for `100 Continue`: it may never send the
+    /// body, so what follows cannot be told from it).
+    fn refuse(&mut self, n: usize, judged: &Judged, refusal: Refusal) -> ClientAction {
+        let close = judged.close || (judged.expects_continue && judged.kind != BodyKind::Empty);
+        let record = judged.record(refusal.decision);
+        self.queue_answer(refusal.status, refusal.cause, refusal.why, close, record);
         let next = if close { After::Stopped } else { After::Head };
-        self.req = match kind {
-            BodyKind::Empty | BodyKind::Length(0) => next.req(),
+        self.req = match judged.kind {
+            BodyKind::Empty => next.req(),
             kind => Req::Body {
                 body: Body::new(kind),
                 forward: false,
@@ -439,8 +455,7 @@ fn rewrite_request(
     head: &RequestHead,
     path_and_query: &str,
     target: &Target,
-    upgrade: bool,
-    close: bool,
+    judged: &Judged,
     out: &mut Vec<u8>,
 ) {
     let mut head = head.clone();
@@ -450,8 +465,8 @@ fn rewrite_request(
         .push(("Host".into(), checks::host_header(target).into_bytes()));
     let edit = HeadEdit {
         strip_hop_by_hop: true,
-        upgrading: upgrade,
-        close,
+        upgrading: judged.upgrade,
+        close: judged.close,
         via: Some(VIA.into()),
     };
     http1::write_request_head(&head, path_and_query, &edit, out);
