@@ -58,6 +58,32 @@ fn three_pipelined_requests_are_answered_in_order() {
             && r.authority.as_deref() == Some("origin.test:80")));
 }
 
+/// `Content-Length: 0` is no body: the next request follows the head at
+/// once, whether the request is forwarded or refused (found by fuzzing).
+#[test]
+fn content_length_zero_is_no_body() {
+    let mut config = tunnel();
+    config.rules = Some(api_rules());
+    let client = post("/v1/x", "Content-Length: 0\r\n", "")
+        + &post("/v1/x", "Content-Length: 0\r\nExpect: 100-continue\r\n", "")
+        + &get("/v1/y");
+    let script = Script::new(&client, vec![Reply::on("GET /v1/y", ok("y"))]).then_eof();
+    let out = run_split(&config, &script);
+    assert_eq!(out.statuses(&["POST", "POST", "GET"]), [403, 403, 200]);
+    assert_eq!(out.end, Ending::Closed(End::Done));
+
+    let client = "GET http://origin.test/a HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n\
+                  GET http://origin.test/b HTTP/1.1\r\nHost: x\r\n\r\n";
+    let script = Script::new(
+        client,
+        vec![Reply::on("GET /a", ok("a")), Reply::on("GET /b", ok("b"))],
+    )
+    .then_eof();
+    let out = run_split(&forward(), &script);
+    assert_eq!(out.statuses(&["GET", "GET"]), [200, 200]);
+    assert_eq!(out.end, Ending::Closed(End::Done));
+}
+
 #[test]
 fn expect_100_continue_relays_the_interim_then_the_final() {
     let head = post("/up", "Expect: 100-continue\r\nContent-Length: 5\r\n", "");

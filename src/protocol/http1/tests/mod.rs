@@ -4,6 +4,7 @@ mod body;
 mod exchange_bounds;
 mod exchange_flow;
 mod exchange_refusals;
+mod exchange_runs;
 mod exchange_sim;
 mod exchange_upstream;
 mod framing;
