@@ -49,9 +49,10 @@
 //! ```
 //!
 //! Rules the pump must keep:
-//! - `uout` and `cout` hold at least `max_head_bytes + 1024` bytes: a head
-//!   goes whole (rewritten ones grow a little), and so does an answer
-//!   (at most [`MAX_ANSWER_LEN`] bytes).
+//! - All four queues hold at least `max_head_bytes + 1024` bytes: a head is
+//!   parsed (or found too large) only once it fits in an input, it goes out
+//!   whole (rewritten ones grow a little), and so does an answer (at most
+//!   [`MAX_ANSWER_LEN`] bytes).
 //! - Execute each action before calling again, and before looking at
 //!   [`Exchange::status`]: the last bytes of a conversation come as an
 //!   action returned together with the change of status.
