@@ -14,14 +14,20 @@
 //! - [`write_request_head`], [`write_response_head`] with [`HeadEdit`]:
 //!   heads written back out, hop-by-hop fields handled, `Via` added.
 //! - [`parse_absolute_target`]: `http://host[:port]/path` request targets.
+//! - [`Exchange`]: the whole HTTP/1.1 exchange of one connection as a
+//!   sans-IO machine (bytes in, actions out), which the session pumps.
 
 mod chunked;
+pub mod exchange;
 mod framing;
 mod headers;
 mod response;
 mod target;
 
 pub use chunked::{MAX_CHUNK_LINE, MAX_TRAILER_SECTION};
+pub use exchange::{
+    ClientAction, Decision, End, Exchange, ExchangeConfig, Mode, Record, Status, UpstreamAction,
+};
 pub use framing::{request_body_kind, response_body_kind, Body, BodyKind, FramingError};
 pub use headers::{
     connection_tokens, is_upgrade_request, wants_close, write_request_head, write_response_head,

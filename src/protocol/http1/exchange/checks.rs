@@ -1,0 +1,122 @@
+//! Pure checks on a request head: does it name the tunnel's target, which
+//! protocols does it ask to upgrade to, does it wait for `100 Continue`.
+
+use std::net::IpAddr;
+
+use crate::policy::{Host, Target};
+use crate::protocol::http::RequestHead;
+use crate::protocol::http1::framing::trim_ows;
+
+/// The values of every `Host` header.
+pub(super) fn host_values(head: &RequestHead) -> Vec<&[u8]> {
+    head.headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
+        .map(|(_, v)| v.as_slice())
+        .collect()
+}
+
+/// A host a request names, canonical, and whether it gave a port.
+#[derive(Debug)]
+pub(super) struct Named {
+    pub(super) target: Target,
+    pub(super) explicit_port: bool,
+}
+
+/// Parses a `Host` value (`host`, `host:port`, `[v6]:port`); a missing port
+/// is `default_port`.
+pub(super) fn parse_host(value: &[u8], default_port: u16) -> Result<Named, String> {
+    let text = std::str::from_utf8(trim_ows(value)).map_err(|_| "Host is not ASCII".to_string())?;
+    if text.is_empty() {
+        return Err("empty Host".into());
+    }
+    let explicit_port = match text.strip_prefix('[') {
+        Some(rest) => rest.contains("]:"),
+        None => text.contains(':'),
+    };
+    let target = if explicit_port {
+        Target::parse_authority(text)
+    } else {
+        Target::new(text, default_port)
+    };
+    target
+        .map(|target| Named {
+            target,
+            explicit_port,
+        })
+        .map_err(|e| format!("invalid Host: {}", e.0))
+}
+
+/// Whether an absolute-form target (`http://host:port/...`) spells out a
+/// port (`http://host:/` does not).
+pub(super) fn absolute_has_port(target: &str) -> bool {
+    let Some((_, rest)) = target.split_once("://") else {
+        return false;
+    };
+    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+    let after_host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or("", |(_, after)| after),
+        None => authority.find(':').map_or("", |i| &authority[i..]),
+    };
+    after_host.len() > 1
+}
+
+/// `None` when `named` is the tunnel's `target` (a port left out matches
+/// any); else why not, naming both.
+pub(super) fn mismatch(what: &str, named: &Named, target: &Target) -> Option<String> {
+    let same_port = !named.explicit_port || named.target.port == target.port;
+    if named.target.host == target.host && same_port {
+        return None;
+    }
+    let shown = if named.explicit_port {
+        named.target.to_string()
+    } else {
+        host_text(&named.target)
+    };
+    Some(format!(
+        "{what} names {shown} but this connection goes to {target}"
+    ))
+}
+
+/// The protocols an upgrade request offers, lower-cased, in order
+/// (`websocket`, `h2c`, `foo/2`), over every `Upgrade` header.
+pub(super) fn upgrade_tokens(head: &RequestHead) -> Vec<String> {
+    head.headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("upgrade"))
+        .flat_map(|(_, v)| v.split(|&b| b == b','))
+        .map(trim_ows)
+        .filter(|t| !t.is_empty())
+        .map(|t| String::from_utf8_lossy(t).to_ascii_lowercase())
+        .collect()
+}
+
+/// Whether `token` (lower-case, maybe `name/version`) is one of `allowed`
+/// (lower-case): equal, or its name is.
+pub(super) fn upgrade_allowed(token: &str, allowed: &[String]) -> bool {
+    let name = token.split_once('/').map_or(token, |(n, _)| n);
+    allowed.iter().any(|a| a == token || a == name)
+}
+
+/// The request waits for `100 Continue` before sending its body.
+pub(super) fn expects_continue(head: &RequestHead) -> bool {
+    head.header("Expect")
+        .is_some_and(|v| trim_ows(v).eq_ignore_ascii_case(b"100-continue"))
+}
+
+/// The host part of a target as it goes in a `Host` header.
+pub(super) fn host_text(target: &Target) -> String {
+    match &target.host {
+        Host::Domain(d) => d.clone(),
+        Host::Ip(IpAddr::V6(a)) => format!("[{a}]"),
+        Host::Ip(a) => a.to_string(),
+    }
+}
+
+/// A `Host` header value for `target` (the port left out when it is 80).
+pub(super) fn host_header(target: &Target) -> String {
+    match target.port {
+        80 => host_text(target),
+        port => format!("{}:{port}", host_text(target)),
+    }
+}

@@ -1,0 +1,473 @@
+//! The request side: parse each head, judge it (framing, target, rules,
+//! upgrade), forward it or queue the proxy's answer, and stream or drop its
+//! body by its framing.
+
+use super::checks::{self, Named};
+use super::record::{clip, Record};
+use super::{
+    After, ClientAction, Decision, Due, Exchange, Forwarded, Local, Mode, Phase, Progress, Req,
+    Resp, MAX_ANSWER_BYTES, MAX_DUE, VIA,
+};
+use std::sync::Arc;
+
+use crate::policy::{normalize_path, RequestVerdict, Target};
+use crate::protocol::http::{parse_request_head, HeadError, RequestHead};
+use crate::protocol::http1::{self, Body, BodyKind, HeadEdit};
+
+/// The most of a client's text the proxy echoes in an answer.
+const MAX_ECHO: usize = 512;
+
+/// A well-formed request head, as the policy and the framing see it.
+struct Judged {
+    method: String,
+    /// The normalised path.
+    path: String,
+    /// Where the request goes (for the record).
+    authority: String,
+    /// A tunnel's request: its `Host`, parsed.
+    host: Option<Named>,
+    kind: BodyKind,
+    /// The connection ends after this exchange.
+    close: bool,
+    upgrade: bool,
+    expects_continue: bool,
+}
+
+impl Judged {
+    fn record(&self, decision: Decision) -> Record {
+        let authority = Some(self.authority.clone());
+        Record::new(Some(&self.method), Some(&self.path), authority, decision)
+    }
+}
+
+/// Why the policy refuses a well-formed request.
+struct Refusal {
+    status: u16,
+    /// `X-Proxy-Error`.
+    cause: String,
+    why: String,
+    decision: Decision,
+}
+
+impl Refusal {
+    /// Refused by the proxy's own checks; `cause` goes in the record,
+    /// `header` in `X-Proxy-Error`.
+    fn proxy(status: u16, cause: &str, why: String, header: String) -> Refusal {
+        Refusal {
+            status,
+            cause: header,
+            decision: Decision::Refused {
+                status,
+                cause: cause.to_owned(),
+                reason: why.clone(),
+            },
+            why,
+        }
+    }
+}
+
+impl Exchange {
+    /// The front of the client's unconsumed input, and the room in the
+    /// upstream output: what to do next. See [`ClientAction`].
+    pub fn on_client(&mut self, input: &[u8], room: usize) -> ClientAction {
+        if !matches!(self.phase, Phase::Open) {
+            return ClientAction::Stopped;
+        }
+        let action = match self.req {
+            Req::Stopped => ClientAction::Stopped,
+            Req::AwaitUpgrade => ClientAction::Wait,
+            Req::Body { .. } => self.client_body(input, room),
+            Req::Head => self.client_head(input, room),
+        };
+        self.settle();
+        action
+    }
+
+    /// In a body: forward (or drop) as much of it as is here and fits.
+    fn client_body(&mut self, input: &[u8], room: usize) -> ClientAction {
+        let Req::Body {
+            body,
+            forward,
+            next,
+        } = &mut self.req
+        else {
+            unreachable!("client_body outside a body");
+        };
+        let forward = *forward;
+        let avail = if forward {
+            input.len().min(room)
+        } else {
+            input.len()
+        };
+        if avail == 0 {
+            if input.is_empty() && self.client_eof {
+                self.break_request(forward, "the client closed inside the request body");
+                return ClientAction::Stopped;
+            }
+            return ClientAction::Wait;
+        }
+        let n = match body.advance(&input[..avail]) {
+            Ok(n) => n,
+            Err(e) => {
+                self.break_request(forward, &format!("request body broke its framing: {e}"));
+                return ClientAction::Stopped;
+            }
+        };
+        if body.is_done() {
+            let next = *next;
+            self.req = next.req();
+            if forward {
+                self.request_sent();
+            }
+        }
+        debug_assert!(n > 0, "a body in progress takes at least a byte");
+        if forward {
+            ClientAction::Forward(n)
+        } else {
+            ClientAction::Discard(n)
+        }
+    }
+
+    /// The body being read cannot be followed further: no more requests. A
+    /// forwarded one can never complete; a refused one's answer now closes.
+    fn break_request(&mut self, forward: bool, why: &str) {
+        self.req = Req::Stopped;
+        // While a body streams no other request is parsed: the newest
+        // exchange, if still due, is this request's.
+        match self.due.back_mut() {
+            Some(Due::Upstream(f)) if forward => {
+                f.progress = Progress::Broken(why.to_owned());
+                f.close = true;
+                self.wait_id += 1;
+            }
+            Some(Due::Local(l)) if !forward => l.close = true,
+            _ => {}
+        }
+    }
+
+    /// The newest forwarded request is wholly upstream: the response clock
+    /// may start.
+    fn request_sent(&mut self) {
+        if let Some(Due::Upstream(f)) = self.due.back_mut() {
+            if matches!(f.progress, Progress::Sending | Progress::Continue) {
+                f.progress = Progress::Sent;
+                self.wait_id += 1;
+            }
+        }
+    }
+
+    /// At a message boundary: parse and act on the next request head.
+    fn client_head(&mut self, input: &[u8], room: usize) -> ClientAction {
+        if self.upstream_eof {
+            // Nothing more can be forwarded; finish what is due.
+            self.req = Req::Stopped;
+            return ClientAction::Stopped;
+        }
+        if self.due.len() >= MAX_DUE || self.answer_bytes >= MAX_ANSWER_BYTES {
+            return ClientAction::Wait;
+        }
+        match parse_request_head(input, self.config.max_head_bytes) {
+            Ok(None) if self.client_eof => {
+                self.req = Req::Stopped;
+                ClientAction::Stopped
+            }
+            Ok(None) => ClientAction::Wait,
+            Ok(Some((head, n))) => self.request(head, n, input, room),
+            Err(HeadError::TooLarge) => {
+                let why = "request head too large".to_owned();
+                self.refuse_fatal(None, 431, "head-too-large", why)
+            }
+            Err(HeadError::Malformed(why)) => self.refuse_fatal(
+                None,
+                400,
+                "bad-request",
+                format!("malformed request: {why}"),
+            ),
+        }
+    }
+
+    /// Acts on one parsed head of `n` bytes at the front of `input`.
+    fn request(&mut self, head: RequestHead, n: usize, input: &[u8], room: usize) -> ClientAction {
+        if head.method == "CONNECT" {
+            let why = "CONNECT is not allowed inside an inspected connection".to_owned();
+            return self.refuse_fatal(Some(&head), 405, "method-not-allowed", why);
+        }
+        let (target, uri) = match self.target(&head) {
+            Ok(t) => t,
+            Err(why) => return self.refuse_fatal(Some(&head), 400, "bad-request", why),
+        };
+        if let (Mode::Forward { upstream }, Some(named)) = (&self.config.mode, &uri) {
+            if named.target != *upstream {
+                // Another host: its own upstream, once everything due is answered.
+                let answered = self.due.is_empty() && matches!(self.resp, Resp::Head);
+                return match answered {
+                    true => ClientAction::Switch(named.target.clone()),
+                    false => ClientAction::Wait,
+                };
+            }
+        }
+        let judged = match self.judge(&head, &target, uri.as_ref()) {
+            Ok(j) => j,
+            Err(why) => return self.refuse_fatal(Some(&head), 400, "bad-request", why),
+        };
+        let rule = match self.policy(&head, &judged, uri.as_ref()) {
+            Ok(rule) => rule,
+            Err(refusal) => return self.refuse(n, &judged, refusal),
+        };
+
+        // Allowed: forward the head, verbatim in a tunnel, rewritten for the
+        // forward proxy.
+        let out = match (&self.config.mode, &uri) {
+            (Mode::Forward { .. }, Some(named)) => {
+                let mut out = Vec::with_capacity(n + 128);
+                rewrite_request(&head, &target, &named.target, &judged, &mut out);
+                Some(out)
+            }
+            _ => None,
+        };
+        if out.as_ref().map_or(n, Vec::len) > room {
+            return ClientAction::Wait;
+        }
+        let progress = match (judged.kind, judged.expects_continue) {
+            (BodyKind::Empty, _) => Progress::Sent,
+            // A client that waits for `100 Continue` waits on the upstream
+            // from the head on.
+            (_, true) => Progress::Continue,
+            (_, false) => Progress::Sending,
+        };
+        self.due.push_back(Due::Upstream(Forwarded {
+            method: judged.method.clone(),
+            upgrade: judged.upgrade,
+            close: judged.close,
+            progress,
+            record: Some(judged.record(Decision::Allowed(rule))),
+        }));
+        self.wait_id += 1;
+        let next = match (judged.upgrade, judged.close) {
+            (true, _) => After::AwaitUpgrade,
+            (false, true) => After::Stopped,
+            (false, false) => After::Head,
+        };
+        self.req = match judged.kind {
+            BodyKind::Empty => next.req(),
+            kind => Req::Body {
+                body: Body::new(kind),
+                forward: true,
+                next,
+            },
+        };
+        match out {
+            Some(bytes) => ClientAction::Send { consumed: n, bytes },
+            None => {
+                debug_assert!(n <= input.len());
+                ClientAction::Forward(n)
+            }
+        }
+    }
+
+    /// The request's path-and-query, and the authority of an absolute URI
+    /// (tunnel: any; forward: required).
+    fn target(&self, head: &RequestHead) -> Result<(String, Option<Named>), String> {
+        let abs = match http1::parse_absolute_target(&head.target) {
+            Ok(abs) => abs,
+            Err(why) => return Err(format!("bad request target: {}", clip(&why, MAX_ECHO))),
+        };
+        let Some(abs) = abs else {
+            return match self.config.mode {
+                Mode::Tunnel { .. } => Ok((head.target.clone(), None)),
+                Mode::Forward { .. } => {
+                    Err("a forward proxy request needs an absolute URI (http://host/path)".into())
+                }
+            };
+        };
+        let target = Target::new(&abs.host, abs.port)
+            .map_err(|e| format!("invalid host: {}", clip(&e.0, MAX_ECHO)))?;
+        let named = Named {
+            target,
+            explicit_port: checks::absolute_has_port(&head.target),
+        };
+        Ok((abs.path_and_query, Some(named)))
+    }
+
+    /// Everything that makes a head malformed whatever the policy (answered
+    /// 400 and the connection closed): `Host` missing, repeated or invalid,
+    /// framing, a target that does not normalise.
+    fn judge(
+        &self,
+        head: &RequestHead,
+        target: &str,
+        uri: Option<&Named>,
+    ) -> Result<Judged, String> {
+        let hosts = checks::host_values(head);
+        if hosts.len() > 1 {
+            return Err("several Host headers".into());
+        }
+        if hosts.is_empty() && head.version == 1 {
+            return Err("an HTTP/1.1 request without Host".into());
+        }
+        // The forward proxy replaces `Host`; a tunnel checks it.
+        let host = match (&self.config.mode, hosts.first()) {
+            (Mode::Tunnel { target }, Some(value)) => {
+                Some(checks::parse_host(value, target.port).map_err(|why| clip(&why, MAX_ECHO))?)
+            }
+            _ => None,
+        };
+        let kind = match http1::request_body_kind(head) {
+            // No body either way: the next request starts right after the head.
+            Ok(BodyKind::Length(0)) => BodyKind::Empty,
+            Ok(kind) => kind,
+            Err(e) => return Err(format!("bad request framing: {e}")),
+        };
+        let path = normalize_path(target)
+            .map_err(|why| format!("invalid path: {}", clip(&why, MAX_ECHO)))?;
+        let authority = match (uri, &host, &self.config.mode) {
+            (Some(named), _, _) | (None, Some(named), _) => named.target.to_string(),
+            (None, None, Mode::Tunnel { target }) => target.to_string(),
+            (None, None, Mode::Forward { upstream }) => upstream.to_string(),
+        };
+        Ok(Judged {
+            method: head.method.clone(),
+            path,
+            authority,
+            host,
+            kind,
+            close: http1::wants_close(head.version, &head.headers),
+            upgrade: http1::is_upgrade_request(head),
+            expects_continue: checks::expects_continue(head),
+        })
+    }
+
+    /// The policy on a well-formed request: `Ok(rule)` to forward it (the
+    /// allowing request rule, `None` without rules), or why not.
+    fn policy(
+        &self,
+        head: &RequestHead,
+        judged: &Judged,
+        uri: Option<&Named>,
+    ) -> Result<Option<Arc<str>>, Refusal> {
+        if let Mode::Tunnel { target } = &self.config.mode {
+            let mismatch = uri
+                .and_then(|n| checks::mismatch("the URI", n, target))
+                .or_else(|| {
+                    judged
+                        .host
+                        .as_ref()
+                        .and_then(|n| checks::mismatch("Host", n, target))
+                });
+            if let Some(why) = mismatch {
+                let why = clip(&why, MAX_ECHO);
+                return Err(Refusal::proxy(
+                    421,
+                    "host-mismatch",
+                    why,
+                    "host-mismatch".into(),
+                ));
+            }
+        }
+        let rule = match &self.config.rules {
+            None => None,
+            Some(rules) => match rules.check(&judged.method, &judged.path) {
+                RequestVerdict::Allow(rule) => Some(rule),
+                RequestVerdict::Deny(rule) => {
+                    let path = clip(&judged.path, MAX_ECHO);
+                    return Err(Refusal {
+                        status: 403,
+                        cause: clip(&format!("denied; rule={rule}"), 256),
+                        why: format!("{} {path} is denied by {rule}", judged.method),
+                        decision: Decision::Denied(rule),
+                    });
+                }
+            },
+        };
+        if judged.upgrade {
+            let allowed = &self.config.upgrades;
+            let tokens = checks::upgrade_tokens(head);
+            if let Some(bad) = tokens.iter().find(|t| !checks::upgrade_allowed(t, allowed)) {
+                let token = clip(bad, 64);
+                let why = format!(
+                    "upgrading to {token} is not allowed here (allowed: {})",
+                    allowed.join(", ")
+                );
+                let cause = format!("upgrade-not-allowed; token={token}");
+                return Err(Refusal::proxy(403, "upgrade-not-allowed", why, cause));
+            }
+        }
+        Ok(rule)
+    }
+
+    /// Refuses a well-formed request: its answer is queued in order, its
+    /// head and then body dropped, and the connection carries on (unless it
+    /// asked to close, or waits for `100 Continue`: it may never send the
+    /// body, so what follows cannot be told from it).
+    fn refuse(&mut self, n: usize, judged: &Judged, refusal: Refusal) -> ClientAction {
+        let close = judged.close || (judged.expects_continue && judged.kind != BodyKind::Empty);
+        let record = judged.record(refusal.decision);
+        self.queue_answer(refusal.status, refusal.cause, refusal.why, close, record);
+        let next = if close { After::Stopped } else { After::Head };
+        self.req = match judged.kind {
+            BodyKind::Empty => next.req(),
+            kind => Req::Body {
+                body: Body::new(kind),
+                forward: false,
+                next,
+            },
+        };
+        ClientAction::Discard(n)
+    }
+
+    /// Refuses a request the stream cannot be followed past: answered in
+    /// order, then the connection closes; nothing more is read.
+    fn refuse_fatal(
+        &mut self,
+        head: Option<&RequestHead>,
+        status: u16,
+        cause: &str,
+        why: String,
+    ) -> ClientAction {
+        let why = clip(&why, MAX_ECHO);
+        let decision = Decision::Refused {
+            status,
+            cause: cause.to_owned(),
+            reason: why.clone(),
+        };
+        let record = Record::new(head.map(|h| h.method.as_str()), None, None, decision);
+        self.queue_answer(status, cause.to_owned(), why, true, record);
+        self.req = Req::Stopped;
+        ClientAction::Stopped
+    }
+
+    fn queue_answer(&mut self, status: u16, cause: String, why: String, close: bool, r: Record) {
+        let local = Local {
+            status,
+            cause,
+            why,
+            close,
+            record: Some(r),
+        };
+        self.answer_bytes += local.cost();
+        self.due.push_back(Due::Local(local));
+    }
+}
+
+/// The forward proxy's request head: origin-form, `Host` from the URI
+/// (RFC 9112 3.2.2), hop-by-hop headers dropped, `Via` added.
+fn rewrite_request(
+    head: &RequestHead,
+    path_and_query: &str,
+    target: &Target,
+    judged: &Judged,
+    out: &mut Vec<u8>,
+) {
+    let mut head = head.clone();
+    head.headers
+        .retain(|(name, _)| !name.eq_ignore_ascii_case("host"));
+    head.headers
+        .push(("Host".into(), checks::host_header(target).into_bytes()));
+    let edit = HeadEdit {
+        strip_hop_by_hop: true,
+        upgrading: judged.upgrade,
+        close: judged.close,
+        via: Some(VIA.into()),
+    };
+    http1::write_request_head(&head, path_and_query, &edit, out);
+}

@@ -1,0 +1,264 @@
+//! The response side: emit what is due to the client in order, the proxy's
+//! own answers and the upstream's responses (parsed only to find where each
+//! ends, take its status, and rewrite its head for the forward proxy).
+
+use super::{checks, Due, End, Exchange, Mode, Phase, Progress, Req, Resp, UpstreamAction, VIA};
+use crate::protocol::http::{error_response, HeadError};
+use crate::protocol::http1::{self, Body, BodyKind, HeadEdit, ResponseHead};
+
+impl Exchange {
+    /// The front of the upstream's unconsumed input, and the room in the
+    /// client output: what to send the client next. Call it every round,
+    /// with empty input too: the proxy's own answers come out here.
+    pub fn on_upstream(&mut self, input: &[u8], room: usize) -> UpstreamAction {
+        match self.phase {
+            Phase::Open => {}
+            Phase::Upgraded => return UpstreamAction::Upgrade,
+            Phase::Closed { .. } => return UpstreamAction::Close,
+        }
+        self.upstream_pending = !input.is_empty();
+        let action = match self.resp {
+            Resp::Head => self.response_head(input, room),
+            Resp::Body(_) => self.response_body(input, room),
+        };
+        if action != UpstreamAction::Wait {
+            // Something reached the client: any wait for a response starts anew.
+            self.wait_id += 1;
+        }
+        self.settle();
+        match (&action, &self.phase) {
+            // Nothing left to do: say so at once.
+            (UpstreamAction::Wait, Phase::Closed { .. }) => UpstreamAction::Close,
+            _ => action,
+        }
+    }
+
+    /// Between responses: the answer due next, or the next response head.
+    fn response_head(&mut self, input: &[u8], room: usize) -> UpstreamAction {
+        let progress = match self.due.front_mut() {
+            None if input.is_empty() => {
+                if self.upstream_eof {
+                    // The upstream closed between exchanges: nothing more
+                    // can be forwarded, and nothing is owed.
+                    self.close(End::Done, None);
+                }
+                return UpstreamAction::Wait;
+            }
+            None => {
+                // An answer would pass for the reply to the client's next request.
+                let why = "the upstream sent a response to no request".to_owned();
+                self.close(End::BadUpstream(why), None);
+                return UpstreamAction::Close;
+            }
+            Some(Due::Local(local)) => {
+                let answer = local.render();
+                if answer.len() > room {
+                    return UpstreamAction::Wait;
+                }
+                let Some(Due::Local(mut local)) = self.due.pop_front() else {
+                    unreachable!("the front is a local answer");
+                };
+                self.answer_bytes -= local.cost();
+                if let Some(mut record) = local.record.take() {
+                    record.status = Some(local.status);
+                    self.push_record(record);
+                }
+                if local.close {
+                    self.close(End::Done, None);
+                }
+                return UpstreamAction::Answer(answer);
+            }
+            Some(Due::Upstream(f)) => f.progress.clone(),
+        };
+        let parsed = if input.is_empty() {
+            Ok(None)
+        } else {
+            http1::parse_response_head(input, self.config.max_head_bytes)
+        };
+        match parsed {
+            Ok(Some((head, n))) => self.response(head, n, room),
+            Ok(None) if self.upstream_eof => {
+                let why = "the upstream closed the connection before answering";
+                let answer = error_response(502, "upstream-closed", why, &[]);
+                self.close(End::UpstreamClosed, Some((502, answer)));
+                UpstreamAction::Close
+            }
+            Ok(None) => match progress {
+                // The request cannot complete: the client is told, now.
+                Progress::Broken(why) if input.is_empty() => {
+                    let answer = error_response(400, "bad-request", &why, &[]);
+                    self.close(End::BadRequest(why), Some((400, answer)));
+                    UpstreamAction::Close
+                }
+                _ => UpstreamAction::Wait,
+            },
+            Err(HeadError::TooLarge) => self.bad_upstream("response head too large".into()),
+            Err(HeadError::Malformed(why)) => {
+                self.bad_upstream(format!("malformed response: {why}"))
+            }
+        }
+    }
+
+    /// The upstream broke HTTP before any of this response went out: 502.
+    fn bad_upstream(&mut self, why: String) -> UpstreamAction {
+        let answer = error_response(502, "bad-upstream-response", &why, &[]);
+        self.close(End::BadUpstream(why), Some((502, answer)));
+        UpstreamAction::Close
+    }
+
+    /// Acts on one parsed response head of `n` bytes.
+    fn response(&mut self, head: ResponseHead, n: usize, room: usize) -> UpstreamAction {
+        let Some(Due::Upstream(f)) = self.due.front() else {
+            unreachable!("a response head is parsed only for a forwarded request");
+        };
+        let (upgrade, close, method) = (f.upgrade, f.close, f.method.clone());
+        let switching = head.status == 101;
+        let interim = (100..200).contains(&head.status) && !switching;
+        if switching {
+            if !upgrade {
+                return self
+                    .bad_upstream("101 Switching Protocols without an upgrade request".into());
+            }
+            // Only to a protocol the request offered and we allow: never to
+            // one whose bytes would escape the request rules.
+            let chosen = first_token(&head);
+            match chosen {
+                Some(t) if checks::upgrade_allowed(&t, &self.config.upgrades) => {}
+                other => {
+                    let t = other.unwrap_or_else(|| "nothing".into());
+                    let t = super::record::clip(&t, 64);
+                    return self.bad_upstream(format!("101 Switching Protocols to {t}"));
+                }
+            }
+        }
+        let kind = if switching {
+            BodyKind::Empty
+        } else {
+            match http1::response_body_kind(&method, &head) {
+                Ok(kind) => kind,
+                Err(e) => return self.bad_upstream(format!("bad response framing: {e}")),
+            }
+        };
+        let closing = !interim && (close || http1::wants_close(head.version, &head.headers));
+        let out = match self.config.mode {
+            Mode::Tunnel { .. } => None,
+            Mode::Forward { .. } => {
+                let edit = HeadEdit {
+                    strip_hop_by_hop: true,
+                    upgrading: switching,
+                    close: closing && !switching,
+                    via: Some(VIA.into()),
+                };
+                let mut out = Vec::with_capacity(n + 64);
+                http1::write_response_head(&head, &edit, &mut out);
+                Some(out)
+            }
+        };
+        if out.as_ref().map_or(n, Vec::len) > room {
+            return UpstreamAction::Wait;
+        }
+        let Some(Due::Upstream(f)) = self.due.front_mut() else {
+            unreachable!("checked above");
+        };
+        if interim {
+            // The client sends its body now; the clock waits on it.
+            if f.progress == Progress::Continue {
+                f.progress = Progress::Sending;
+            }
+        } else {
+            // A final answer to a request still waiting for `100 Continue`:
+            // the client may send its body or skip it, and the upstream may
+            // read it or not. Whatever follows could be read two ways, so
+            // nothing follows.
+            f.close |= closing || f.progress == Progress::Continue;
+            if let Some(mut record) = f.record.take() {
+                record.status = Some(head.status);
+                self.push_record(record);
+            }
+            if switching {
+                self.due.pop_front();
+                self.phase = Phase::Upgraded;
+            } else {
+                match kind {
+                    BodyKind::Empty | BodyKind::Length(0) => self.exchange_done(),
+                    kind => self.resp = Resp::Body(Body::new(kind)),
+                }
+            }
+        }
+        match out {
+            Some(bytes) => UpstreamAction::Send { consumed: n, bytes },
+            None => UpstreamAction::Forward(n),
+        }
+    }
+
+    /// In a response body: forward as much as is here and fits.
+    fn response_body(&mut self, input: &[u8], room: usize) -> UpstreamAction {
+        let Resp::Body(body) = &mut self.resp else {
+            unreachable!("response_body outside a body");
+        };
+        if input.is_empty() {
+            if !self.upstream_eof {
+                return UpstreamAction::Wait;
+            }
+            if body.kind() == BodyKind::UntilClose {
+                // The body ends with the upstream's EOF, and so does the
+                // connection: nothing may follow it (the client reads to
+                // EOF, so an answer to a pipelined request would become
+                // part of this body).
+                self.exchange_done();
+                if matches!(self.phase, Phase::Open) {
+                    self.close(End::Done, None);
+                }
+            } else {
+                // Cut short: the client must not take it for complete.
+                self.close(End::UpstreamClosed, None);
+            }
+            return UpstreamAction::Close;
+        }
+        let avail = input.len().min(room);
+        if avail == 0 {
+            return UpstreamAction::Wait;
+        }
+        match body.advance(&input[..avail]) {
+            Ok(n) => {
+                if body.is_done() {
+                    self.exchange_done();
+                }
+                debug_assert!(n > 0, "a body in progress takes at least a byte");
+                UpstreamAction::Forward(n)
+            }
+            Err(e) => {
+                // Part of the response is already out: the only honest
+                // answer left is to close.
+                self.close(
+                    End::BadUpstream(format!("response body broke its framing: {e}")),
+                    None,
+                );
+                UpstreamAction::Close
+            }
+        }
+    }
+
+    /// The response at the front of `due` is complete.
+    fn exchange_done(&mut self) {
+        self.resp = Resp::Head;
+        if let Some(Due::Upstream(f)) = self.due.pop_front() {
+            if f.close {
+                // What was still due behind it is not answered: after a
+                // response that closes, the client retries the rest.
+                self.close(End::Done, None);
+            } else if f.upgrade && matches!(self.req, Req::AwaitUpgrade) {
+                // The upgrade was declined: the client's bytes are HTTP again.
+                self.req = Req::Head;
+            }
+        }
+    }
+}
+
+/// The first protocol a 101's `Upgrade` header names, lower-cased.
+fn first_token(head: &ResponseHead) -> Option<String> {
+    let value = head.header("Upgrade")?;
+    let first = value.split(|&b| b == b',').next()?;
+    let token = String::from_utf8_lossy(first).trim().to_ascii_lowercase();
+    (!token.is_empty()).then_some(token)
+}

@@ -1,0 +1,399 @@
+//! Requests the proxy answers itself: denied by a request rule (in order,
+//! body skipped, connection kept), malformed or too large (connection
+//! closed), aimed at another host than the tunnel's (421), or asking to
+//! upgrade to a protocol that is not allowed.
+
+use super::exchange_sim::*;
+use crate::policy::Target;
+use crate::protocol::http1::{Decision, End, ExchangeConfig, Mode};
+
+const DENY_RULE: &str = "denied; rule=api requests[1]";
+const NO_MATCH: &str = "denied; rule=api: no request rule matched";
+
+fn api() -> ExchangeConfig {
+    let mut c = tunnel();
+    c.rules = Some(api_rules());
+    c
+}
+
+fn req(method: &str, path: &str, extra: &str) -> String {
+    format!("{method} {path} HTTP/1.1\r\nHost: origin.test\r\n{extra}\r\n")
+}
+
+#[test]
+fn refused_bodies_are_skipped_and_the_connection_carries_on() {
+    let client = req("POST", "/v1/x", "Content-Length: 11\r\n")
+        + "hello world"
+        + &req("POST", "/v1/admin/x", "Transfer-Encoding: chunked\r\n")
+        + "5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"
+        + &get("/v1/after");
+    let script = Script::new(&client, vec![Reply::on("GET /v1/after", ok("after"))]);
+    let out = run_split(&api(), &script);
+    assert_eq!(
+        out.upstream_text(),
+        get("/v1/after"),
+        "only the allowed one"
+    );
+    let r = responses(&out.to_client, &["POST", "POST", "GET"]);
+    assert_eq!(r.len(), 3);
+    assert_eq!(
+        (r[0].status, r[0].header("X-Proxy-Error").unwrap()),
+        (403, NO_MATCH.into())
+    );
+    assert_eq!(
+        (r[1].status, r[1].header("X-Proxy-Error").unwrap()),
+        (403, DENY_RULE.into())
+    );
+    assert!(
+        r[1].text().contains("POST /v1/admin/x is denied"),
+        "{}",
+        r[1].text()
+    );
+    assert_eq!((r[2].status, r[2].text()), (200, "after".into()));
+    // A 403 on a connection that stays open does not announce a close.
+    assert_eq!(r[0].header("Connection"), None);
+    assert_eq!(out.end, Ending::Stalled);
+    let decisions: Vec<_> = out.records.iter().map(|r| r.decision.clone()).collect();
+    assert_eq!(
+        decisions,
+        [
+            Decision::Denied("api: no request rule matched".into()),
+            Decision::Denied("api requests[1]".into()),
+            Decision::Allowed(Some("api requests[0]".into())),
+        ]
+    );
+    assert_eq!(out.record_statuses(), [Some(403), Some(403), Some(200)]);
+}
+
+/// Refusals answer in order: behind a response still due, never ahead.
+#[test]
+fn a_refusal_waits_for_the_responses_before_it() {
+    let client = get("/v1/slow")
+        + &req("DELETE", "/v1/admin/x", "Content-Length: 3\r\n")
+        + "abc"
+        + &get("/v1/fast");
+    let mut sim = Sim::new(
+        api(),
+        Script::new(&client, vec![]),
+        Plan::default(),
+        Limits::roomy(),
+    );
+    sim.run();
+    assert!(
+        sim.to_client.is_empty(),
+        "the 403 must not overtake the slow answer"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&sim.to_upstream),
+        get("/v1/slow") + &get("/v1/fast")
+    );
+    sim.upstream_sends(ok("slow") + &ok("fast"));
+    sim.run();
+    let out = sim.outcome();
+    assert_eq!(out.statuses(&["GET", "DELETE", "GET"]), [200, 403, 200]);
+    let script = Script::new(
+        &client,
+        vec![Reply::on("GET /v1/fast", ok("slow") + &ok("fast"))],
+    );
+    assert_eq!(run_split(&api(), &script).client_text(), out.client_text());
+}
+
+#[test]
+fn no_spelling_of_a_path_slips_past_a_deny() {
+    for path in [
+        "/v1/../v1/admin/x",
+        "/v1/%61dmin/x",
+        "//v1//admin//x?q=1",
+        "/v1/./admin/x",
+    ] {
+        let out = run(&api(), &Script::new(get(path), vec![]));
+        assert_eq!(out.statuses(&["GET"]), [403], "{path}");
+        assert!(out.to_upstream.is_empty(), "{path}");
+        assert_eq!(
+            out.records[0].path.as_deref(),
+            Some("/v1/admin/x"),
+            "{path}"
+        );
+    }
+}
+
+#[test]
+fn a_denied_request_that_says_close_closes() {
+    let client = req("GET", "/v1/admin/x", "Connection: close\r\n") + &get("/v1/never");
+    let out = run_split(&api(), &Script::new(&client, vec![]));
+    let r = &responses(&out.to_client, &["GET"])[0];
+    assert_eq!(r.status, 403);
+    assert_eq!(r.header("Connection").as_deref(), Some("close"));
+    assert_eq!(out.end, Ending::Closed(End::Done));
+    assert!(out.to_upstream.is_empty());
+}
+
+/// A client waiting for `100 Continue` may never send the body of a refused
+/// request: the 403 closes, rather than read the next request as body.
+#[test]
+fn a_refused_request_awaiting_100_continue_closes() {
+    let client = req(
+        "PUT",
+        "/v1/admin/x",
+        "Expect: 100-continue\r\nContent-Length: 5\r\n",
+    ) + &get("/v1/next");
+    let out = run_split(&api(), &Script::new(&client, vec![]));
+    let r = &responses(&out.to_client, &["PUT"])[0];
+    assert_eq!(r.status, 403);
+    assert_eq!(r.header("Connection").as_deref(), Some("close"));
+    assert_eq!(out.end, Ending::Closed(End::Done));
+    assert!(out.to_upstream.is_empty());
+}
+
+/// Requests the stream cannot be followed past: answered, then closed,
+/// nothing forwarded, nothing more read.
+#[test]
+fn malformed_requests_close_the_connection() {
+    let big = format!(
+        "GET /big HTTP/1.1\r\nHost: origin.test\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(HEAD_MAX)
+    );
+    let cases = [
+        (big.as_str(), 431, "head-too-large"),
+        ("GET /a b c\r\n\r\n", 400, "bad-request"),
+        ("GET / HTTP/2.0\r\n\r\n", 400, "bad-request"),
+        (
+            "CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n",
+            405,
+            "method-not-allowed",
+        ),
+        (
+            "POST /x HTTP/1.1\r\nHost: o\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            400,
+            "bad-request",
+        ),
+        (
+            "POST /x HTTP/1.1\r\nHost: o\r\nContent-Length: 5\r\nContent-Length: 30\r\n\r\nhello",
+            400,
+            "bad-request",
+        ),
+        ("GET /v1/a%2Fb HTTP/1.1\r\nHost: origin.test\r\n\r\n", 400, "bad-request"),
+        ("GET * HTTP/1.1\r\nHost: origin.test\r\n\r\n", 400, "bad-request"),
+        ("GET /x HTTP/1.1\r\n\r\n", 400, "bad-request"),
+        (
+            "GET /x HTTP/1.1\r\nHost: origin.test\r\nHost: origin.test\r\n\r\n",
+            400,
+            "bad-request",
+        ),
+        ("GET /x HTTP/1.1\r\nHost: a b\r\n\r\n", 400, "bad-request"),
+    ];
+    for (head, status, cause) in cases {
+        let client = head.to_string() + &get("/v1/after");
+        let script = Script::new(&client, vec![]);
+        let out = if head.len() < 200 {
+            run_split(&api(), &script)
+        } else {
+            run(&api(), &script)
+        };
+        let r = &responses(&out.to_client, &["GET"]);
+        assert_eq!(r.len(), 1, "{head:?}: {}", out.client_text());
+        assert_eq!(r[0].status, status, "{head:?}: {}", r[0].head);
+        assert_eq!(
+            r[0].header("X-Proxy-Error").as_deref(),
+            Some(cause),
+            "{head:?}"
+        );
+        assert_eq!(r[0].header("Connection").as_deref(), Some("close"));
+        assert!(out.to_upstream.is_empty(), "{head:?} reached the upstream");
+        assert_eq!(out.end, Ending::Closed(End::Done), "{head:?}");
+        assert_eq!(out.records.len(), 1);
+        assert!(
+            matches!(&out.records[0].decision, Decision::Refused { status: s, .. } if *s == status),
+            "{:?}",
+            out.records[0]
+        );
+        assert_eq!(out.records[0].status, Some(status));
+    }
+}
+
+/// HTTP/1.0 needs no Host.
+#[test]
+fn http10_without_host_is_fine() {
+    let client = "GET /v1/old HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+    let out = run(
+        &api(),
+        &Script::new(client, vec![Reply::on("/v1/old", ok("old"))]),
+    );
+    assert_eq!(out.statuses(&["GET"]), [200]);
+    assert_eq!(out.records[0].authority.as_deref(), Some("origin.test:80"));
+}
+
+#[test]
+fn a_host_naming_another_target_is_421() {
+    let other = [
+        "Host: evil.test\r\n",
+        "Host: origin.test:8080\r\n",
+        "Host: origin.test.evil\r\n",
+        "Host: 127.0.0.1\r\n",
+    ];
+    for host in other {
+        let client =
+            format!("GET /v1/x HTTP/1.1\r\n{host}Content-Length: 3\r\n\r\nabc") + &get("/v1/next");
+        let script = Script::new(&client, vec![Reply::on("GET /v1/next", ok("next"))]);
+        let out = run_split(&api(), &script);
+        let r = responses(&out.to_client, &["GET", "GET"]);
+        assert_eq!(r[0].status, 421, "{host}");
+        assert_eq!(
+            r[0].header("X-Proxy-Error").as_deref(),
+            Some("host-mismatch")
+        );
+        assert!(
+            r[0].text().contains("origin.test:80"),
+            "the reason names both: {}",
+            r[0].text()
+        );
+        // The connection carries on past the refused request and its body.
+        assert_eq!((r[1].status, r[1].text()), (200, "next".into()), "{host}");
+        assert_eq!(out.upstream_text(), get("/v1/next"));
+    }
+    // Every spelling of the target itself is fine.
+    for host in [
+        "ORIGIN.TEST",
+        "origin.test.",
+        "origin.test:80",
+        " origin.test ",
+    ] {
+        let client = format!("GET /v1/x HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        let out = run(
+            &api(),
+            &Script::new(&client, vec![Reply::on("/v1/x", ok("x"))]),
+        );
+        assert_eq!(out.statuses(&["GET"]), [200], "{host}");
+    }
+}
+
+#[test]
+fn an_absolute_uri_naming_another_target_is_421() {
+    for (target, status) in [
+        ("http://evil.test/v1/x", 421),
+        ("http://origin.test:8080/v1/x", 421),
+        ("http://origin.test/v1/x", 200),
+        ("http://origin.test:80/v1/x", 200),
+    ] {
+        let client = format!("GET {target} HTTP/1.1\r\nHost: origin.test\r\n\r\n");
+        let out = run(
+            &api(),
+            &Script::new(&client, vec![Reply::on("GET ", ok("x"))]),
+        );
+        assert_eq!(out.statuses(&["GET"]), [status], "{target}");
+    }
+}
+
+/// A tunnel to an address: `Host` must name that address, in any spelling.
+#[test]
+fn host_checks_on_an_ip_target() {
+    let config = ExchangeConfig {
+        max_head_bytes: HEAD_MAX,
+        ..ExchangeConfig::new(Mode::Tunnel {
+            target: Target::new("127.0.0.1", 8080).unwrap(),
+        })
+    };
+    for (host, status) in [
+        ("127.0.0.1:8080", 200),
+        ("127.1:8080", 200),
+        ("127.0.0.1", 200),
+        ("[::ffff:127.0.0.1]:8080", 200),
+        ("localhost:8080", 421),
+        ("127.0.0.2:8080", 421),
+        ("127.0.0.1:80", 421),
+    ] {
+        let client = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        let out = run(
+            &config,
+            &Script::new(&client, vec![Reply::on("GET /", ok("x"))]),
+        );
+        assert_eq!(out.statuses(&["GET"]), [status], "{host}");
+    }
+}
+
+fn upgrade(token: &str) -> String {
+    format!(
+        "GET /ws HTTP/1.1\r\nHost: origin.test\r\nConnection: Upgrade\r\nUpgrade: {token}\r\n\r\n"
+    )
+}
+
+#[test]
+fn upgrades_other_than_websocket_are_refused() {
+    for (token, bad) in [
+        ("h2c", "h2c"),
+        ("foo", "foo"),
+        ("h2c, websocket", "h2c"),
+        ("websocket, H2C", "h2c"),
+        ("TLS/1.0", "tls/1.0"),
+    ] {
+        let client = upgrade(token) + &get("/next");
+        let script = Script::new(&client, vec![Reply::on("GET /next", ok("next"))]);
+        let out = run_split(&tunnel(), &script);
+        let r = responses(&out.to_client, &["GET", "GET"]);
+        assert_eq!(r[0].status, 403, "{token}");
+        assert_eq!(
+            r[0].header("X-Proxy-Error"),
+            Some(format!("upgrade-not-allowed; token={bad}")),
+            "{token}"
+        );
+        assert_eq!(r[1].text(), "next", "parsing carries on after {token}");
+        assert_eq!(
+            out.upstream_text(),
+            get("/next"),
+            "{token} was never forwarded"
+        );
+        assert!(matches!(
+            &out.records[0].decision,
+            Decision::Refused { status: 403, cause, .. } if cause == "upgrade-not-allowed"
+        ));
+    }
+    // The h2c request form browsers and curl send, with its settings header.
+    let h2c = "GET / HTTP/1.1\r\nHost: origin.test\r\nConnection: Upgrade, HTTP2-Settings\r\n\
+               Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n";
+    let out = run(&tunnel(), &Script::new(h2c, vec![]));
+    assert_eq!(out.statuses(&["GET"]), [403]);
+    assert!(out.to_upstream.is_empty());
+}
+
+#[test]
+fn allowed_upgrade_tokens_match_without_case() {
+    for token in ["websocket", "WebSocket", "websocket/13"] {
+        let out = run(
+            &tunnel(),
+            &Script::new(upgrade(token), vec![Reply::on("/ws", ok("declined"))]),
+        );
+        assert_eq!(out.statuses(&["GET"]), [200], "{token}");
+        assert_eq!(out.upstream_text(), upgrade(token));
+    }
+    // The configured list is what counts.
+    let mut config = tunnel();
+    config.upgrades = vec!["Foo".into()];
+    let out = run(
+        &config,
+        &Script::new(upgrade("foo"), vec![Reply::on("/ws", ok("x"))]),
+    );
+    assert_eq!(out.statuses(&["GET"]), [200]);
+    let out = run(&config, &Script::new(upgrade("websocket"), vec![]));
+    assert_eq!(out.statuses(&["GET"]), [403]);
+}
+
+/// A denial is judged before the upgrade token: the record names the rule.
+#[test]
+fn a_denied_upgrade_names_the_rule() {
+    let client = "GET /v1/admin/ws HTTP/1.1\r\nHost: origin.test\r\nConnection: upgrade\r\n\
+                  Upgrade: h2c\r\n\r\n";
+    let out = run(&api(), &Script::new(client, vec![]));
+    let r = &responses(&out.to_client, &["GET"])[0];
+    assert_eq!(r.header("X-Proxy-Error").as_deref(), Some(DENY_RULE));
+}
+
+/// Text echoed from a request is clipped: answers stay small.
+#[test]
+fn long_paths_are_clipped_in_answers_and_records() {
+    let path = format!("/v1/admin/{}", "a".repeat(1500));
+    let out = run(&api(), &Script::new(get(&path), vec![]));
+    let r = &responses(&out.to_client, &["GET"])[0];
+    assert_eq!(r.status, 403);
+    assert!(r.text().len() < 700, "{}", r.text().len());
+    assert!(out.records[0].path.as_ref().unwrap().len() <= 512);
+}

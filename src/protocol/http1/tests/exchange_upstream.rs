@@ -1,0 +1,383 @@
+//! The upstream side: upgrades accepted and declined, upstreams that close
+//! early or break HTTP (502 while nothing of the response went out, a
+//! close after), and the response timer's bookkeeping.
+
+use super::exchange_sim::*;
+use crate::protocol::http1::{End, Status};
+
+const WS: &str = "GET /chat HTTP/1.1\r\nHost: origin.test\r\nUpgrade: websocket\r\n\
+                  Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+                  Sec-WebSocket-Version: 13\r\n\r\n";
+const SWITCH: &str = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+                      Connection: Upgrade\r\n\r\n";
+
+#[test]
+fn after_101_both_inputs_are_raw() {
+    // Raw bytes right behind the request, and right behind the 101, that
+    // look like HTTP: none of it may be parsed.
+    let client_raw = "\u{81}\u{85}GET / HTTP/1.1\r\nHost: evil\r\n\r\n";
+    let server_raw = "\u{81}\u{05}helloHTTP/1.1 200 OK\r\n\r\n";
+    let script = Script::new(
+        WS.to_string() + client_raw,
+        vec![Reply::on(
+            "Version: 13\r\n\r\n",
+            SWITCH.to_string() + server_raw,
+        )],
+    );
+    let out = run_split(&tunnel(), &script);
+    assert_eq!(out.end, Ending::Upgraded);
+    assert_eq!(out.upstream_text(), WS.to_string() + client_raw);
+    assert_eq!(out.client_text(), SWITCH.to_string() + server_raw);
+    assert_eq!(out.record_statuses(), [Some(101)]);
+}
+
+/// Bytes behind an upgrade request wait for its answer: not forwarded, not
+/// parsed, until the 101 (then raw) or another answer (then HTTP).
+#[test]
+fn bytes_behind_an_upgrade_request_wait_for_its_answer() {
+    let mut sim = Sim::new(
+        tunnel(),
+        Script::new(WS.to_string() + &get("/third"), vec![]),
+        Plan::default(),
+        Limits::roomy(),
+    );
+    sim.run();
+    assert_eq!(String::from_utf8_lossy(&sim.to_upstream), WS);
+    assert_eq!(sim.ex.status(), Status::Open);
+    sim.upstream_sends(ok("no upgrade for you"));
+    sim.run();
+    assert_eq!(
+        String::from_utf8_lossy(&sim.to_upstream),
+        WS.to_string() + &get("/third"),
+        "declined: parsing resumed"
+    );
+}
+
+#[test]
+fn a_declined_upgrade_keeps_http() {
+    let client = WS.to_string() + &get("/third");
+    let script = Script::new(
+        &client,
+        vec![
+            Reply::on("Version: 13\r\n\r\n", ok("no upgrade for you")),
+            Reply::on("GET /third", ok("third")),
+        ],
+    );
+    let out = run_split(&tunnel(), &script);
+    assert_eq!(out.upstream_text(), client);
+    assert_eq!(out.client_text(), ok("no upgrade for you") + &ok("third"));
+    assert_eq!(out.end, Ending::Stalled);
+}
+
+#[test]
+fn upgrade_with_an_interim_response_first() {
+    let script = Script::new(
+        WS,
+        vec![Reply::on(
+            "\r\n\r\n",
+            "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n".to_string() + SWITCH + "raw",
+        )],
+    );
+    let out = run_split(&tunnel(), &script);
+    assert_eq!(out.end, Ending::Upgraded);
+    assert!(out.client_text().ends_with("\r\n\r\nraw"));
+}
+
+/// A 502 owed while nothing of the response went out.
+#[track_caller]
+fn expect_502(out: &Outcome, methods: &[&str], cause: &str) {
+    let r = responses(&out.to_client, methods);
+    let last = r.last().expect("an answer");
+    assert_eq!(last.status, 502, "{}", out.client_text());
+    assert_eq!(last.header("X-Proxy-Error").as_deref(), Some(cause));
+    assert_eq!(last.header("Connection").as_deref(), Some("close"));
+}
+
+#[test]
+fn bad_101s_are_502() {
+    // A 101 nobody asked for.
+    let script = Script::new(
+        get("/a"),
+        vec![Reply::on("GET /a", SWITCH.to_string() + "raw")],
+    );
+    let out = run_split(&tunnel(), &script);
+    expect_502(&out, &["GET"], "bad-upstream-response");
+    assert!(matches!(out.end, Ending::Closed(End::BadUpstream(_))));
+    assert!(!out.client_text().contains("raw"));
+    // A 101 to a protocol that is not allowed, or to none.
+    for resp in [
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\r\n",
+    ] {
+        let script = Script::new(WS, vec![Reply::on("\r\n\r\n", resp.to_string() + "PRI *")]);
+        let out = run_split(&tunnel(), &script);
+        expect_502(&out, &["GET"], "bad-upstream-response");
+        assert_eq!(out.record_statuses(), [Some(502)]);
+    }
+}
+
+#[test]
+fn upstream_eof_before_answering_is_502() {
+    // Nothing at all, after a good exchange.
+    let client = get("/fine") + &get("/drop");
+    let script = Script::new(
+        &client,
+        vec![
+            Reply::on("GET /fine", ok("fine")),
+            Reply::eof_on("GET /drop"),
+        ],
+    );
+    let out = run_split(&tunnel(), &script);
+    expect_502(&out, &["GET", "GET"], "upstream-closed");
+    assert_eq!(out.end, Ending::Closed(End::UpstreamClosed));
+    assert_eq!(out.record_statuses(), [Some(200), Some(502)]);
+    // Half a head.
+    let script = Script::new(
+        get("/a"),
+        vec![
+            Reply::on("GET /a", "HTTP/1.1 200 OK\r\nContent-Le"),
+            Reply::eof(),
+        ],
+    );
+    let out = run_split(&tunnel(), &script);
+    expect_502(&out, &["GET"], "upstream-closed");
+    // After a 100 Continue, the final answer is still owed: 502.
+    let script = Script::new(
+        "PUT /x HTTP/1.1\r\nHost: origin.test\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi",
+        vec![Reply::on("hi", "HTTP/1.1 100 Continue\r\n\r\n"), Reply::eof()],
+    );
+    let out = run_split(&tunnel(), &script);
+    assert_eq!(out.statuses(&["PUT"]), [100, 502]);
+}
+
+#[test]
+fn a_response_cut_short_closes_without_an_answer() {
+    let script = Script::new(
+        get("/a"),
+        vec![
+            Reply::on(
+                "GET /a",
+                "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf",
+            ),
+            Reply::eof(),
+        ],
+    );
+    let out = run_split(&tunnel(), &script);
+    assert_eq!(
+        out.client_text(),
+        "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf"
+    );
+    assert_eq!(out.end, Ending::Closed(End::UpstreamClosed));
+}
+
+#[test]
+fn upstream_eof_between_exchanges_ends_cleanly() {
+    let script = Script::new(get("/a"), vec![Reply::on("GET /a", ok("a")), Reply::eof()]);
+    let out = run_split(&tunnel(), &script);
+    assert_eq!(out.client_text(), ok("a"));
+    assert_eq!(out.end, Ending::Closed(End::Done));
+}
+
+#[test]
+fn bad_upstream_heads_are_502() {
+    for resp in [
+        "SSH-2.0-OpenSSH_9.6\r\n\r\n".to_string(),
+        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+            .to_string(),
+        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!".to_string(),
+        format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(HEAD_MAX)),
+    ] {
+        let client = get("/fine") + &get("/bad");
+        let script = Script::new(
+            &client,
+            vec![Reply::on("GET /fine", ok("fine")), Reply::on("GET /bad", &resp)],
+        );
+        let out = if resp.len() < 200 {
+            run_split(&tunnel(), &script)
+        } else {
+            run(&tunnel(), &script)
+        };
+        expect_502(&out, &["GET", "GET"], "bad-upstream-response");
+        assert!(
+            matches!(out.end, Ending::Closed(End::BadUpstream(_))),
+            "{:?}",
+            out.end
+        );
+        assert_eq!(out.statuses(&["GET", "GET"]), [200, 502]);
+    }
+}
+
+#[test]
+fn a_body_that_breaks_its_framing_closes_without_an_answer() {
+    let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
+    let script = Script::new(
+        get("/a"),
+        vec![Reply::on("GET /a", head.to_string() + "zz\r\n")],
+    );
+    let out = run_split_ends(&tunnel(), &script);
+    assert!(out.client_text().starts_with("HTTP/1.1 200 OK\r\n"));
+    assert!(!out.client_text().contains("502"));
+    assert!(matches!(out.end, Ending::Closed(End::BadUpstream(_))));
+}
+
+/// Upstream bytes that answer no request end the connection without an
+/// answer: a 502 would pass for the reply to the client's next request.
+#[test]
+fn bytes_that_answer_nothing_close_without_an_answer() {
+    let script = Script::new(
+        get("/extra"),
+        vec![Reply::on("GET /extra", ok("hello") + "X")],
+    );
+    let out = run_split(&tunnel(), &script);
+    assert_eq!(out.client_text(), ok("hello"));
+    assert!(matches!(out.end, Ending::Closed(End::BadUpstream(_))));
+    // And before any request.
+    let out = run(
+        &tunnel(),
+        &Script::new("", vec![Reply::now("HTTP/1.1 200 OK\r\n\r\n")]),
+    );
+    assert!(out.to_client.is_empty());
+    assert!(matches!(out.end, Ending::Closed(End::BadUpstream(_))));
+}
+
+/// A client that breaks a forwarded request's body (or closes inside it)
+/// gets a 400 at once: the upstream would wait for the rest for ever.
+#[test]
+fn a_request_broken_after_its_head_went_is_400() {
+    for (body, eof) in [("5\r\nhello\r\nzz\r\n", false), ("5\r\nhel", true)] {
+        let client = format!(
+            "POST /p HTTP/1.1\r\nHost: origin.test\r\nTransfer-Encoding: chunked\r\n\r\n{body}"
+        );
+        let mut script = Script::new(&client, vec![]);
+        script.client_eof = eof;
+        let out = run_split_ends(&tunnel(), &script);
+        let r = responses(&out.to_client, &["POST"]);
+        assert_eq!(r[0].status, 400, "{body:?}");
+        assert!(
+            matches!(out.end, Ending::Closed(End::BadRequest(_))),
+            "{:?}",
+            out.end
+        );
+        assert_eq!(out.record_statuses(), [Some(400)]);
+    }
+    // Behind a response still due, the 400 waits its turn.
+    let client =
+        get("/slow") + "POST /p HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 9\r\n\r\nshort";
+    let script = Script::new(&client, vec![Reply::on("short", ok("slow"))]).then_eof();
+    let out = run_split(&tunnel(), &script);
+    assert_eq!(out.statuses(&["GET", "POST"]), [200, 400]);
+}
+
+#[test]
+fn response_timer_bookkeeping() {
+    let mut sim = Sim::new(
+        tunnel(),
+        Script::new(get("/a") + &get("/b"), vec![]),
+        Plan::default(),
+        Limits::roomy(),
+    );
+    sim.run();
+    // Both requests are out; the first one's answer is awaited.
+    let first = sim.ex.awaiting_response().expect("the clock runs");
+    // Part of a head arrived: the upstream is answering.
+    sim.upstream_sends("HTTP/1.1 200 OK\r\n");
+    sim.run();
+    assert_eq!(sim.ex.awaiting_response(), None);
+    assert!(!sim.ex.response_timeout(), "a stale timer changes nothing");
+    assert_eq!(sim.ex.status(), Status::Open);
+    // The first answer is complete: the second is awaited, a new wait.
+    sim.upstream_sends("Content-Length: 1\r\n\r\na");
+    sim.run();
+    let second = sim.ex.awaiting_response().expect("the clock runs again");
+    assert_ne!(first, second, "a new wait restarts the clock");
+    assert!(sim.ex.response_timeout());
+    sim.run();
+    let out = sim.outcome();
+    assert_eq!(out.end, Ending::Closed(End::ResponseTimeout));
+    assert_eq!(out.statuses(&["GET", "GET"]), [200, 504]);
+    let r = responses(&out.to_client, &["GET", "GET"]);
+    assert_eq!(
+        r[1].header("X-Proxy-Error").as_deref(),
+        Some("response-timeout")
+    );
+    assert_eq!(out.record_statuses(), [Some(200), Some(504)]);
+}
+
+#[test]
+fn no_response_clock_while_the_client_uploads_or_reads() {
+    // Uploading: no clock.
+    let mut sim = Sim::new(
+        tunnel(),
+        Script::new(
+            "POST /p HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 10\r\n\r\n01234",
+            vec![],
+        ),
+        Plan::default(),
+        Limits::roomy(),
+    );
+    sim.run();
+    assert_eq!(sim.ex.awaiting_response(), None);
+    sim.client_sends("56789");
+    sim.run();
+    assert!(
+        sim.ex.awaiting_response().is_some(),
+        "wholly sent: the clock runs"
+    );
+
+    // A response streaming to a client that does not read: no clock.
+    let mut sim = Sim::new(
+        tunnel(),
+        Script::new(get("/big") + &get("/small"), vec![]),
+        Plan::default(),
+        Limits::roomy(),
+    );
+    sim.client_reads(0);
+    sim.run();
+    sim.upstream_sends(format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: 200000\r\n\r\n{}",
+        "x".repeat(200_000)
+    ));
+    sim.run();
+    assert_eq!(sim.ex.awaiting_response(), None, "the upstream answered");
+
+    // 100-continue: the clock runs from the head, stops at the 100 while
+    // the body comes, and runs again once it is sent.
+    let mut sim = Sim::new(
+        tunnel(),
+        Script::new(
+            "PUT /x HTTP/1.1\r\nHost: origin.test\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n",
+            vec![],
+        ),
+        Plan::default(),
+        Limits::roomy(),
+    );
+    sim.run();
+    assert!(sim.ex.awaiting_response().is_some(), "from the head on");
+    sim.upstream_sends("HTTP/1.1 100 Continue\r\n\r\n");
+    sim.run();
+    assert_eq!(
+        sim.ex.awaiting_response(),
+        None,
+        "the client sends its body now"
+    );
+    sim.client_sends("hi");
+    sim.run();
+    assert!(sim.ex.awaiting_response().is_some());
+
+    // A proxy answer due next: no clock.
+    let mut config = tunnel();
+    config.rules = Some(api_rules());
+    let mut sim = Sim::new(
+        config,
+        Script::new(get("/v1/admin/x") + &get("/v1/ok"), vec![]),
+        Plan::default(),
+        Limits::roomy(),
+    );
+    sim.resize_cout(0);
+    sim.run();
+    assert_eq!(sim.ex.queued().exchanges, 2, "the 403 is stuck in front");
+    assert_eq!(sim.ex.awaiting_response(), None);
+    sim.resize_cout(64 * 1024);
+    sim.run();
+    assert!(sim.ex.awaiting_response().is_some(), "the 403 is out");
+}
