@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::policy::{Policy, RuleConfig};
+use crate::policy::{builtin_default_rule, Policy, PolicyError, RuleConfig, RuleMode};
 
 /// Where a listener listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +148,70 @@ pub struct Config {
     pub limits: Limits,
     /// Required credentials, if any.
     pub auth: Option<Credentials>,
+    /// TLS termination: the CA and upstream trust anchors.
+    pub tls: TlsConfig,
+}
+
+/// TLS settings for rules with `tls = "terminate"` (the `[tls]` table). Paths
+/// in a file are relative to the file's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// PEM certificate of the CA that signs minted leaves (with `ca_key`).
+    pub ca_cert: Option<PathBuf>,
+    /// PEM private key of that CA (with `ca_cert`).
+    pub ca_key: Option<PathBuf>,
+    /// Extra PEM trust anchors for verifying upstreams, on top of the roots.
+    pub upstream_ca: Vec<PathBuf>,
+    /// Where a generated CA lives when `ca_cert`/`ca_key` are absent: the
+    /// configured directory, else `$XDG_STATE_HOME/portcullis`, else
+    /// `~/.local/state/portcullis`; `None` only when neither variable is set.
+    pub state_dir: Option<PathBuf>,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            ca_cert: None,
+            ca_key: None,
+            upstream_ca: Vec::new(),
+            state_dir: default_state_dir(),
+        }
+    }
+}
+
+/// `$XDG_STATE_HOME/portcullis` (an absolute path only, per the XDG spec),
+/// else `$HOME/.local/state/portcullis`.
+pub fn default_state_dir() -> Option<PathBuf> {
+    let absolute = |v: std::ffi::OsString| {
+        let p = PathBuf::from(v);
+        p.is_absolute().then_some(p)
+    };
+    if let Some(p) = std::env::var_os("XDG_STATE_HOME").and_then(absolute) {
+        return Some(p.join("portcullis"));
+    }
+    std::env::var_os("HOME")
+        .and_then(absolute)
+        .map(|h| h.join(".local/state/portcullis"))
+}
+
+impl TlsConfig {
+    /// Makes relative paths relative to `dir` (the configuration file's).
+    pub fn rebase(&mut self, dir: &Path) {
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        };
+        self.ca_cert.iter_mut().for_each(fix);
+        self.ca_key.iter_mut().for_each(fix);
+        self.upstream_ca.iter_mut().for_each(fix);
+        self.state_dir.iter_mut().for_each(fix);
+    }
+}
+
+/// A duration as `--check` and logs show it: `250ms`, `10s`, `5m`, `2h`, `1d`.
+pub fn format_duration(d: Duration) -> String {
+    crate::policy::describe_duration(d)
 }
 
 /// The built-in default listener address.
@@ -161,6 +225,7 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             limits: Limits::default(),
             auth: None,
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -221,6 +286,8 @@ impl std::str::FromStr for ListenerProtocol {
 pub struct ConfigError {
     path: Option<PathBuf>,
     key: Option<String>,
+    /// 1-based line and column of the offending value in the file.
+    location: Option<(usize, usize)>,
     message: String,
 }
 
@@ -230,6 +297,7 @@ impl ConfigError {
         ConfigError {
             path: None,
             key: Some(key.into()),
+            location: None,
             message: message.into(),
         }
     }
@@ -238,6 +306,7 @@ impl ConfigError {
         ConfigError {
             path: None,
             key: None,
+            location: None,
             message: message.into(),
         }
     }
@@ -258,6 +327,20 @@ impl ConfigError {
     pub fn message(&self) -> &str {
         &self.message
     }
+    /// 1-based line and column of the offending value, when it came from a file.
+    pub fn location(&self) -> Option<(usize, usize)> {
+        self.location
+    }
+
+    /// Points the error at its key's value in `text`, if the key is there.
+    fn locate(mut self, text: &str) -> ConfigError {
+        if self.location.is_none() {
+            if let Some(key) = &self.key {
+                self.location = value_offset(text, key).map(|at| line_col(text, at));
+            }
+        }
+        self
+    }
 
     fn from_toml(e: &toml::de::Error, input: &str) -> ConfigError {
         let message = e.message().trim().replace('\n', "; ");
@@ -270,6 +353,28 @@ impl ConfigError {
         };
         ConfigError::other(message)
     }
+}
+
+/// Byte offset of the value at a dotted key path (`rules[2].cidrs[1]`,
+/// `limits.buffer_size`) in a TOML document, if it is there.
+fn value_offset(text: &str, key: &str) -> Option<usize> {
+    let table = toml::de::DeTable::parse(text).ok()?;
+    let doc = toml::Spanned::new(table.span(), toml::de::DeValue::Table(table.into_inner()));
+    let mut at = &doc;
+    for part in key.split('.') {
+        let (name, indexes) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if !name.is_empty() {
+            at = at.get_ref().get(name)?;
+        }
+        for index in indexes.split('[').skip(1) {
+            let n: usize = index.strip_suffix(']')?.parse().ok()?;
+            at = at.get_ref().get(n)?;
+        }
+    }
+    Some(at.span().start)
 }
 
 /// 1-based line and column of byte `offset` in `input`.
@@ -289,6 +394,9 @@ impl fmt::Display for ConfigError {
         }
         if let Some(k) = &self.key {
             write!(f, "{k}: ")?;
+        }
+        if let Some((line, col)) = self.location {
+            write!(f, "line {line}, column {col}: ")?;
         }
         f.write_str(&self.message)
     }
@@ -312,6 +420,25 @@ struct RawFile {
     limits: RawLimits,
     #[serde(default)]
     rules: Vec<RuleConfig>,
+    #[serde(default)]
+    default: bool,
+    #[serde(default)]
+    mode: Option<RuleMode>,
+    #[serde(default)]
+    tls: RawTls,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    #[serde(default)]
+    ca_cert: Option<String>,
+    #[serde(default)]
+    ca_key: Option<String>,
+    #[serde(default)]
+    upstream_ca: Vec<String>,
+    #[serde(default)]
+    state_dir: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -406,15 +533,37 @@ pub struct ConfigFile {
     pub timeouts: Timeouts,
     /// `[limits]`, defaults filled in.
     pub limits: Limits,
-    /// `[[rules]]`, in file order.
+    /// `[[rules]]`, in file order; a front end may append its own.
     pub rules: Vec<RuleConfig>,
+    /// `default = true`: add the built-in default rule to the rules.
+    pub default: bool,
+    /// `mode = "audit"`: the whole policy in audit mode.
+    pub audit: bool,
+    /// `[tls]`, paths as written (made relative to the file by [`ConfigFile::load`]).
+    pub tls: TlsConfig,
+    /// The text parsed, to point errors at line and column.
+    source: Option<Source>,
+    /// How many of `rules` came from the file (the rest were appended).
+    file_rules: usize,
+}
+
+/// The text a [`ConfigFile`] was parsed from.
+#[derive(Clone)]
+struct Source(std::sync::Arc<str>);
+
+impl fmt::Debug for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Source({} bytes)", self.0.len())
+    }
 }
 
 impl ConfigFile {
     /// Parses TOML text. Unknown keys are errors.
     pub fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
         let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::from_toml(&e, text))?;
-        ConfigFile::from_raw(raw)
+        let mut file = ConfigFile::from_raw(raw).map_err(|e| e.locate(text))?;
+        file.source = Some(Source(text.into()));
+        Ok(file)
     }
 
     /// Reads and parses a file; errors name it.
@@ -424,6 +573,9 @@ impl ConfigFile {
             .map_err(|e| ConfigError::other(format!("cannot read: {e}")).in_file(path))?;
         let mut file = ConfigFile::parse(&text).map_err(|e| e.in_file(path))?;
         file.path = Some(path.to_path_buf());
+        if let Some(dir) = path.parent() {
+            file.tls.rebase(dir);
+        }
         Ok(file)
     }
 
@@ -497,6 +649,29 @@ impl ConfigFile {
                 .unwrap_or(d.max_pending_handshakes_per_client),
         };
 
+        let path_of = |key: &str, v: String| {
+            if v.is_empty() {
+                Err(ConfigError::key(key, "must not be empty"))
+            } else {
+                Ok(PathBuf::from(v))
+            }
+        };
+        let t = raw.tls;
+        let tls = TlsConfig {
+            ca_cert: t.ca_cert.map(|v| path_of("tls.ca_cert", v)).transpose()?,
+            ca_key: t.ca_key.map(|v| path_of("tls.ca_key", v)).transpose()?,
+            upstream_ca: t
+                .upstream_ca
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| path_of(&format!("tls.upstream_ca[{i}]"), v))
+                .collect::<Result<_, _>>()?,
+            state_dir: match t.state_dir {
+                Some(v) => Some(path_of("tls.state_dir", v)?),
+                None => default_state_dir(),
+            },
+        };
+        let file_rules = raw.rules.len();
         Ok(ConfigFile {
             path: None,
             listeners,
@@ -507,6 +682,11 @@ impl ConfigFile {
             timeouts,
             limits,
             rules: raw.rules,
+            default: raw.default,
+            audit: raw.mode == Some(RuleMode::Audit),
+            tls,
+            source: None,
+            file_rules,
         })
     }
 
@@ -515,34 +695,65 @@ impl ConfigFile {
         rule_names(&self.rules)
     }
 
-    /// Compiles the rules (none means deny everything) and validates the result.
+    /// Compiles the rules (none means deny everything; `default` adds the
+    /// built-in default rule after them; `audit` puts the policy in audit
+    /// mode) and validates the result.
     pub fn compile(self) -> Result<Config, ConfigError> {
-        let policy = Policy::from_rules(&self.rules).map_err(|e| {
-            let e = ConfigError::key("rules", e.0);
-            match &self.path {
-                Some(p) => e.in_file(p),
-                None => e,
-            }
-        })?;
+        let mut rules = self.rules.clone();
+        if self.default {
+            rules.push(builtin_default_rule());
+        }
+        let mut policy = Policy::from_rules(&rules).map_err(|e| self.policy_error(e))?;
+        policy.set_audit(self.audit);
         self.with_policy(policy)
+    }
+
+    /// A rule error, pointed at the file's key when the rule is the file's.
+    fn policy_error(&self, e: PolicyError) -> ConfigError {
+        let err = match (e.rule, &e.key) {
+            (Some(i), key) if i < self.file_rules => {
+                let key = match key {
+                    Some(k) => format!("rules[{i}].{k}"),
+                    None => format!("rules[{i}]"),
+                };
+                let name = match &self.rules[i].name {
+                    Some(n) => format!(" (rule {n:?})"),
+                    None => String::new(),
+                };
+                ConfigError::key(key, format!("{}{name}", e.message))
+            }
+            _ => ConfigError::other(e.to_string()),
+        };
+        self.attach(err)
+    }
+
+    /// Adds the file's name and the key's line and column to an error.
+    fn attach(&self, e: ConfigError) -> ConfigError {
+        let e = match &self.source {
+            Some(s) => e.locate(&s.0),
+            None => e,
+        };
+        match &self.path {
+            Some(p) => e.in_file(p),
+            None => e,
+        }
     }
 
     /// Builds and validates a [`Config`] with `policy` instead of compiling
     /// [`rules`](ConfigFile::rules) (which are ignored).
     pub fn with_policy(self, policy: Policy) -> Result<Config, ConfigError> {
-        let path = self.path;
-        let attach = |e: ConfigError| match &path {
-            Some(p) => e.in_file(p),
-            None => e,
-        };
         let config = Config {
-            listeners: self.listeners.unwrap_or_else(|| vec![default_listener()]),
+            listeners: self
+                .listeners
+                .clone()
+                .unwrap_or_else(|| vec![default_listener()]),
             policy,
             timeouts: self.timeouts,
             limits: self.limits,
-            auth: self.auth,
+            auth: self.auth.clone(),
+            tls: self.tls.clone(),
         };
-        config.validate().map_err(attach)?;
+        config.validate().map_err(|e| self.attach(e))?;
         Ok(config)
     }
 }
@@ -643,6 +854,21 @@ impl Config {
                 "timeouts.idle",
                 "must be greater than zero, or \"off\"",
             ));
+        }
+        match (&self.tls.ca_cert, &self.tls.ca_key) {
+            (Some(_), None) => {
+                return Err(ConfigError::key(
+                    "tls.ca_cert",
+                    "needs tls.ca_key too: give both (the CA's certificate and key) or neither (a CA is generated)",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::key(
+                    "tls.ca_key",
+                    "needs tls.ca_cert too: give both (the CA's certificate and key) or neither (a CA is generated)",
+                ))
+            }
+            _ => {}
         }
         if let Some(a) = &self.auth {
             // SOCKS5 user/password auth (RFC 1929) carries each in 1..=255 bytes.
