@@ -370,11 +370,18 @@ fn readme_example_parses() {
             "github",
             "python-packages",
             "build-cache",
+            "mirror",
             "api",
+            "api-tls",
+            "trial",
             "no-metadata"
         ]
     );
-    Policy::from_rules(&f.rules).expect("README example rules compile");
+    assert!(!f.default && !f.audit);
+    assert_eq!(f.tls.upstream_ca, [PathBuf::from("corp-root.pem")]);
+    let c = f.compile().expect("README example compiles");
+    assert_eq!(c.policy.inspected_names(), ["api.example.com"]);
+    assert!(c.policy.warnings().is_empty(), "{:?}", c.policy.warnings());
 }
 
 #[test]

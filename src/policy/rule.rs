@@ -326,11 +326,10 @@ fn parse_host_pattern(p: &str) -> Result<Pattern, String> {
         ));
     }
     if let Some((host, _)) = p.split_once('/') {
-        if !host.is_empty() && !p.contains("://") {
-            return Err(format!(
-                "{p:?}: a host cannot have a path; use {host:?} (a range goes in cidr)"
-            ));
-        }
+        return Err(match canonical_host(host) {
+            Ok(Host::Ip(_)) => format!("{p:?}: an address range goes in cidr, not host"),
+            _ => format!("{p:?}: a rule takes a host, not a URL path: use {host:?}"),
+        });
     }
     match canonical_host(p).map_err(|e| format!("{p:?}: {}", e.0))? {
         Host::Domain(d) => Ok(Pattern::Host(HostPattern::Exact(d))),

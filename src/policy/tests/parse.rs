@@ -536,3 +536,22 @@ cidr = "10.0.0.0/8"
             .is_empty()
     );
 }
+
+#[test]
+fn a_range_or_a_path_in_host() {
+    let e = Policy::from_rules(&[RuleConfig {
+        host: Some("10.0.0.0/8".into()),
+        ..cfg(Action::Allow)
+    }])
+    .unwrap_err();
+    assert!(e.message.contains("an address range goes in cidr"), "{e}");
+    let e = Policy::from_rules(&[RuleConfig {
+        host: Some("github.com/rust-lang".into()),
+        ..cfg(Action::Allow)
+    }])
+    .unwrap_err();
+    assert!(
+        e.message.contains("not a URL path: use \"github.com\""),
+        "{e}"
+    );
+}
