@@ -86,6 +86,7 @@ pub fn render(setup: &Setup, args: &Args) -> String {
             s,
             "policy: no rules, every destination is denied (from {from}), mode {mode}"
         ),
+        1 => writeln!(s, "policy: 1 rule (from {from}), mode {mode}"),
         n => writeln!(s, "policy: {n} rules (from {from}), mode {mode}"),
     };
     for rule in policy.describe() {
@@ -124,7 +125,7 @@ mod tests {
             "timeouts: handshake 10s, connect 10s, idle off, close 5s, drain 30s, response 1m",
             "limits: max_head_bytes 32768, buffer_size 65536, resolver_threads 2, max_sessions 10000, \
              max_sessions_per_client 10000, max_pending_handshakes 1024, max_pending_handshakes_per_client 256",
-            "policy: 1 rules (from built-in default), mode enforce",
+            "policy: 1 rule (from built-in default), mode enforce",
             "rule \"default-public-web\": allow, hosts [*], cidrs [], ports [80, 443], match either, \
              mode enforce, inspect none (raw tunnel), tls passthrough, idle_timeout default",
         ];
