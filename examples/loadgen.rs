@@ -424,7 +424,6 @@ fn churn(c: &Common, count: u32, parallel: u32) -> io::Result<()> {
     let sink = c.sink;
     let clients: Vec<_> = (0..parallel)
         .map(|_| {
-            let via = via;
             thread::spawn(move || -> io::Result<()> {
                 let msg = [0x5au8; 32];
                 for i in 0..per_client {

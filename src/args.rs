@@ -5,21 +5,27 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use portcullis::config::{self, ConfigError, ConfigFile};
-use portcullis::policy::{parse_cli_inspect, parse_cli_rule, Action, RuleConfig};
+use portcullis::policy::{
+    parse_cli_inspect, parse_cli_rule, parse_cli_terminate, Action, RuleConfig,
+};
 use portcullis::{Config, Credentials, ListenAddr, ListenerConfig, ListenerProtocol, Policy};
 
 const AFTER_HELP: &str = "\
-Policy: with no --config and no --allow/--deny/--inspect, the built-in default
-applies (public internet on ports 80 and 443; private, loopback and other
-special ranges refused). Otherwise the policy is exactly the file's [[rules]]
-plus the --allow/--deny/--inspect rules, and everything else is denied.
+Policy: with no --config and no rule flag (--allow, --deny, --inspect,
+--terminate), the built-in default applies (host names on ports 80 and 443;
+address literals, private, loopback and other special ranges refused).
+Otherwise the policy is exactly the file's [[rules]] plus the rule flags, and
+everything else is denied; --default (or default = true in the file) adds the
+built-in default to them. --audit logs denials as would-deny instead.
 
 Examples:
   portcullis
   portcullis --allow github.com:443 --allow '*.github.com:443'
+  portcullis --default --deny '*.tracker.example'
   portcullis --config portcullis.toml --listen unix:/tmp/portcullis.sock
   portcullis --config portcullis.toml --check
   portcullis --inspect example.com:80
+  portcullis --terminate api.example.com:443 --ca-cert ca.pem --ca-key ca.key
 
   curl -x http://127.0.0.1:3128 http://example.com/
 
@@ -60,6 +66,35 @@ pub struct Args {
     /// request allowed; request rules need a --config file). Repeatable.
     #[arg(long, value_name = "RULE", value_parser = inspect_rule)]
     pub inspect: Vec<RuleConfig>,
+
+    /// Like --inspect, and terminate TLS with the local CA to inspect the
+    /// HTTP/1.1 inside (tls = "terminate"). Repeatable.
+    #[arg(long, value_name = "RULE", value_parser = terminate_rule)]
+    pub terminate: Vec<RuleConfig>,
+
+    /// Add the built-in default rule (host names on ports 80 and 443) to the
+    /// rules given, instead of replacing it.
+    #[arg(long = "default")]
+    pub default_rule: bool,
+
+    /// Audit mode for the whole policy: denials are logged as would-deny and
+    /// let through. For building an allowlist from a real run.
+    #[arg(long)]
+    pub audit: bool,
+
+    /// PEM certificate of the CA that signs minted leaves (with --ca-key).
+    /// Overrides the file's [tls] ca_cert.
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
+
+    /// PEM private key of that CA (with --ca-cert). Overrides [tls] ca_key.
+    #[arg(long, value_name = "FILE")]
+    pub ca_key: Option<PathBuf>,
+
+    /// Extra PEM trust anchor for upstream certificates. Repeatable; added to
+    /// the file's [tls] upstream_ca.
+    #[arg(long, value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
 
     /// Require proxy credentials (HTTP Basic and SOCKS5 username/password).
     /// Overrides the file's [auth].
@@ -121,15 +156,19 @@ fn parse_idle(s: &str) -> Result<IdleTimeout, String> {
 }
 
 fn allow_rule(s: &str) -> Result<RuleConfig, String> {
-    parse_cli_rule(Action::Allow, s).map_err(|e| e.0)
+    parse_cli_rule(Action::Allow, s).map_err(|e| e.to_string())
 }
 
 fn deny_rule(s: &str) -> Result<RuleConfig, String> {
-    parse_cli_rule(Action::Deny, s).map_err(|e| e.0)
+    parse_cli_rule(Action::Deny, s).map_err(|e| e.to_string())
 }
 
 fn inspect_rule(s: &str) -> Result<RuleConfig, String> {
-    parse_cli_inspect(s).map_err(|e| e.0)
+    parse_cli_inspect(s).map_err(|e| e.to_string())
+}
+
+fn terminate_rule(s: &str) -> Result<RuleConfig, String> {
+    parse_cli_terminate(s).map_err(|e| e.to_string())
 }
 
 fn parse_auth(s: &str) -> Result<Credentials, String> {
@@ -146,18 +185,19 @@ fn parse_auth(s: &str) -> Result<Credentials, String> {
 pub struct Setup {
     /// What the proxy runs with.
     pub config: Config,
-    /// Names of the policy's rules, or `None` for the built-in default.
+    /// Names of the policy's rules, or `None` for the built-in default alone.
     pub rules: Option<Vec<String>>,
 }
 
 impl Args {
-    /// True when the built-in default policy applies: no file, no rule flags
-    /// (`--allow`, `--deny`, `--inspect`).
+    /// True when the built-in default policy alone applies: no file, no rule
+    /// flags (`--allow`, `--deny`, `--inspect`, `--terminate`).
     pub fn uses_builtin_policy(&self) -> bool {
         self.config.is_none()
             && self.allow.is_empty()
             && self.deny.is_empty()
             && self.inspect.is_empty()
+            && self.terminate.is_empty()
     }
 
     /// Reads the `--config` file (if any), applies the flags over it, and
@@ -188,9 +228,20 @@ impl Args {
         t.idle = self.idle_timeout.map_or(t.idle, |i| i.0);
         t.half_close = self.half_close_timeout.unwrap_or(t.half_close);
         t.close = self.close_timeout.unwrap_or(t.close);
+        let tls = &mut file.tls;
+        if let Some(c) = &self.ca_cert {
+            tls.ca_cert = Some(c.clone());
+        }
+        if let Some(k) = &self.ca_key {
+            tls.ca_key = Some(k.clone());
+        }
+        tls.upstream_ca.extend(self.upstream_ca.iter().cloned());
+        file.audit |= self.audit;
 
         if self.uses_builtin_policy() {
-            let config = file.with_policy(Policy::builtin_default())?;
+            let mut policy = Policy::builtin_default();
+            policy.set_audit(file.audit);
+            let config = file.with_policy(policy)?;
             return Ok(Setup {
                 config,
                 rules: None,
@@ -199,56 +250,21 @@ impl Args {
         file.rules.extend(self.allow.iter().cloned());
         file.rules.extend(self.deny.iter().cloned());
         file.rules.extend(self.inspect.iter().cloned());
-        let rules = file.rule_names();
+        file.rules.extend(self.terminate.iter().cloned());
+        file.default |= self.default_rule;
+        let mut rules = file.rule_names();
+        if file.default {
+            rules.push(
+                portcullis::policy::builtin_default_rule()
+                    .name
+                    .unwrap_or_default(),
+            );
+        }
         let config = file.compile()?;
         Ok(Setup {
             config,
             rules: Some(rules),
         })
-    }
-}
-
-impl Setup {
-    /// `--check`: what would run, one item a line.
-    pub fn summary(&self, args: &Args) -> String {
-        use std::fmt::Write;
-        let c = &self.config;
-        let mut s = String::new();
-        let _ = match &args.config {
-            Some(p) => writeln!(s, "configuration OK: {}", p.display()),
-            None => writeln!(s, "configuration OK (no --config file)"),
-        };
-        for l in &c.listeners {
-            let _ = writeln!(s, "listen: {} ({:?})", l.addr, l.protocol);
-        }
-        let _ = match &self.rules {
-            None => writeln!(
-                s,
-                "policy: built-in default (public internet on ports 80 and 443)"
-            ),
-            Some(names) if names.is_empty() => {
-                writeln!(s, "policy: no rules (every destination is denied)")
-            }
-            Some(names) => writeln!(s, "policy: {} rules: {}", names.len(), names.join(", ")),
-        };
-        let t = &c.timeouts;
-        let idle = t.idle.map_or_else(|| "off".into(), |d| format!("{d:?}"));
-        let _ = writeln!(
-            s,
-            "timeouts: handshake {:?}, connect {:?}, idle {idle}, close {:?}",
-            t.handshake, t.connect, t.close
-        );
-        let l = &c.limits;
-        let _ = writeln!(
-            s,
-            "limits: max_head_bytes {}, buffer_size {}, resolver_threads {}",
-            l.max_head_bytes, l.buffer_size, l.resolver_threads
-        );
-        let _ = match &c.auth {
-            Some(a) => writeln!(s, "auth: required (user {:?})", a.username),
-            None => writeln!(s, "auth: none"),
-        };
-        s
     }
 }
 
@@ -427,5 +443,95 @@ mod tests {
                 "--inspect a.example:80"
             ]
         );
+    }
+
+    #[test]
+    fn default_adds_the_builtin_rule_to_the_given_ones() {
+        let a = parse(&["--default", "--deny", "*.tracker.test"]).unwrap();
+        assert!(!a.uses_builtin_policy());
+        let s = a.load().unwrap();
+        assert_eq!(
+            s.rules,
+            Some(vec![
+                "--deny *.tracker.test".to_string(),
+                "default-public-web".to_string()
+            ])
+        );
+        assert_eq!(s.config.policy.len(), 2);
+        // Alone, it is the built-in default.
+        let a = parse(&["--default"]).unwrap();
+        assert!(a.uses_builtin_policy());
+        assert_eq!(a.load().unwrap().rules, None);
+        // Without it, rule flags replace the default.
+        let s = parse(&["--deny", "*.tracker.test"])
+            .unwrap()
+            .load()
+            .unwrap();
+        assert_eq!(s.config.policy.len(), 1);
+    }
+
+    #[test]
+    fn audit_flag_sets_the_policy_mode() {
+        for args in [&["--audit"][..], &["--audit", "--allow", "a.test"]] {
+            let s = parse(args).unwrap().load().unwrap();
+            assert!(s.config.policy.is_audit(), "{args:?}");
+        }
+        assert!(!parse(&[]).unwrap().load().unwrap().config.policy.is_audit());
+    }
+
+    #[test]
+    fn terminate_and_tls_flags() {
+        let a = parse(&[
+            "--terminate",
+            "api.test:443",
+            "--ca-cert",
+            "ca.pem",
+            "--ca-key",
+            "ca.key",
+            "--upstream-ca",
+            "a.pem",
+            "--upstream-ca",
+            "b.pem",
+        ])
+        .unwrap();
+        assert!(!a.uses_builtin_policy());
+        assert_eq!(
+            a.terminate[0].name.as_deref(),
+            Some("--terminate api.test:443")
+        );
+        let s = a.load().unwrap();
+        assert_eq!(s.config.policy.inspected_names(), ["api.test"]);
+        let tls = &s.config.tls;
+        assert_eq!(tls.ca_cert.as_deref(), Some(std::path::Path::new("ca.pem")));
+        assert_eq!(tls.ca_key.as_deref(), Some(std::path::Path::new("ca.key")));
+        assert_eq!(tls.upstream_ca.len(), 2);
+        // Both or neither.
+        let e = parse(&["--ca-cert", "ca.pem"])
+            .unwrap()
+            .load()
+            .err()
+            .expect("invalid");
+        assert_eq!(e.key_name(), Some("tls.ca_cert"));
+    }
+
+    #[test]
+    fn rule_flag_mistakes_read_plainly() {
+        for (args, want) in [
+            (
+                &["--allow", "https://github.com"][..],
+                "rule \"--allow https://github.com\": a rule takes a host, not a URL: use github.com:443",
+            ),
+            (
+                &["--inspect", "http://api.test/v1"],
+                "a rule takes a host, not a URL: use api.test:80",
+            ),
+            (&["--deny", "example.com:70000"], "port 70000 is out of range (1-65535)"),
+            (&["--allow", "10.0.0.1/8"], "use 10.0.0.0/8"),
+            (&["--terminate", "[::1]:99999"], "port 99999 is out of range (1-65535)"),
+        ] {
+            let line = one_line(&parse(args).expect_err("should fail"));
+            assert!(line.contains(want), "{args:?}: {line}");
+            assert!(!line.contains('\n'), "{line}");
+        }
     }
 }

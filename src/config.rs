@@ -1,4 +1,6 @@
-//! Configuration: listeners, policy, timeouts, limits, credentials.
+//! Configuration: listeners, policy, timeouts, limits, credentials, TLS.
+//! The file as written is in `config/file.rs`, its errors (with line and
+//! column) in `config/error.rs`, the `[tls]` table in `config/tls.rs`.
 //!
 //! `Config::default()` is the built-in default the binary runs with when given
 //! no arguments. The TOML file format is documented in README.md.
@@ -8,9 +10,15 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use crate::policy::Policy;
 
-use crate::policy::{Policy, RuleConfig};
+mod error;
+mod file;
+mod tls;
+
+pub use error::ConfigError;
+pub use file::{rule_names, ConfigFile};
+pub use tls::{default_state_dir, TlsConfig};
 
 /// Where a listener listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +160,13 @@ pub struct Config {
     pub limits: Limits,
     /// Required credentials, if any.
     pub auth: Option<Credentials>,
+    /// TLS termination: the CA and upstream trust anchors.
+    pub tls: TlsConfig,
+}
+
+/// A duration as `--check` and logs show it: `250ms`, `10s`, `5m`, `2h`, `1d`.
+pub fn format_duration(d: Duration) -> String {
+    crate::policy::describe_duration(d)
 }
 
 /// The built-in default listener address.
@@ -165,6 +180,7 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             limits: Limits::default(),
             auth: None,
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -217,353 +233,6 @@ impl std::str::FromStr for ListenerProtocol {
             )),
         }
     }
-}
-
-/// A configuration file that does not load, parse or validate: says which
-/// file, which key (when known) and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    path: Option<PathBuf>,
-    key: Option<String>,
-    message: String,
-}
-
-impl ConfigError {
-    /// An error about `key` (a dotted path such as `limits.buffer_size`).
-    pub fn key(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
-        ConfigError {
-            path: None,
-            key: Some(key.into()),
-            message: message.into(),
-        }
-    }
-    /// An error not tied to one key.
-    pub fn other(message: impl Into<String>) -> ConfigError {
-        ConfigError {
-            path: None,
-            key: None,
-            message: message.into(),
-        }
-    }
-    /// Attributes the error to a file.
-    pub fn in_file(mut self, path: impl Into<PathBuf>) -> ConfigError {
-        self.path = Some(path.into());
-        self
-    }
-    /// The file, if the error came from one.
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
-    }
-    /// The offending key, if known.
-    pub fn key_name(&self) -> Option<&str> {
-        self.key.as_deref()
-    }
-    /// What is wrong.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-
-    fn from_toml(e: &toml::de::Error, input: &str) -> ConfigError {
-        let message = e.message().trim().replace('\n', "; ");
-        let message = match e.span() {
-            Some(span) => {
-                let (line, col) = line_col(input, span.start);
-                format!("line {line}, column {col}: {message}")
-            }
-            None => message,
-        };
-        ConfigError::other(message)
-    }
-}
-
-/// 1-based line and column of byte `offset` in `input`.
-fn line_col(input: &str, offset: usize) -> (usize, usize) {
-    let offset = offset.min(input.len());
-    let before = input.get(..offset).unwrap_or(input);
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let col = before[line_start..].chars().count() + 1;
-    (line, col)
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(p) = &self.path {
-            write!(f, "{}: ", p.display())?;
-        }
-        if let Some(k) = &self.key {
-            write!(f, "{k}: ")?;
-        }
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-// ---------------------------------------------------------------------------
-// The TOML file, as written.
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawFile {
-    #[serde(default)]
-    listen: Option<Vec<RawListen>>,
-    #[serde(default)]
-    auth: Option<RawAuth>,
-    #[serde(default)]
-    timeouts: RawTimeouts,
-    #[serde(default)]
-    limits: RawLimits,
-    #[serde(default)]
-    rules: Vec<RuleConfig>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawListen {
-    address: String,
-    #[serde(default)]
-    protocol: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawAuth {
-    username: String,
-    password: String,
-}
-
-/// A duration as written: `"10s"`, `"off"`, or a bare number of seconds.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum RawDuration {
-    Secs(u64),
-    Text(String),
-}
-
-impl RawDuration {
-    fn parse(&self, key: &str) -> Result<Option<Duration>, ConfigError> {
-        match self {
-            RawDuration::Secs(0) => Ok(None),
-            RawDuration::Secs(n) => Ok(Some(Duration::from_secs(*n))),
-            RawDuration::Text(s) => crate::duration::parse(s).map_err(|e| ConfigError::key(key, e)),
-        }
-    }
-    fn parse_required(&self, key: &str) -> Result<Duration, ConfigError> {
-        self.parse(key)?.ok_or_else(|| {
-            ConfigError::key(
-                key,
-                "must be greater than zero (\"off\" is not allowed here)",
-            )
-        })
-    }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTimeouts {
-    #[serde(default)]
-    handshake: Option<RawDuration>,
-    #[serde(default)]
-    connect: Option<RawDuration>,
-    #[serde(default)]
-    idle: Option<RawDuration>,
-    #[serde(default)]
-    half_close: Option<RawDuration>,
-    #[serde(default)]
-    close: Option<RawDuration>,
-    #[serde(default)]
-    drain: Option<RawDuration>,
-    #[serde(default)]
-    response: Option<RawDuration>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawLimits {
-    #[serde(default)]
-    max_head_bytes: Option<usize>,
-    #[serde(default)]
-    buffer_size: Option<usize>,
-    #[serde(default)]
-    resolver_threads: Option<usize>,
-    #[serde(default)]
-    max_sessions: Option<usize>,
-    #[serde(default)]
-    max_sessions_per_client: Option<usize>,
-    #[serde(default)]
-    max_pending_handshakes: Option<usize>,
-    #[serde(default)]
-    max_pending_handshakes_per_client: Option<usize>,
-}
-
-/// A configuration file parsed but not yet compiled: the policy is still a
-/// list of [`RuleConfig`]s, so a front end (the binary) can override parts and
-/// append rules before [`compile`](ConfigFile::compile) builds the [`Config`].
-#[derive(Debug, Clone, Default)]
-pub struct ConfigFile {
-    /// The file this came from, for error messages (`None` for a string).
-    pub path: Option<PathBuf>,
-    /// `[[listen]]` tables; `None` when the file has none (the default listener applies).
-    pub listeners: Option<Vec<ListenerConfig>>,
-    /// `[auth]`.
-    pub auth: Option<Credentials>,
-    /// `[timeouts]`, defaults filled in.
-    pub timeouts: Timeouts,
-    /// `[limits]`, defaults filled in.
-    pub limits: Limits,
-    /// `[[rules]]`, in file order.
-    pub rules: Vec<RuleConfig>,
-}
-
-impl ConfigFile {
-    /// Parses TOML text. Unknown keys are errors.
-    pub fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
-        let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::from_toml(&e, text))?;
-        ConfigFile::from_raw(raw)
-    }
-
-    /// Reads and parses a file; errors name it.
-    pub fn load(path: impl AsRef<Path>) -> Result<ConfigFile, ConfigError> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::other(format!("cannot read: {e}")).in_file(path))?;
-        let mut file = ConfigFile::parse(&text).map_err(|e| e.in_file(path))?;
-        file.path = Some(path.to_path_buf());
-        Ok(file)
-    }
-
-    fn from_raw(raw: RawFile) -> Result<ConfigFile, ConfigError> {
-        let listeners = match raw.listen {
-            None => None,
-            Some(list) => Some(
-                list.into_iter()
-                    .enumerate()
-                    .map(|(i, l)| {
-                        let addr = parse_listen_addr(&l.address)
-                            .map_err(|e| ConfigError::key(format!("listen[{i}].address"), e))?;
-                        let protocol = match l.protocol {
-                            None => ListenerProtocol::Auto,
-                            Some(p) => p.parse().map_err(|e| {
-                                ConfigError::key(format!("listen[{i}].protocol"), e)
-                            })?,
-                        };
-                        Ok(ListenerConfig { addr, protocol })
-                    })
-                    .collect::<Result<Vec<_>, ConfigError>>()?,
-            ),
-        };
-
-        let d = Timeouts::default();
-        let t = &raw.timeouts;
-        let timeouts = Timeouts {
-            handshake: match &t.handshake {
-                Some(v) => v.parse_required("timeouts.handshake")?,
-                None => d.handshake,
-            },
-            connect: match &t.connect {
-                Some(v) => v.parse_required("timeouts.connect")?,
-                None => d.connect,
-            },
-            idle: match &t.idle {
-                Some(v) => v.parse("timeouts.idle")?,
-                None => d.idle,
-            },
-            half_close: match &t.half_close {
-                Some(v) => v.parse_required("timeouts.half_close")?,
-                None => d.half_close,
-            },
-            close: match &t.close {
-                Some(v) => v.parse_required("timeouts.close")?,
-                None => d.close,
-            },
-            drain: match &t.drain {
-                Some(v) => v.parse_required("timeouts.drain")?,
-                None => d.drain,
-            },
-            response: match &t.response {
-                Some(v) => v.parse_required("timeouts.response")?,
-                None => d.response,
-            },
-        };
-
-        let d = Limits::default();
-        let limits = Limits {
-            max_head_bytes: raw.limits.max_head_bytes.unwrap_or(d.max_head_bytes),
-            buffer_size: raw.limits.buffer_size.unwrap_or(d.buffer_size),
-            resolver_threads: raw.limits.resolver_threads.unwrap_or(d.resolver_threads),
-            max_sessions: raw.limits.max_sessions.unwrap_or(d.max_sessions),
-            max_sessions_per_client: raw
-                .limits
-                .max_sessions_per_client
-                .unwrap_or(d.max_sessions_per_client),
-            max_pending_handshakes: raw
-                .limits
-                .max_pending_handshakes
-                .unwrap_or(d.max_pending_handshakes),
-            max_pending_handshakes_per_client: raw
-                .limits
-                .max_pending_handshakes_per_client
-                .unwrap_or(d.max_pending_handshakes_per_client),
-        };
-
-        Ok(ConfigFile {
-            path: None,
-            listeners,
-            auth: raw.auth.map(|a| Credentials {
-                username: a.username,
-                password: a.password,
-            }),
-            timeouts,
-            limits,
-            rules: raw.rules,
-        })
-    }
-
-    /// The name each rule will have in logs: its `name`, or `rules[N]`.
-    pub fn rule_names(&self) -> Vec<String> {
-        rule_names(&self.rules)
-    }
-
-    /// Compiles the rules (none means deny everything) and validates the result.
-    pub fn compile(self) -> Result<Config, ConfigError> {
-        let policy = Policy::from_rules(&self.rules).map_err(|e| {
-            let e = ConfigError::key("rules", e.0);
-            match &self.path {
-                Some(p) => e.in_file(p),
-                None => e,
-            }
-        })?;
-        self.with_policy(policy)
-    }
-
-    /// Builds and validates a [`Config`] with `policy` instead of compiling
-    /// [`rules`](ConfigFile::rules) (which are ignored).
-    pub fn with_policy(self, policy: Policy) -> Result<Config, ConfigError> {
-        let path = self.path;
-        let attach = |e: ConfigError| match &path {
-            Some(p) => e.in_file(p),
-            None => e,
-        };
-        let config = Config {
-            listeners: self.listeners.unwrap_or_else(|| vec![default_listener()]),
-            policy,
-            timeouts: self.timeouts,
-            limits: self.limits,
-            auth: self.auth,
-        };
-        config.validate().map_err(attach)?;
-        Ok(config)
-    }
-}
-
-/// The name each rule has in logs: its `name`, or `rules[N]` (N from 0).
-pub fn rule_names(rules: &[RuleConfig]) -> Vec<String> {
-    rules
-        .iter()
-        .enumerate()
-        .map(|(i, r)| r.name.clone().unwrap_or_else(|| format!("rules[{i}]")))
-        .collect()
 }
 
 impl Config {
@@ -654,6 +323,21 @@ impl Config {
                 "timeouts.idle",
                 "must be greater than zero, or \"off\"",
             ));
+        }
+        match (&self.tls.ca_cert, &self.tls.ca_key) {
+            (Some(_), None) => {
+                return Err(ConfigError::key(
+                    "tls.ca_cert",
+                    "needs tls.ca_key too: give both (the CA's certificate and key) or neither (a CA is generated)",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::key(
+                    "tls.ca_key",
+                    "needs tls.ca_cert too: give both (the CA's certificate and key) or neither (a CA is generated)",
+                ))
+            }
+            _ => {}
         }
         if let Some(a) = &self.auth {
             // SOCKS5 user/password auth (RFC 1929) carries each in 1..=255 bytes.

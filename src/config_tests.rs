@@ -1,6 +1,8 @@
 //! Unit tests for the configuration file (`src/config.rs`).
 
 use super::*;
+use std::sync::Arc;
+
 use crate::policy::{Action, PortSpec};
 
 const FULL: &str = r#"
@@ -258,6 +260,7 @@ fn valid() -> Config {
         timeouts: Timeouts::default(),
         limits: Limits::default(),
         auth: None,
+        tls: TlsConfig::default(),
     }
 }
 
@@ -367,11 +370,18 @@ fn readme_example_parses() {
             "github",
             "python-packages",
             "build-cache",
+            "mirror",
             "api",
+            "api-tls",
+            "trial",
             "no-metadata"
         ]
     );
-    Policy::from_rules(&f.rules).expect("README example rules compile");
+    assert!(!f.default && !f.audit);
+    assert_eq!(f.tls.upstream_ca, [PathBuf::from("corp-root.pem")]);
+    let c = f.compile().expect("README example compiles");
+    assert_eq!(c.policy.inspected_names(), ["api.example.com"]);
+    assert!(c.policy.warnings().is_empty(), "{:?}", c.policy.warnings());
 }
 
 #[test]
@@ -387,4 +397,221 @@ fn with_policy_validates_and_names_the_file() {
         .with_policy(Policy::default())
         .unwrap();
     assert_eq!(c.listeners, vec![default_listener()]);
+}
+
+/// Compiles `text` and returns the error as printed.
+fn compile_err(text: &str) -> String {
+    ConfigFile::parse(text)
+        .and_then(ConfigFile::compile)
+        .expect_err("should fail")
+        .to_string()
+}
+
+const RULES: &str = r#"# three rules
+[[rules]]
+name = "ok"
+action = "allow"
+host = "example.com"
+
+[[rules]]
+action = "allow"
+hosts = ["a.test"]
+
+[[rules]]
+name = "build-cache"
+action = "allow"
+cidr = "10.20.0.0/33"
+"#;
+
+#[test]
+fn semantic_errors_carry_line_and_column() {
+    assert_eq!(
+        compile_err(RULES),
+        "rules[2].cidr: line 14, column 8: \"10.20.0.0/33\": prefix length /33 too long \
+         (at most /32 for 10.20.0.0) (rule \"build-cache\")"
+    );
+    let e = ConfigFile::parse(RULES).unwrap().compile().unwrap_err();
+    assert_eq!(e.key_name(), Some("rules[2].cidr"));
+    assert_eq!(e.location(), Some((14, 8)));
+    // List elements, and keys of inline tables.
+    let e = compile_err(&RULES.replace(
+        "cidr = \"10.20.0.0/33\"",
+        "cidrs = [\"10.0.0.0/8\", \"10.0.0.1/8\"]",
+    ));
+    assert!(
+        e.starts_with("rules[2].cidrs[1]: line 14, column 24: \"10.0.0.1/8\": 10.0.0.1/8 has host bits set: use 10.0.0.0/8"),
+        "{e}"
+    );
+    let e = compile_err(&RULES.replace(
+        "cidr = \"10.20.0.0/33\"",
+        "host = \"x.test\"\ninspect = \"http\"\nrequests = [{ action = \"allow\", path = \"/ok\" }, { action = \"deny\", path = \"nope\" }]",
+    ));
+    assert!(
+        e.starts_with("rules[2].requests[1].path: line 16, column 75: "),
+        "{e}"
+    );
+    let e = compile_err(&RULES.replace("hosts = [\"a.test\"]", "hosts = [\"https://a.test/x\"]"));
+    assert!(
+        e.starts_with("rules[1].hosts[0]: line 9, column 10: \"https://a.test/x\": a rule takes a host, not a URL: use a.test:443"),
+        "{e}"
+    );
+    // A whole rule: the table.
+    let e = compile_err("[[rules]]\naction = \"allow\"\n");
+    assert!(e.starts_with("rules[0]: line "), "{e}");
+    assert!(e.ends_with("a rule needs at least one host or cidr"), "{e}");
+    // Limits, timeouts, listeners and tls keys too.
+    let e = compile_err("\n[limits]\nbuffer_size = 10\n");
+    assert!(
+        e.starts_with("limits.buffer_size: line 3, column 15: 10 is out of range"),
+        "{e}"
+    );
+    let e = err("[timeouts]\n\nconnect = \"soon\"\n");
+    assert!(
+        e.starts_with("timeouts.connect: line 3, column 11: "),
+        "{e}"
+    );
+    let e = err("[[listen]]\naddress = \"127.0.0.1:1\"\n[[listen]]\naddress = \"nowhere\"\n");
+    assert!(
+        e.starts_with("listen[1].address: line 4, column 11: "),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_ports_read_plainly_with_their_position() {
+    let e = err("[[rules]]\naction = \"allow\"\nhost = \"x\"\nports = [443, 70000]\n");
+    assert!(e.contains("line 4, column 15"), "{e}");
+    assert!(e.contains("port 70000 is out of range (1-65535)"), "{e}");
+    assert!(!e.contains("untagged"), "{e}");
+    let e = compile_err("[[rules]]\naction = \"allow\"\nhost = \"x\"\nport = \"99999\"\n");
+    assert_eq!(
+        e,
+        "rules[0].port: line 4, column 8: port 99999 is out of range (1-65535)"
+    );
+}
+
+#[test]
+fn cli_rules_after_the_files_are_named_by_their_flag() {
+    let mut f = ConfigFile::parse(
+        RULES
+            .split("[[rules]]\nname = \"build-cache\"")
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    let mut bad = crate::policy::parse_cli_rule(Action::Allow, "ok.test").unwrap();
+    bad.cidr = Some("10.0.0.1/8".into());
+    f.rules.push(bad);
+    let e = f.compile().unwrap_err();
+    assert_eq!(e.key_name(), None);
+    assert_eq!(e.location(), None);
+    assert!(
+        e.to_string()
+            .starts_with("rule \"--allow ok.test\": cidr: "),
+        "{e}"
+    );
+}
+
+#[test]
+fn default_and_audit_at_the_top_of_the_file() {
+    let f = ConfigFile::parse(
+        "default = true\nmode = \"audit\"\n[[rules]]\naction = \"deny\"\nhost = \"evil.test\"\n",
+    )
+    .unwrap();
+    assert!(f.default && f.audit);
+    let c = f.compile().unwrap();
+    assert!(c.policy.is_audit());
+    assert_eq!(
+        c.policy.rule_names(),
+        vec![Arc::from("rules[0]"), Arc::from("default-public-web")]
+    );
+    let c = Config::from_toml_str("[[rules]]\naction = \"allow\"\nhost = \"a.test\"\n").unwrap();
+    assert!(!c.policy.is_audit());
+    assert_eq!(c.policy.len(), 1);
+    let e = err("mode = \"loud\"\n");
+    assert!(e.contains("loud") && e.contains("line 1"), "{e}");
+    let e = err("default = \"yes\"\n");
+    assert!(e.contains("line 1"), "{e}");
+}
+
+#[test]
+fn tls_table() {
+    let f = ConfigFile::parse(
+        "[tls]\nca_cert = \"ca.pem\"\nca_key = \"/abs/ca.key\"\nupstream_ca = [\"a.pem\", \"b.pem\"]\nstate_dir = \"state\"\n",
+    )
+    .unwrap();
+    assert_eq!(f.tls.ca_cert.as_deref(), Some(Path::new("ca.pem")));
+    assert_eq!(
+        f.tls.upstream_ca,
+        [PathBuf::from("a.pem"), PathBuf::from("b.pem")]
+    );
+    assert_eq!(f.tls.state_dir.as_deref(), Some(Path::new("state")));
+    let c = f.compile().unwrap();
+    assert_eq!(c.tls.ca_key.as_deref(), Some(Path::new("/abs/ca.key")));
+    // Absent: nothing, and the default state directory.
+    let c = Config::from_toml_str("").unwrap();
+    assert_eq!(c.tls.ca_cert, None);
+    assert!(c.tls.upstream_ca.is_empty());
+    assert_eq!(c.tls.state_dir, default_state_dir());
+    // Both or neither.
+    let e = compile_err("[tls]\nca_cert = \"ca.pem\"\n");
+    assert!(
+        e.starts_with("tls.ca_cert: line 2, column 11: needs tls.ca_key too"),
+        "{e}"
+    );
+    let e = compile_err("\n[tls]\nca_key = \"ca.key\"\n");
+    assert!(
+        e.starts_with("tls.ca_key: line 3, column 10: needs tls.ca_cert too"),
+        "{e}"
+    );
+    let e = err("[tls]\nca_cert = \"\"\nca_key = \"k\"\n");
+    assert!(
+        e.starts_with("tls.ca_cert: line 2, column 11: must not be empty"),
+        "{e}"
+    );
+    let e = err("[tls]\nca_certificate = \"x\"\n");
+    assert!(e.contains("ca_certificate"), "{e}");
+}
+
+#[test]
+fn tls_paths_are_relative_to_the_file() {
+    let dir = std::env::temp_dir().join(format!("portcullis-tls-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("p.toml");
+    std::fs::write(
+        &path,
+        "[tls]\nca_cert = \"ca.pem\"\nca_key = \"/abs/ca.key\"\nupstream_ca = [\"up/a.pem\"]\n",
+    )
+    .unwrap();
+    let c = Config::load(&path).unwrap();
+    assert_eq!(c.tls.ca_cert, Some(dir.join("ca.pem")));
+    assert_eq!(c.tls.ca_key.as_deref(), Some(Path::new("/abs/ca.key")));
+    assert_eq!(c.tls.upstream_ca, [dir.join("up/a.pem")]);
+    // A file error names the file and the position.
+    std::fs::write(&path, "[tls]\nca_key = \"k\"\n").unwrap();
+    let e = Config::load(&path).unwrap_err();
+    assert_eq!(e.path(), Some(path.as_path()));
+    assert!(e.to_string().ends_with("tls.ca_key: line 2, column 10: needs tls.ca_cert too: give both (the CA's certificate and key) or neither (a CA is generated)"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn state_dir_default_follows_xdg_then_home() {
+    // Pure on the environment it is given: checked through the same rules.
+    let d = default_state_dir();
+    match (std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME")) {
+        (Some(x), _) if Path::new(&x).is_absolute() => {
+            assert_eq!(d, Some(PathBuf::from(x).join("portcullis")))
+        }
+        (_, Some(h)) if Path::new(&h).is_absolute() => {
+            assert_eq!(d, Some(PathBuf::from(h).join(".local/state/portcullis")))
+        }
+        _ => assert_eq!(d, None),
+    }
+    assert_eq!(format_duration(Duration::from_millis(250)), "250ms");
+    assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+    assert_eq!(format_duration(Duration::from_secs(300)), "5m");
+    assert_eq!(format_duration(Duration::from_secs(7200)), "2h");
+    assert_eq!(format_duration(Duration::from_secs(86400)), "1d");
+    assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
 }

@@ -4,6 +4,7 @@ mod args;
 mod cli;
 mod proxy_env;
 mod run;
+mod summary;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::process::ExitCode;
@@ -33,7 +34,7 @@ fn main() -> ExitCode {
     if args.check {
         return match args.load() {
             Ok(setup) => {
-                print!("{}", setup.summary(&args));
+                print!("{}", summary::render(&setup, &args));
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -70,7 +71,7 @@ fn main() -> ExitCode {
     for (addr, l) in proxy.local_addrs().iter().zip(&running.listeners) {
         log_listener(addr, l.protocol, running.auth.is_some());
     }
-    log_policy(&args, setup.rules.as_deref());
+    log_policy(&args, setup.rules.as_deref(), running.policy.is_audit());
 
     let handle = proxy.handle();
     let spawned = std::thread::Builder::new()
@@ -152,8 +153,9 @@ fn reload(args: &Args, running: &Config, handle: &ProxyHandle) {
         || new.timeouts != running.timeouts
         || new.limits != running.limits
         || new.auth != running.auth
+        || new.tls != running.tls
     {
-        warn!("reload applies the policy only; listener, auth, timeout and limit changes need a restart");
+        warn!("reload applies the policy only; listener, auth, timeout, limit and tls changes need a restart");
     }
     let n = setup.rules.as_ref().map_or(0, Vec::len);
     handle.reload(setup.config.policy);
@@ -230,9 +232,12 @@ fn reachable(a: SocketAddr) -> SocketAddr {
     }
 }
 
-fn log_policy(args: &Args, rules: Option<&[String]>) {
+fn log_policy(args: &Args, rules: Option<&[String]>, audit: bool) {
+    if audit {
+        warn!("policy in audit mode: nothing is denied; denials are logged as would-deny");
+    }
     match rules {
-        None => info!("policy: built-in default (public internet on ports 80 and 443; private ranges refused)"),
+        None => info!("policy: built-in default (host names on ports 80 and 443; address literals and private ranges refused)"),
         Some([]) => warn!("policy: no rules, so every destination is denied"),
         Some(names) => {
             let from = if args.config.is_some() { "file and flags" } else { "flags" };

@@ -1,102 +1,177 @@
-//! Verdicts: deny beats allow, nothing matching is a denial, and special
-//! addresses pass only when an allow rule names them.
+//! Verdicts. For each address a connection may be dialled to:
+//!
+//! 1. **Deny beats allow**: an enforcing deny rule that matches refuses it.
+//! 2. **Qualifying**: it is allowed only if an allow rule matches it and, for
+//!    a special address, names it (a CIDR at least as specific as the range).
+//! 3. **Strictest treatment**: it is inspected if *any* matching allow rule
+//!    inspects, qualifying or not, including the inspecting rules a
+//!    remembered name of the address matches (`memory.rs`); the request rules
+//!    of all of them apply. A broad allow can therefore never switch
+//!    inspection off.
+//!
+//! Audit mode turns denials into would-deny: an audit deny rule reports
+//! instead of refusing, and an audit policy lets every denial through with
+//! its reason.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use super::addr::special;
 use super::host::canonical_ip;
-use super::rule::Rule;
-use super::{Action, Allowed, Denial, Host, NameVerdict, Target, Verdict};
+use super::request::RequestRules;
+use super::rule::{HostPattern, Rule};
+use super::{Action, Allowed, Denial, Host, MatchMode, NameVerdict, Target, Verdict};
+
+/// Remembered names of an address (see `memory.rs`).
+pub(crate) type Seen<'a> = dyn Fn(IpAddr) -> Vec<Arc<str>> + 'a;
 
 /// Before DNS: refuse on the name alone when we can, else ask to resolve.
-pub(crate) fn check_name(rules: &[Rule], target: &Target) -> NameVerdict {
+pub(crate) fn check_name(rules: &[Rule], audit: bool, target: &Target) -> NameVerdict {
     if matches!(target.host, Host::Ip(_)) {
         return NameVerdict::Resolve;
     }
     let port = target.port;
-    let deny = rules
-        .iter()
-        .find(|r| r.action == Action::Deny && r.port_matches(port) && r.host_matches(&target.host));
-    if let Some(r) = deny {
+    // Only a deny that needs no address can refuse before DNS.
+    let deny = rules.iter().find(|r| {
+        r.action == Action::Deny
+            && !r.audit
+            && r.match_mode == MatchMode::Either
+            && r.port_matches(port)
+            && r.host_matches(&target.host)
+    });
+    if let (Some(r), false) = (deny, audit) {
         return NameVerdict::Deny(Denial::Rule(r.name.clone()));
     }
     let maybe = rules.iter().any(|r| {
         r.action == Action::Allow
             && r.port_matches(port)
-            && (r.host_matches(&target.host) || !r.cidrs.is_empty())
+            && (r.host_matches(&target.host)
+                || (r.match_mode == MatchMode::Either && !r.cidrs.is_empty()))
     });
-    if maybe {
+    if maybe || audit {
         NameVerdict::Resolve
     } else {
         NameVerdict::Deny(Denial::NoRule)
     }
 }
 
-/// Whether `rule` matches the target (by name) or `addr` (by CIDR) and port.
-fn matches(rule: &Rule, target: &Target, addr: IpAddr) -> bool {
-    rule.port_matches(target.port) && (rule.host_matches(&target.host) || rule.cidr_matches(addr))
+/// What one address comes to.
+enum Outcome<'a> {
+    /// Allowed by `rule`; `audit`: an audit-mode deny rule matched.
+    Allowed {
+        rule: &'a Rule,
+        audit: Option<Denial>,
+    },
+    /// Denied, but the policy is in audit mode: let through.
+    WouldDeny {
+        rule: Option<&'a Rule>,
+        denial: Denial,
+    },
+    /// Refused.
+    Denied(Denial),
 }
 
-/// Judges one canonical address: the allowing rule, or why not. When several
-/// allow rules qualify, the first that inspects HTTP wins over plain allows,
-/// so a broad allow cannot switch off a narrower rule's request rules.
-fn check_addr<'a>(rules: &'a [Rule], target: &Target, addr: IpAddr) -> Result<&'a Rule, Denial> {
-    if let Some(r) = rules
-        .iter()
-        .find(|r| r.action == Action::Deny && matches(r, target, addr))
-    {
-        return Err(Denial::Rule(r.name.clone()));
-    }
-    let allows = rules
-        .iter()
-        .filter(|r| r.action == Action::Allow && matches(r, target, addr));
-    let mut any = false;
-    let mut chosen: Option<&Rule> = None;
+/// Judges one canonical address; also collects every inspecting allow rule
+/// that matches it (really, or through a remembered name) into `inspecting`.
+fn check_addr<'a>(
+    rules: &'a [Rule],
+    audit: bool,
+    target: &Target,
+    addr: IpAddr,
+    seen: &Seen<'_>,
+    inspecting: &mut Vec<usize>,
+) -> Outcome<'a> {
+    let port = target.port;
+    let matching = |r: &&Rule| r.matches(&target.host, addr, port);
+    let deny = |audit_rule: bool| {
+        rules
+            .iter()
+            .filter(|r| r.action == Action::Deny && r.audit == audit_rule)
+            .find(matching)
+    };
     let sp = special(addr);
-    for r in allows {
-        any = true;
-        if let Some(sp) = &sp {
-            if !r.names(addr, sp.range.prefix()) {
-                continue;
+    let mut any_allow = false;
+    let mut chosen: Option<&Rule> = None;
+    for (i, r) in rules.iter().enumerate() {
+        if r.action != Action::Allow || !r.matches(&target.host, addr, port) {
+            continue;
+        }
+        any_allow = true;
+        if r.inspect.is_some() && !inspecting.contains(&i) {
+            inspecting.push(i);
+        }
+        let qualifies = sp
+            .as_ref()
+            .is_none_or(|sp| r.names(addr, sp.range.prefix()));
+        if qualifies {
+            match chosen {
+                Some(c) if c.inspect.is_some() || r.inspect.is_none() => {}
+                _ => chosen = Some(r),
             }
         }
-        if r.inspect.is_some() {
-            return Ok(r);
-        }
-        chosen.get_or_insert(r);
     }
-    match (chosen, sp) {
-        (Some(r), _) => Ok(r),
-        (None, Some(sp)) if any => Err(Denial::SpecialAddress(addr, sp.name)),
-        (None, _) => Err(Denial::NoRule),
+    for name in seen(addr) {
+        let as_name = Host::Domain(name.to_string());
+        for (i, r) in rules.iter().enumerate() {
+            if r.action == Action::Allow
+                && r.inspect.is_some()
+                && r.matches(&as_name, addr, port)
+                && !inspecting.contains(&i)
+            {
+                inspecting.push(i);
+            }
+        }
+    }
+    let enforced = deny(false).map(|r| Denial::Rule(r.name.clone()));
+    let audited = deny(true).map(|r| Denial::Rule(r.name.clone()));
+    let denial = match (enforced, chosen) {
+        (Some(d), _) => d,
+        (None, Some(rule)) => {
+            return Outcome::Allowed {
+                rule,
+                audit: audited,
+            }
+        }
+        (None, None) => match sp {
+            Some(sp) if any_allow => Denial::SpecialAddress(addr, sp.name),
+            _ => Denial::NoRule,
+        },
+    };
+    if audit {
+        Outcome::WouldDeny {
+            rule: chosen,
+            denial,
+        }
+    } else {
+        Outcome::Denied(denial)
     }
 }
 
-/// After DNS: vets every address; the proxy dials only the ones that pass.
-pub(crate) fn check_resolved(rules: &[Rule], target: &Target, addrs: &[IpAddr]) -> Verdict {
-    let mut allowed: Option<Allowed> = None;
+/// After DNS: vets every address; the proxy dials only the ones that pass,
+/// under the strictest treatment any of them needs.
+pub(crate) fn check_resolved(
+    rules: &[Rule],
+    audit: bool,
+    target: &Target,
+    addrs: &[IpAddr],
+    seen: &Seen<'_>,
+) -> Verdict {
+    // Addresses allowed outright, and addresses audit mode lets through.
+    let mut clean: Vec<(IpAddr, &Rule, Vec<usize>)> = Vec::new();
+    let mut audited: Vec<(IpAddr, Option<&Rule>, Denial, Vec<usize>)> = Vec::new();
     let mut first_denial: Option<Denial> = None;
     let mut rule_denial: Option<Denial> = None;
     for &addr in addrs {
         let addr = canonical_ip(addr);
-        match check_addr(rules, target, addr) {
-            Ok(rule) => match &mut allowed {
-                // Never dial an address uninspected when the rule that
-                // allows it inspects (the first address's rule does not).
-                Some(a) if a.inspect.is_none() && rule.inspect.is_some() => {}
-                Some(a) => a.addrs.push(addr),
-                None => {
-                    let mut vetted = Vec::with_capacity(addrs.len());
-                    vetted.push(addr);
-                    allowed = Some(Allowed {
-                        rule: rule.name.clone(),
-                        idle_timeout: rule.idle_timeout,
-                        addrs: vetted,
-                        inspect: rule.inspect.clone(),
-                    })
-                }
-            },
-            Err(d) => {
+        let mut inspecting = Vec::new();
+        match check_addr(rules, audit, target, addr, seen, &mut inspecting) {
+            Outcome::Allowed { rule, audit: None } => clean.push((addr, rule, inspecting)),
+            Outcome::Allowed {
+                rule,
+                audit: Some(d),
+            } => audited.push((addr, Some(rule), d, inspecting)),
+            Outcome::WouldDeny { rule, denial } => audited.push((addr, rule, denial, inspecting)),
+            Outcome::Denied(d) => {
                 if rule_denial.is_none() && matches!(d, Denial::Rule(_)) {
                     rule_denial = Some(d.clone());
                 }
@@ -104,8 +179,75 @@ pub(crate) fn check_resolved(rules: &[Rule], target: &Target, addrs: &[IpAddr]) 
             }
         }
     }
-    match allowed {
-        Some(a) => Verdict::Allow(a),
-        None => Verdict::Deny(rule_denial.or(first_denial).unwrap_or(Denial::NoRule)),
+    // Audit only lets through what enforcement would refuse: when some
+    // addresses pass outright, dial those alone, as enforcement would.
+    let (rule, audit_denial, dialled): (Option<&Rule>, Option<Denial>, Vec<_>) =
+        if let Some(&(_, rule, _)) = clean.first() {
+            let d = clean.into_iter().map(|(a, _, i)| (a, i)).collect();
+            (Some(rule), None, d)
+        } else if let Some((_, rule, denial, _)) = audited.first() {
+            let (rule, denial) = (*rule, denial.clone());
+            let d = audited.into_iter().map(|(a, _, _, i)| (a, i)).collect();
+            (rule, Some(denial), d)
+        } else {
+            return Verdict::Deny(rule_denial.or(first_denial).unwrap_or(Denial::NoRule));
+        };
+    let mut inspecting: Vec<usize> = Vec::new();
+    let mut vetted = Vec::with_capacity(dialled.len());
+    for (addr, rules_here) in dialled {
+        vetted.push(addr);
+        for i in rules_here {
+            if !inspecting.contains(&i) {
+                inspecting.push(i);
+            }
+        }
     }
+    inspecting.sort_unstable();
+    let parts: Vec<_> = inspecting
+        .iter()
+        .filter_map(|&i| rules[i].inspect.clone())
+        .collect();
+    Verdict::Allow(Allowed {
+        rule: rule.map_or_else(|| "-".into(), |r| r.name.clone()),
+        idle_timeout: rule.and_then(|r| r.idle_timeout),
+        addrs: vetted,
+        inspect: (!parts.is_empty()).then(|| Arc::new(RequestRules::all_of(parts))),
+        audit: audit_denial,
+    })
+}
+
+/// Whether an inspecting allow rule names `name` (any port), and whether one
+/// names it exactly (so its addresses are pinned in the memory).
+pub(crate) fn inspected_name(rules: &[Rule], name: &str) -> (bool, bool) {
+    let host = Host::Domain(name.to_owned());
+    let mut inspected = false;
+    let mut exact = false;
+    for r in rules {
+        if r.action == Action::Allow && r.inspect.is_some() && r.host_matches(&host) {
+            inspected = true;
+            exact |= r
+                .hosts
+                .iter()
+                .any(|h| matches!(h, HostPattern::Exact(e) if e == name));
+        }
+    }
+    (inspected, exact)
+}
+
+/// The exact names of inspecting allow rules, in rule order, deduplicated.
+pub(crate) fn inspected_names(rules: &[Rule]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for r in rules {
+        if r.action != Action::Allow || r.inspect.is_none() {
+            continue;
+        }
+        for h in &r.hosts {
+            if let HostPattern::Exact(e) = h {
+                if !names.contains(e) {
+                    names.push(e.clone());
+                }
+            }
+        }
+    }
+    names
 }

@@ -54,8 +54,10 @@ impl Cidr {
     }
 
     /// Parses `ADDR/LEN` (or a bare address as a single-address block). Host
-    /// bits are cleared; an IPv4-mapped block of /96 or longer becomes IPv4 so
-    /// it matches canonical (mapped-to-IPv4) addresses.
+    /// bits set are an error that suggests the block meant (`10.0.0.1/8`:
+    /// "use 10.0.0.0/8"), since the writer may have meant one address; an
+    /// IPv4-mapped block of /96 or longer becomes IPv4 so it matches canonical
+    /// (mapped-to-IPv4) addresses.
     pub(crate) fn parse(s: &str) -> Result<Cidr, String> {
         let s = s.trim();
         let (addr, len) = match s.split_once('/') {
@@ -86,14 +88,22 @@ impl Cidr {
             Some(l) => return Err(format!("invalid prefix length {l:?}")),
         };
         if prefix > max {
-            return Err(format!("prefix length /{prefix} too long for {addr}"));
+            return Err(format!(
+                "prefix length /{prefix} too long (at most /{max} for {addr})"
+            ));
+        }
+        let block = Cidr::new(addr, prefix).expect("prefix checked");
+        if block.net != addr {
+            return Err(format!(
+                "{s} has host bits set: use {block} for the range, or {addr}/{max} for the one address"
+            ));
         }
         if let IpAddr::V6(v6) = addr {
             if let (Some(v4), true) = (v6.to_ipv4_mapped(), prefix >= 96) {
                 return Ok(Cidr::new(IpAddr::V4(v4), prefix - 96).expect("prefix <= 32"));
             }
         }
-        Ok(Cidr::new(addr, prefix).expect("prefix checked"))
+        Ok(block)
     }
 }
 

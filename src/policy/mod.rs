@@ -1,26 +1,41 @@
-//! Who may connect where. Pure: no sockets, no clocks, no DNS.
+//! Who may connect where. Pure: no sockets, no DNS, and no clock but an
+//! `Instant` the caller passes in.
 //!
 //! Targets and rule host patterns are canonicalised the same way (`host.rs`),
-//! rules are compiled once (`rule.rs`), and verdicts come from a linear scan
-//! (`check.rs`): deny beats allow, no match is a denial, and special addresses
-//! (`addr.rs`) need an allow rule that names them.
+//! rules are compiled once (`rule.rs`), and verdicts come from a scan of every
+//! rule (`check.rs`): deny beats allow, no match is a denial, special
+//! addresses (`addr.rs`) need an allow rule that names them, and when several
+//! allow rules match a connection the strictest treatment applies (every
+//! matching inspecting rule's request rules, `request.rs`). The addresses the
+//! names of inspecting rules resolved to are remembered (`memory.rs`), so
+//! they cannot be reached uninspected through a broader rule.
 
 mod addr;
 mod check;
 mod cidr;
+mod describe;
 mod host;
+mod memory;
+mod path;
 mod request;
 mod rule;
+mod spec;
 #[cfg(test)]
 mod tests;
 
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-pub use request::normalize_path;
+pub(crate) use describe::human as describe_duration;
+pub use memory::{InspectedAddrs, InspectedMemory, PINNED_TTL, REFRESH_EVERY, SEEN_TTL};
+pub use path::normalize_path;
+pub use request::RequestRules;
 use rule::Rule;
+pub use spec::{
+    Action, MatchMode, PortSpec, RequestRuleConfig, RuleConfig, RuleMode, TlsMode, DEFAULT_UPGRADES,
+};
 
 /// A host as the policy sees it: canonical, so no spelling slips past a rule.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -66,114 +81,70 @@ impl fmt::Display for Target {
     }
 }
 
-/// Allow or deny.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Action {
-    /// Let matching connections through.
-    Allow,
-    /// Refuse matching connections; a deny beats any allow.
-    Deny,
-}
-
-/// A port or port range as written in TOML: `443` or `"8000-8100"` or `"443"`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(untagged)]
-pub enum PortSpec {
-    /// One port.
-    Number(u16),
-    /// `"443"` or `"LO-HI"`.
-    Text(String),
-}
-
-/// One `[[rules]]` table as written in the policy file (before compiling).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RuleConfig {
-    /// Name used in logs and in `X-Proxy-Error`; defaults to `rules[N]`.
-    #[serde(default)]
-    pub name: Option<String>,
-    /// Allow or deny.
-    pub action: Action,
-    /// One host pattern: `example.com`, `*.example.com`, `*`, or an address literal.
-    #[serde(default)]
-    pub host: Option<String>,
-    /// More host patterns.
-    #[serde(default)]
-    pub hosts: Vec<String>,
-    /// One CIDR, e.g. `10.0.0.0/8` or `::1/128`.
-    #[serde(default)]
-    pub cidr: Option<String>,
-    /// More CIDRs.
-    #[serde(default)]
-    pub cidrs: Vec<String>,
-    /// One port or range; no port and no ports means any port.
-    #[serde(default)]
-    pub port: Option<PortSpec>,
-    /// More ports or ranges.
-    #[serde(default)]
-    pub ports: Vec<PortSpec>,
-    /// Idle timeout for tunnels this rule allows (`"30s"`, `"5m"`, `"off"`).
-    #[serde(default)]
-    pub idle_timeout: Option<String>,
-    /// `"http"`: parse the tunnel's bytes as HTTP/1.1 and apply `requests`.
-    #[serde(default)]
-    pub inspect: Option<String>,
-    /// Request rules for an inspected destination (empty: every request allowed).
-    #[serde(default)]
-    pub requests: Vec<RequestRuleConfig>,
-}
-
-/// One request rule inside an inspecting `[[rules]]` table:
-/// `{ action = "allow", method = "GET", path = "/v1/**" }`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RequestRuleConfig {
-    /// Allow or deny; a deny beats any allow.
-    pub action: Action,
-    /// Method, exact (`GET`), or `*` for any. Defaults to `*`.
-    #[serde(default)]
-    pub method: Option<String>,
-    /// Path glob: `*` matches one segment, `**` any number. Defaults to `/**`.
-    #[serde(default)]
-    pub path: Option<String>,
-}
-
-/// Compiled request rules of one inspecting rule (see `request.rs`). The
-/// default has no request rules and an empty name: it allows every request.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RequestRules {
-    /// The inspecting rule's name.
-    name: Arc<str>,
-    /// In file order; empty means every request is allowed.
-    rules: Vec<request::RequestRule>,
-    /// The verdict's name when requests are given and none matches.
-    no_match: Arc<str>,
-}
-
-/// What request rules say about one request.
+/// What request rules say about one request (or one `Upgrade` token).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RequestVerdict {
-    /// Allowed; names the request rule (or the rule, when it has no request rules).
+    /// Allowed; names the request rule(s) (or the rule, when it has no request rules).
     Allow(Arc<str>),
     /// Refused; names the request rule, or says that none matched.
     Deny(Arc<str>),
+    /// Audit mode: a rule in audit mode (or an audit policy) would refuse it,
+    /// named as for `Deny`; let it through and log `decision=would-deny`.
+    WouldDeny(Arc<str>),
 }
 
-/// Parses `--inspect RULE` (same syntax as `--allow`): an allow rule that
-/// inspects HTTP with every request allowed.
-/// Named `--inspect SPEC`.
-pub fn parse_cli_inspect(spec: &str) -> Result<RuleConfig, PolicyError> {
-    rule::parse_cli_inspect(spec)
-}
-
-/// A policy file or rule that does not compile; says which rule and why.
+/// A policy file or rule that does not compile; says which rule, which key
+/// and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicyError(pub String);
+pub struct PolicyError {
+    /// Index of the offending rule in the list compiled, if about one rule.
+    pub rule: Option<usize>,
+    /// That rule's name (`rules[N]` when unnamed), for messages.
+    pub rule_name: Option<String>,
+    /// The key inside the rule as a file spells it: `cidr`, `cidrs[1]`,
+    /// `ports[0]`, `requests[2].path`.
+    pub key: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl PolicyError {
+    /// An error not tied to a rule.
+    pub fn new(message: impl Into<String>) -> PolicyError {
+        PolicyError {
+            rule: None,
+            rule_name: None,
+            key: None,
+            message: message.into(),
+        }
+    }
+
+    /// An error about `key` of the rule named `rule`.
+    pub(crate) fn field(rule: &str, key: impl Into<String>, message: impl Into<String>) -> Self {
+        PolicyError {
+            rule: None,
+            rule_name: Some(rule.to_owned()),
+            key: Some(key.into()),
+            message: message.into(),
+        }
+    }
+
+    /// Records the rule's index.
+    pub(crate) fn at(mut self, index: usize) -> PolicyError {
+        self.rule = Some(index);
+        self
+    }
+}
 
 impl fmt::Display for PolicyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        if let Some(n) = &self.rule_name {
+            write!(f, "rule {n:?}: ")?;
+        }
+        if let Some(k) = &self.key {
+            write!(f, "{k}: ")?;
+        }
+        f.write_str(&self.message)
     }
 }
 
@@ -181,19 +152,48 @@ impl std::error::Error for PolicyError {}
 
 /// Parses a command-line rule `HOST[:PORT|:LO-HI]` or `CIDR[:PORT|:LO-HI]`
 /// (IPv6 in brackets when a port follows: `[::1]:443`, `[fd00::/8]:1-1024`).
-/// The rule is named after the flag, e.g. `--allow 127.0.0.1:8080`.
+/// The rule is named after the flag, e.g. `--allow 127.0.0.1:8080`. A URL is
+/// refused with the rule it probably meant (`use github.com:443`).
 pub fn parse_cli_rule(action: Action, spec: &str) -> Result<RuleConfig, PolicyError> {
     rule::parse_cli_rule(action, spec)
 }
 
-/// A compiled policy. Cheap to share (`Arc` inside). The default has no rules,
+/// Parses `--inspect RULE` (same syntax as `--allow`): an allow rule that
+/// inspects HTTP with every request allowed. Named `--inspect SPEC`.
+pub fn parse_cli_inspect(spec: &str) -> Result<RuleConfig, PolicyError> {
+    rule::parse_cli_inspect(spec)
+}
+
+/// Parses `--terminate RULE`: like `--inspect`, and terminates TLS
+/// (`tls = "terminate"`). Named `--terminate SPEC`.
+pub fn parse_cli_terminate(spec: &str) -> Result<RuleConfig, PolicyError> {
+    rule::parse_cli_terminate(spec)
+}
+
+/// The built-in default rule, `default-public-web`: every host name on ports
+/// 80 and 443. Special ranges stay refused (no rule names them) and address
+/// literals are not matched (a wildcard never matches them).
+pub fn builtin_default_rule() -> RuleConfig {
+    RuleConfig {
+        name: Some("default-public-web".into()),
+        host: Some("*".into()),
+        ports: vec![PortSpec::Number(80), PortSpec::Number(443)],
+        ..RuleConfig::new(Action::Allow)
+    }
+}
+
+/// A compiled policy. Cheap to clone and to share across threads (`Arc`s
+/// inside); clones share one [`InspectedMemory`]. The default has no rules,
 /// so it denies everything.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     rules: Arc<Vec<Rule>>,
+    /// Policy-wide audit mode: every denial becomes would-deny.
+    audit: bool,
+    memory: InspectedMemory,
 }
 
-/// Why a target was refused.
+/// Why a target was refused (or, in audit mode, would have been).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Denial {
     /// A deny rule matched (named).
@@ -208,14 +208,34 @@ pub enum Denial {
 /// Policy said yes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allowed {
-    /// The rule that allowed it.
+    /// The rule that allowed it: the first qualifying allow rule that inspects,
+    /// else the first qualifying one; `-` when audit mode let it through
+    /// with no allowing rule.
     pub rule: Arc<str>,
-    /// The rule's idle timeout for tunnels it allows, if it sets one.
+    /// That rule's idle timeout for tunnels it allows, if it sets one.
     pub idle_timeout: Option<Duration>,
     /// The addresses that passed, in resolver order: dial exactly these.
     pub addrs: Vec<IpAddr>,
-    /// Set when the allowing rule inspects HTTP: its request rules.
+    /// Set when any matching allow rule inspects (or terminates TLS): the
+    /// request rules of every such rule, all of which must allow a request.
     pub inspect: Option<Arc<RequestRules>>,
+    /// Audit mode: the denial that would have refused this connection. The
+    /// session lets it through and logs `decision=would-deny` with it.
+    pub audit: Option<Denial>,
+}
+
+impl Allowed {
+    /// Whether the connection must be inspected (some matching allow rule
+    /// inspects). A raw tunnel re-checked after a reload must close (reason
+    /// `policy-reload`) when this is true: see [`Policy::recheck`].
+    pub fn is_inspected(&self) -> bool {
+        self.inspect.is_some()
+    }
+
+    /// Whether TLS must be terminated (some matching rule has `tls = "terminate"`).
+    pub fn terminates_tls(&self) -> bool {
+        self.inspect.as_ref().is_some_and(|r| r.terminates_tls())
+    }
 }
 
 /// The answer before DNS.
@@ -223,16 +243,30 @@ pub struct Allowed {
 pub enum NameVerdict {
     /// Refused on the name alone: do not resolve.
     Deny(Denial),
-    /// Some allow rule could match: resolve, then call [`Policy::check_resolved`].
+    /// Some allow rule could match: resolve, then call [`Policy::check_resolved_at`].
     Resolve,
 }
 
 /// The answer after DNS (or for an address literal).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// Allowed, with the vetted addresses.
+    /// Allowed (or, with [`Allowed::audit`] set, let through by audit mode),
+    /// with the vetted addresses.
     Allow(Allowed),
     /// Refused.
+    Deny(Denial),
+}
+
+/// What a new policy says about an open session (after a reload).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recheck {
+    /// Still allowed as it runs: carry on. An inspected session takes the new
+    /// request rules ([`Allowed::inspect`]; `None`: every request allowed).
+    Keep(Allowed),
+    /// Allowed now only under inspection, and the session is a raw tunnel:
+    /// close it with reason `policy-reload`.
+    NeedsInspection(Allowed),
+    /// Refused now: close it with reason `policy-reload`.
     Deny(Denial),
 }
 
@@ -242,71 +276,170 @@ impl Policy {
         let rules = rules
             .iter()
             .enumerate()
-            .map(|(i, r)| Rule::compile(i, r))
+            .map(|(i, r)| Rule::compile(i, r, false).map_err(|e| e.at(i)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Policy {
             rules: Arc::new(rules),
+            ..Policy::default()
         })
     }
-    /// The built-in default: public internet on ports 80 and 443. Private and
-    /// other special ranges stay refused by the special-address check.
+
+    /// The built-in default: [`builtin_default_rule`] alone.
     pub fn builtin_default() -> Policy {
-        let rule = RuleConfig {
-            name: Some("default-public-web".into()),
-            action: Action::Allow,
-            host: Some("*".into()),
-            hosts: Vec::new(),
-            cidr: None,
-            cidrs: Vec::new(),
-            port: None,
-            ports: vec![PortSpec::Number(80), PortSpec::Number(443)],
-            idle_timeout: None,
-            inspect: None,
-            requests: Vec::new(),
-        };
-        Policy::from_rules(&[rule]).expect("built-in rule compiles")
+        Policy::from_rules(&[builtin_default_rule()]).expect("built-in rule compiles")
     }
-    /// Parses a TOML policy document and compiles its `[[rules]]` array;
-    /// other top-level keys are ignored so a policy can live in a larger file.
-    /// Never panics, whatever the input.
+
+    /// Parses a TOML policy document: its `[[rules]]`, and the top-level
+    /// `mode` (`"audit"`) and `default` (`true`: add the built-in default
+    /// rule). Other top-level keys are ignored so a policy can live in a
+    /// larger file. Never panics, whatever the input.
     pub fn parse_toml(text: &str) -> Result<Policy, PolicyError> {
         #[derive(serde::Deserialize)]
         struct Doc {
             #[serde(default)]
             rules: Vec<RuleConfig>,
+            #[serde(default)]
+            mode: Option<RuleMode>,
+            #[serde(default)]
+            default: bool,
         }
-        let doc: Doc =
-            toml::from_str(text).map_err(|e| PolicyError(format!("invalid policy: {e}")))?;
-        Policy::from_rules(&doc.rules)
+        let mut doc: Doc =
+            toml::from_str(text).map_err(|e| PolicyError::new(format!("invalid policy: {e}")))?;
+        if doc.default {
+            doc.rules.push(builtin_default_rule());
+        }
+        let mut p = Policy::from_rules(&doc.rules)?;
+        p.set_audit(doc.mode == Some(RuleMode::Audit));
+        Ok(p)
     }
-    /// Appends `other`'s rules after ours (the CLI adds `--allow`/`--deny`
-    /// rules to a file's). Names are kept as given.
+
+    /// Appends `other`'s rules after ours (names kept as given). Audit mode
+    /// is on if either was; our memory is kept.
     pub fn extend(&mut self, other: Policy) {
+        let audit = self.audit || other.audit;
         let other = Arc::try_unwrap(other.rules).unwrap_or_else(|a| (*a).clone());
-        Arc::make_mut(&mut self.rules).extend(other);
+        let rules = Arc::make_mut(&mut self.rules);
+        rules.extend(other);
+        for r in rules.iter_mut() {
+            r.set_policy_audit(audit);
+        }
+        self.audit = audit;
     }
+
+    /// Turns policy-wide audit mode on or off: when on, every denial of a
+    /// connection or a request becomes would-deny and is let through.
+    pub fn set_audit(&mut self, on: bool) {
+        if self.audit == on {
+            return;
+        }
+        self.audit = on;
+        // Request rules carry their audit flag: recompile them.
+        for r in Arc::make_mut(&mut self.rules).iter_mut() {
+            r.set_policy_audit(on);
+        }
+    }
+
+    /// Whether policy-wide audit mode is on.
+    pub fn is_audit(&self) -> bool {
+        self.audit
+    }
+
     /// Rule names in order, for logs and diagnostics.
     pub fn rule_names(&self) -> Vec<Arc<str>> {
         self.rules.iter().map(|r| r.name.clone()).collect()
     }
+
     /// Number of rules.
     pub fn len(&self) -> usize {
         self.rules.len()
     }
+
     /// Whether there are no rules (the policy then denies everything).
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
+
     /// Checks a domain target before resolving it; an address-literal target
     /// always gets [`NameVerdict::Resolve`] (pass the literal to
-    /// [`Policy::check_resolved`]).
+    /// [`Policy::check_resolved_at`]).
     pub fn check_name(&self, target: &Target) -> NameVerdict {
-        check::check_name(&self.rules, target)
+        check::check_name(&self.rules, self.audit, target)
     }
-    /// Checks a target against its resolved addresses (or its literal address).
-    /// Judging the addresses, not just the name, defeats DNS rebinding.
+
+    /// Checks a target against its resolved addresses (or its literal
+    /// address) at `now`: remembered addresses of inspected names count
+    /// until they expire. Judging the addresses, not just the name, defeats
+    /// DNS rebinding.
+    pub fn check_resolved_at(&self, target: &Target, addrs: &[IpAddr], now: Instant) -> Verdict {
+        let seen = |a| self.memory.names_at(a, Some(now));
+        check::check_resolved(&self.rules, self.audit, target, addrs, &seen)
+    }
+
+    /// [`Policy::check_resolved_at`] without a clock: every remembered
+    /// address not yet pruned counts (stricter, never looser).
     pub fn check_resolved(&self, target: &Target, addrs: &[IpAddr]) -> Verdict {
-        check::check_resolved(&self.rules, target, addrs)
+        let seen = |a| self.memory.names_at(a, None);
+        check::check_resolved(&self.rules, self.audit, target, addrs, &seen)
+    }
+
+    /// Re-checks an open session to `ip` after a reload. `raw` says whether
+    /// it is a raw tunnel (not inspected). See [`Recheck`].
+    pub fn recheck(&self, target: &Target, ip: IpAddr, raw: bool, now: Instant) -> Recheck {
+        match self.check_resolved_at(target, &[ip], now) {
+            Verdict::Deny(d) => Recheck::Deny(d),
+            Verdict::Allow(a) if raw && a.is_inspected() => Recheck::NeedsInspection(a),
+            Verdict::Allow(a) => Recheck::Keep(a),
+        }
+    }
+
+    /// Remembers that `host` resolved to `addrs`, when an inspecting allow
+    /// rule names `host` (on any port); returns whether it did. Call it after
+    /// every resolution (the session after a name was allowed, the reactor
+    /// for [`Policy::inspected_names`]): a later connection to one of these
+    /// addresses, by any name or as a literal, is then inspected under that
+    /// rule whenever the rule covers its port.
+    pub fn remember(&self, host: &Host, addrs: &[IpAddr], now: Instant) -> bool {
+        let Host::Domain(name) = host else {
+            return false;
+        };
+        let (inspected, exact) = check::inspected_name(&self.rules, name);
+        if inspected {
+            self.memory.remember(name, addrs, exact, now);
+        }
+        inspected
+    }
+
+    /// The exact host names of inspecting allow rules (wildcards cannot be
+    /// listed), deduplicated. The reactor resolves each at start, after each
+    /// reload and every [`REFRESH_EVERY`], and passes the answers to
+    /// [`Policy::remember`], so their addresses are known before any client
+    /// resolves the name itself.
+    pub fn inspected_names(&self) -> Vec<String> {
+        check::inspected_names(&self.rules)
+    }
+
+    /// The shared memory of inspected names' addresses.
+    pub fn memory(&self) -> &InspectedMemory {
+        &self.memory
+    }
+
+    /// Shares `memory` (a reloaded policy takes the running one's:
+    /// `new.set_memory(old.memory().clone())`).
+    pub fn set_memory(&mut self, memory: InspectedMemory) {
+        self.memory = memory;
+    }
+
+    /// Each rule in full, one entry per rule (its request rules on
+    /// following, indented lines): what `--check` prints.
+    pub fn describe(&self) -> Vec<String> {
+        self.rules.iter().map(describe::rule).collect()
+    }
+
+    /// Legal but probably unintended settings, one sentence each: a plaintext
+    /// inspect rule covering port 443, audit mode, `mode = "audit"` on a rule
+    /// that can deny nothing.
+    pub fn warnings(&self) -> Vec<String> {
+        describe::warnings(&self.rules, self.audit)
     }
 }
 

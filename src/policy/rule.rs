@@ -1,5 +1,5 @@
-//! Compiled rules: host patterns, CIDRs and port ranges, built from
-//! [`RuleConfig`] (policy file) or a command-line spec.
+//! Compiled rules: host patterns, CIDRs, port ranges and the inspection a
+//! rule asks for, built from [`RuleConfig`] (policy file) or a command-line spec.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use super::cidr::Cidr;
 use super::host::{canonical_host, parse_port};
-use super::{Action, Host, PolicyError, PortSpec, RequestRules, RuleConfig};
+use super::request::RuleRequests;
+use super::{Action, Host, MatchMode, PolicyError, PortSpec, RuleConfig, RuleMode, TlsMode};
 
 /// A canonical host pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum HostPattern {
-    /// `*`: every host, names and address literals alike.
+    /// `*`: every host name (and, in a deny rule only, every address literal).
     Any,
     /// One canonical name.
     Exact(String),
@@ -21,14 +22,12 @@ pub(crate) enum HostPattern {
 }
 
 impl HostPattern {
-    /// Whether the pattern matches `host` by name (address literals only
-    /// match `*`; literal patterns are compiled to CIDRs instead).
-    pub(crate) fn matches(&self, host: &Host) -> bool {
-        match (self, host) {
-            (HostPattern::Any, _) => true,
-            (HostPattern::Exact(p), Host::Domain(d)) => p == d,
-            (HostPattern::Suffix(s), Host::Domain(d)) => d.len() > s.len() && d.ends_with(s),
-            _ => false,
+    /// Whether the pattern matches the name `d`.
+    fn matches_name(&self, d: &str) -> bool {
+        match self {
+            HostPattern::Any => true,
+            HostPattern::Exact(p) => p == d,
+            HostPattern::Suffix(s) => d.len() > s.len() && d.ends_with(s.as_str()),
         }
     }
 }
@@ -36,8 +35,8 @@ impl HostPattern {
 /// An inclusive port range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PortRange {
-    lo: u16,
-    hi: u16,
+    pub(crate) lo: u16,
+    pub(crate) hi: u16,
 }
 
 impl PortRange {
@@ -45,20 +44,19 @@ impl PortRange {
         (self.lo..=self.hi).contains(&port)
     }
 
-    /// Parses `443` or `8000-8100`; port 0 and `LO > HI` are errors.
+    /// Parses `443` or `8000-8100`; port 0, out of range and `LO > HI` are errors.
     fn parse(spec: &PortSpec) -> Result<PortRange, String> {
         match spec {
-            PortSpec::Number(0) => Err("port 0 is not a valid port".into()),
+            PortSpec::Number(0) => Err("port 0 is out of range (1-65535)".into()),
             PortSpec::Number(p) => Ok(PortRange { lo: *p, hi: *p }),
             PortSpec::Text(t) => {
                 let t = t.trim();
-                let bad = || format!("invalid port {t:?} (expected 1-65535 or LO-HI)");
                 let (lo, hi) = match t.split_once('-') {
                     Some((lo, hi)) => (lo.trim(), hi.trim()),
                     None => (t, t),
                 };
-                let lo = parse_port(lo).ok_or_else(bad)?;
-                let hi = parse_port(hi).ok_or_else(bad)?;
+                let lo = port_number(lo, t)?;
+                let hi = port_number(hi, t)?;
                 if lo > hi {
                     return Err(format!("invalid port range {t:?}: {lo} > {hi}"));
                 }
@@ -68,8 +66,27 @@ impl PortRange {
     }
 }
 
-/// One compiled rule. A target matches when (a host pattern matches or a CIDR
-/// contains the address) and the port matches.
+/// One end of a port spec: a plain message for numbers out of range.
+fn port_number(s: &str, whole: &str) -> Result<u16, String> {
+    if let Some(p) = parse_port(s) {
+        return Ok(p);
+    }
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "port {} is out of range (1-65535)",
+            s.trim_start_matches('0')
+                .parse::<u128>()
+                .map_or(s.into(), |n| n.to_string())
+        ));
+    }
+    Err(format!(
+        "invalid port {whole:?} (expected a number 1-65535 or a range LO-HI)"
+    ))
+}
+
+/// One compiled rule. A target matches when its port matches and (a host
+/// pattern matches the name, or a CIDR contains the address) or, with
+/// `match = "both"`, both.
 #[derive(Debug, Clone)]
 pub(crate) struct Rule {
     pub(crate) name: Arc<str>,
@@ -77,10 +94,13 @@ pub(crate) struct Rule {
     pub(crate) hosts: Vec<HostPattern>,
     pub(crate) cidrs: Vec<Cidr>,
     /// Empty means any port.
-    ports: Vec<PortRange>,
+    pub(crate) ports: Vec<PortRange>,
+    pub(crate) match_mode: MatchMode,
+    /// `mode = "audit"` on this rule.
+    pub(crate) audit: bool,
     pub(crate) idle_timeout: Option<Duration>,
-    /// Set when the rule inspects HTTP: its request rules.
-    pub(crate) inspect: Option<Arc<RequestRules>>,
+    /// Set when the rule inspects HTTP (or terminates TLS).
+    pub(crate) inspect: Option<Arc<RuleRequests>>,
 }
 
 impl Rule {
@@ -89,14 +109,29 @@ impl Rule {
         self.ports.is_empty() || self.ports.iter().any(|r| r.contains(port))
     }
 
-    /// Whether a host pattern matches `host` (names only; no addresses).
+    /// Whether a host pattern matches `host`. Names match by pattern; an
+    /// address literal matches only `*` of a deny rule (address-literal
+    /// patterns are compiled to CIDRs), so an allow wildcard never reaches one.
     pub(crate) fn host_matches(&self, host: &Host) -> bool {
-        self.hosts.iter().any(|h| h.matches(host))
+        match host {
+            Host::Domain(d) => self.hosts.iter().any(|h| h.matches_name(d)),
+            Host::Ip(_) => self.action == Action::Deny && self.hosts.contains(&HostPattern::Any),
+        }
     }
 
     /// Whether a CIDR (or address-literal host) contains `addr`.
     pub(crate) fn cidr_matches(&self, addr: IpAddr) -> bool {
         self.cidrs.iter().any(|c| c.contains(addr))
+    }
+
+    /// Whether the rule matches `host` connecting to `addr` (canonical) on
+    /// `port`.
+    pub(crate) fn matches(&self, host: &Host, addr: IpAddr, port: u16) -> bool {
+        self.port_matches(port)
+            && match self.match_mode {
+                MatchMode::Either => self.host_matches(host) || self.cidr_matches(addr),
+                MatchMode::Both => self.host_matches(host) && self.cidr_matches(addr),
+            }
     }
 
     /// Whether a CIDR contains `addr` with a prefix at least `min` bits long:
@@ -107,73 +142,155 @@ impl Rule {
             .any(|c| c.prefix() >= min && c.contains(addr))
     }
 
-    /// Compiles rule `index` of a policy.
-    pub(crate) fn compile(index: usize, cfg: &RuleConfig) -> Result<Rule, PolicyError> {
+    /// Policy-wide audit on or off: request rules carry the effective flag.
+    pub(crate) fn set_policy_audit(&mut self, policy_audit: bool) {
+        let own = self.audit;
+        if let Some(r) = &mut self.inspect {
+            if r.audit != (own || policy_audit) {
+                Arc::make_mut(r).audit = own || policy_audit;
+            }
+        }
+    }
+
+    /// Compiles rule `index` of a policy (`policy_audit`: the whole policy
+    /// is in audit mode). Errors name the rule and the key as written.
+    pub(crate) fn compile(
+        index: usize,
+        cfg: &RuleConfig,
+        policy_audit: bool,
+    ) -> Result<Rule, PolicyError> {
         let name: Arc<str> = match &cfg.name {
             Some(n) => n.as_str().into(),
             None => format!("rules[{index}]").into(),
         };
-        let fail = |field: &str, msg: String| PolicyError(format!("rule {name:?}: {field}: {msg}"));
+        let fail = |key: String, msg: String| PolicyError::field(&name, key, msg);
+        let both = cfg.match_mode == Some(MatchMode::Both);
         let mut hosts = Vec::new();
         let mut cidrs = Vec::new();
-        for h in cfg.host.iter().chain(&cfg.hosts) {
-            match parse_host_pattern(h).map_err(|e| fail("host", e))? {
+        let host_keys = cfg.host.iter().map(|h| ("host".to_string(), h)).chain(
+            cfg.hosts
+                .iter()
+                .enumerate()
+                .map(|(i, h)| (format!("hosts[{i}]"), h)),
+        );
+        for (key, h) in host_keys {
+            match parse_host_pattern(h).map_err(|e| fail(key.clone(), e))? {
                 Pattern::Host(p) => hosts.push(p),
+                Pattern::Addr(_) if both => {
+                    return Err(fail(
+                        key,
+                        format!(
+                            "{h:?}: with match = \"both\", hosts are names; put addresses in cidrs"
+                        ),
+                    ))
+                }
                 Pattern::Addr(a) => cidrs.push(Cidr::host(a)),
             }
         }
-        for c in cfg.cidr.iter().chain(&cfg.cidrs) {
-            cidrs.push(Cidr::parse(c).map_err(|e| fail("cidr", format!("{c:?}: {e}")))?);
+        let cidr_keys = cfg.cidr.iter().map(|c| ("cidr".to_string(), c)).chain(
+            cfg.cidrs
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (format!("cidrs[{i}]"), c)),
+        );
+        for (key, c) in cidr_keys {
+            cidrs.push(Cidr::parse(c).map_err(|e| fail(key, format!("{c:?}: {e}")))?);
         }
         if hosts.is_empty() && cidrs.is_empty() {
+            return Err(PolicyError {
+                rule: None,
+                rule_name: Some(name.to_string()),
+                key: None,
+                message: "a rule needs at least one host or cidr".into(),
+            });
+        }
+        if both && (hosts.is_empty() || cidrs.is_empty()) {
             return Err(fail(
-                "host/cidr",
-                "a rule needs at least one host or cidr".into(),
+                "match".into(),
+                "match = \"both\" needs hosts and cidrs: the name must resolve into a CIDR".into(),
             ));
         }
-        let ports = cfg
-            .port
-            .iter()
-            .chain(&cfg.ports)
-            .map(PortRange::parse)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| fail("port", e))?;
+        let port_keys = cfg.port.iter().map(|p| ("port".to_string(), p)).chain(
+            cfg.ports
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (format!("ports[{i}]"), p)),
+        );
+        let mut ports = Vec::new();
+        for (key, p) in port_keys {
+            ports.push(PortRange::parse(p).map_err(|e| fail(key, e))?);
+        }
         let idle_timeout = match &cfg.idle_timeout {
-            Some(t) => crate::duration::parse(t).map_err(|e| fail("idle_timeout", e))?,
+            Some(t) => crate::duration::parse(t).map_err(|e| fail("idle_timeout".into(), e))?,
             None => None,
         };
-        let inspect = match cfg.inspect.as_deref() {
-            None if cfg.requests.is_empty() => None,
-            None => {
-                return Err(fail(
-                    "requests",
-                    "request rules need inspect = \"http\"".into(),
-                ))
-            }
-            Some("http") if cfg.action == Action::Deny => {
-                return Err(fail(
-                    "inspect",
-                    "only an allow rule can inspect (a deny rule lets nothing through)".into(),
-                ))
-            }
-            Some("http") => Some(Arc::new(RequestRules::new(name.clone(), &cfg.requests)?)),
-            Some(other) => {
-                return Err(fail(
-                    "inspect",
-                    format!("{other:?}: the only inspection is \"http\""),
-                ))
-            }
-        };
+        let audit = cfg.mode == Some(RuleMode::Audit);
+        let inspect = compile_inspection(&name, cfg, audit || policy_audit)?;
         Ok(Rule {
             name,
             action: cfg.action,
             hosts,
             cidrs,
             ports,
+            match_mode: cfg.match_mode.unwrap_or_default(),
+            audit,
             idle_timeout,
-            inspect,
+            inspect: inspect.map(Arc::new),
         })
     }
+}
+
+/// `inspect`, `tls`, `upgrades` and `requests`: what an inspecting rule does.
+fn compile_inspection(
+    name: &Arc<str>,
+    cfg: &RuleConfig,
+    audit: bool,
+) -> Result<Option<RuleRequests>, PolicyError> {
+    let fail = |key: &str, msg: &str| PolicyError::field(name, key, msg);
+    let tls = cfg.tls.unwrap_or_default();
+    if cfg.action == Action::Deny {
+        for (key, set) in [
+            ("inspect", cfg.inspect.is_some()),
+            ("tls", cfg.tls.is_some()),
+            ("upgrades", cfg.upgrades.is_some()),
+        ] {
+            if set {
+                return Err(fail(
+                    key,
+                    "only an allow rule can inspect (a deny rule lets nothing through)",
+                ));
+            }
+        }
+    }
+    let inspects = match (cfg.inspect.as_deref(), tls) {
+        (Some("http"), _) => true,
+        (Some(other), _) => {
+            return Err(fail(
+                "inspect",
+                &format!("{other:?}: the only inspection is \"http\""),
+            ))
+        }
+        // Terminating TLS is for inspecting what is inside.
+        (None, TlsMode::Terminate) => true,
+        (None, TlsMode::Passthrough) => false,
+    };
+    if !inspects {
+        if !cfg.requests.is_empty() {
+            return Err(fail("requests", "request rules need inspect = \"http\""));
+        }
+        if cfg.upgrades.is_some() {
+            return Err(fail("upgrades", "upgrades need inspect = \"http\""));
+        }
+        return Ok(None);
+    }
+    RuleRequests::compile(
+        name.clone(),
+        &cfg.requests,
+        cfg.upgrades.as_deref(),
+        tls,
+        audit,
+    )
+    .map(Some)
 }
 
 /// A host pattern is either a name pattern or an address literal (a CIDR).
@@ -186,6 +303,9 @@ enum Pattern {
 /// `EXAMPLE.com.` and `bücher.example` match what clients send.
 fn parse_host_pattern(p: &str) -> Result<Pattern, String> {
     let p = p.trim();
+    if let Some(hint) = url_hint(p) {
+        return Err(format!("{p:?}: a rule takes a host, not a URL: use {hint}"));
+    }
     if p == "*" {
         return Ok(Pattern::Host(HostPattern::Any));
     }
@@ -205,10 +325,43 @@ fn parse_host_pattern(p: &str) -> Result<Pattern, String> {
             "{p:?}: '*' is only allowed as the whole first label"
         ));
     }
+    if let Some((host, _)) = p.split_once('/') {
+        return Err(match canonical_host(host) {
+            Ok(Host::Ip(_)) => format!("{p:?}: an address range goes in cidr, not host"),
+            _ => format!("{p:?}: a rule takes a host, not a URL path: use {host:?}"),
+        });
+    }
     match canonical_host(p).map_err(|e| format!("{p:?}: {}", e.0))? {
         Host::Domain(d) => Ok(Pattern::Host(HostPattern::Exact(d))),
         Host::Ip(a) => Ok(Pattern::Addr(a)),
     }
+}
+
+/// For `scheme://[user@]host[:port][/path]`: the `host:port` meant
+/// (`https://github.com/x` → `github.com:443`), or `None` if not a URL.
+pub(crate) fn url_hint(s: &str) -> Option<String> {
+    let (scheme, rest) = s.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let has_port = match authority.rfind(']') {
+        Some(end) => authority[end..].contains(':'),
+        None => authority.contains(':'),
+    };
+    if authority.is_empty() {
+        return Some("a host name such as example.com".into());
+    }
+    if has_port {
+        return Some(authority.to_string());
+    }
+    let port = match scheme.to_ascii_lowercase().as_str() {
+        "http" | "ws" => Some(80),
+        "https" | "wss" => Some(443),
+        _ => None,
+    };
+    Some(match port {
+        Some(p) => format!("{authority}:{p}"),
+        None => authority.to_string(),
+    })
 }
 
 /// Splits a command-line spec into (host or CIDR, optional port spec).
@@ -246,37 +399,54 @@ pub(crate) fn parse_cli_rule(action: Action, spec: &str) -> Result<RuleConfig, P
 /// See [`super::parse_cli_inspect`]: `--allow` syntax, inspecting HTTP, no
 /// request rules (every request allowed).
 pub(crate) fn parse_cli_inspect(spec: &str) -> Result<RuleConfig, PolicyError> {
-    cli_rule("--inspect", Action::Allow, Some("http"), spec)
+    cli_rule("--inspect", Action::Allow, Some(TlsMode::Passthrough), spec)
 }
 
-/// A command-line rule named `FLAG SPEC`.
+/// See [`super::parse_cli_terminate`]: `--inspect`, terminating TLS.
+pub(crate) fn parse_cli_terminate(spec: &str) -> Result<RuleConfig, PolicyError> {
+    cli_rule("--terminate", Action::Allow, Some(TlsMode::Terminate), spec)
+}
+
+/// A command-line rule named `FLAG SPEC`; `inspect` with its TLS mode.
 fn cli_rule(
     flag: &str,
     action: Action,
-    inspect: Option<&str>,
+    inspect: Option<TlsMode>,
     spec: &str,
 ) -> Result<RuleConfig, PolicyError> {
     let name = format!("{flag} {spec}");
-    let (target, port) =
-        split_cli_spec(spec.trim()).map_err(|e| PolicyError(format!("rule {name:?}: {e}")))?;
+    let whole = |msg: String| PolicyError {
+        rule: None,
+        rule_name: Some(name.clone()),
+        key: None,
+        message: msg,
+    };
+    let spec = spec.trim();
+    if let Some(hint) = url_hint(spec) {
+        return Err(whole(format!("a rule takes a host, not a URL: use {hint}")));
+    }
+    let (target, port) = split_cli_spec(spec).map_err(whole)?;
     if target.is_empty() {
-        return Err(PolicyError(format!("rule {name:?}: missing host or cidr")));
+        return Err(whole("missing host or cidr".into()));
     }
     let is_cidr = target.contains('/');
+    if let Some((addr, _)) = target.split_once('/') {
+        if canonical_host(addr).is_ok_and(|h| matches!(h, Host::Domain(_))) {
+            return Err(whole(format!(
+                "a rule takes a host, not a URL path: use {addr}"
+            )));
+        }
+    }
     let cfg = RuleConfig {
-        name: Some(name),
-        action,
+        name: Some(name.clone()),
         host: (!is_cidr).then(|| target.to_owned()),
-        hosts: Vec::new(),
         cidr: is_cidr.then(|| target.to_owned()),
-        cidrs: Vec::new(),
         port: port.map(|p| PortSpec::Text(p.to_owned())),
-        ports: Vec::new(),
-        idle_timeout: None,
-        inspect: inspect.map(str::to_owned),
-        requests: Vec::new(),
+        inspect: inspect.map(|_| "http".to_owned()),
+        tls: inspect.filter(|t| *t == TlsMode::Terminate),
+        ..RuleConfig::new(action)
     };
     // Compile now so a bad flag fails at startup, naming the flag.
-    Rule::compile(0, &cfg)?;
+    Rule::compile(0, &cfg, false)?;
     Ok(cfg)
 }

@@ -54,7 +54,11 @@ pub fn main(run: RunArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     crate::raise_nofile_limit();
-    crate::log_policy(&run.proxy, setup.rules.as_deref());
+    crate::log_policy(
+        &run.proxy,
+        setup.rules.as_deref(),
+        setup.config.policy.is_audit(),
+    );
     if run.no_isolate {
         let given = listeners_given(&run.proxy);
         return on_host(setup.config, given, &run.cmd, signals, |_| Vec::new());

@@ -20,6 +20,7 @@ fn rebinding_is_refused() {
             idle_timeout: None,
             addrs: vec![ip("93.184.216.34")],
             inspect: None,
+            audit: None,
         })
     );
     // Order kept, specials dropped, mapped reduced.
@@ -76,9 +77,11 @@ fn special_needs_a_naming_allow_among_matching_rules() {
     // The naming rule's port does not match: the address stays refused.
     let p = pol(&[("allow", "*"), ("allow", "10.0.0.0/8:22")]);
     assert_eq!(
-        literal(&p, "10.0.0.1", 443),
+        verdict(&p, "lan.test", 443, &["10.0.0.1"]),
         Verdict::Deny(Denial::SpecialAddress(ip("10.0.0.1"), "private"))
     );
+    // As a literal, `*` does not even match: no rule allows it.
+    assert_eq!(literal(&p, "10.0.0.1", 443), Verdict::Deny(Denial::NoRule));
     assert!(allowed(&literal(&p, "10.0.0.1", 22)));
     // A deny naming it still wins.
     let p = pol(&[("allow", "10.0.0.0/8"), ("deny", "10.0.0.1")]);

@@ -1,8 +1,12 @@
 //! Unit tests for the policy engine, one file per concern.
 
+mod audit;
 mod check;
+mod compose;
 mod host;
+mod memory;
 mod parse;
+mod path;
 mod request;
 mod rules;
 mod special;
@@ -59,17 +63,5 @@ pub(super) fn allowed(v: &Verdict) -> bool {
 
 /// An empty rule of `action`, to fill with struct-update syntax.
 pub(super) fn cfg(action: Action) -> RuleConfig {
-    RuleConfig {
-        name: None,
-        action,
-        host: None,
-        hosts: Vec::new(),
-        cidr: None,
-        cidrs: Vec::new(),
-        port: None,
-        ports: Vec::new(),
-        idle_timeout: None,
-        inspect: None,
-        requests: Vec::new(),
-    }
+    RuleConfig::new(action)
 }

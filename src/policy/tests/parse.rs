@@ -7,7 +7,7 @@ fn compile_err(r: RuleConfig) -> String {
         host: Some("ok.test".into()),
         ..cfg(Action::Allow)
     };
-    Policy::from_rules(&[first, r]).unwrap_err().0
+    Policy::from_rules(&[first, r]).unwrap_err().to_string()
 }
 #[test]
 fn cli_rules() {
@@ -59,7 +59,10 @@ fn cli_rules() {
         "[fd00::/8]:0",
     ] {
         let e = parse_cli_rule(Action::Allow, bad).expect_err(bad);
-        assert!(e.0.contains(&format!("--allow {bad}")), "{bad}: {e}");
+        assert!(
+            e.to_string().contains(&format!("--allow {bad}")),
+            "{bad}: {e}"
+        );
     }
     // The examples behave as written.
     let p = pol(&[("allow", "127.0.0.1:8080"), ("allow", "[::1]:9000")]);
@@ -71,7 +74,7 @@ fn cli_rules() {
 #[test]
 fn from_rules_errors_name_rule_and_field() {
     let cases: Vec<(RuleConfig, &str)> = vec![
-        (cfg(Action::Allow), "host/cidr"),
+        (cfg(Action::Allow), "host or cidr"),
         (
             RuleConfig {
                 cidr: Some("10.0.0.0/99".into()),
@@ -154,7 +157,7 @@ fn from_rules_errors_name_rule_and_field() {
         assert!(e.contains("\"mine\"") && e.contains(field), "{e}");
     }
     let e = Policy::from_rules(&[cfg(Action::Allow)]).unwrap_err();
-    assert!(e.0.contains("rules[0]"), "{e}");
+    assert!(e.to_string().contains("rules[0]"), "{e}");
 }
 
 #[test]
@@ -245,4 +248,310 @@ fn toml_never_panics_on_garbage() {
     ] {
         let _ = Policy::parse_toml(garbage);
     }
+}
+
+#[test]
+fn plain_messages_for_common_mistakes() {
+    let msg = |spec: &str| parse_cli_rule(Action::Allow, spec).unwrap_err().to_string();
+    for (spec, want) in [
+        (
+            "https://github.com",
+            "a rule takes a host, not a URL: use github.com:443",
+        ),
+        (
+            "http://example.com/x/y",
+            "a rule takes a host, not a URL: use example.com:80",
+        ),
+        (
+            "https://example.com:8443/",
+            "a rule takes a host, not a URL: use example.com:8443",
+        ),
+        (
+            "wss://user@ws.example.com",
+            "a rule takes a host, not a URL: use ws.example.com:443",
+        ),
+        (
+            "ftp://files.example.com",
+            "a rule takes a host, not a URL: use files.example.com",
+        ),
+        (
+            "github.com/owner/repo",
+            "a rule takes a host, not a URL path: use github.com",
+        ),
+        ("example.com:70000", "port 70000 is out of range (1-65535)"),
+        ("example.com:0", "port 0 is out of range (1-65535)"),
+        (
+            "example.com:1-99999",
+            "port 99999 is out of range (1-65535)",
+        ),
+        ("example.com:http", "invalid port \"http\""),
+        ("10.0.0.1/8", "10.0.0.1/8 has host bits set: use 10.0.0.0/8"),
+        (
+            "[fd00::1/8]:443",
+            "fd00::1/8 has host bits set: use fd00::/8",
+        ),
+        ("10.0.0.0/33", "prefix length /33 too long"),
+    ] {
+        let e = msg(spec);
+        assert!(e.contains(want), "{spec}: {e}");
+        assert!(e.contains(&format!("--allow {spec}")), "{spec}: {e}");
+    }
+    // The same mistakes in a rule table name the key.
+    let rule = |r: RuleConfig| Policy::from_rules(&[r]).unwrap_err();
+    let e = rule(RuleConfig {
+        host: Some("https://github.com/x".into()),
+        ..cfg(Action::Allow)
+    });
+    assert_eq!((e.rule, e.key.as_deref()), (Some(0), Some("host")));
+    assert!(e.message.contains("not a URL: use github.com:443"), "{e}");
+    let e = rule(RuleConfig {
+        hosts: vec!["ok.test".into(), "ok.test/path".into()],
+        ..cfg(Action::Allow)
+    });
+    assert_eq!(e.key.as_deref(), Some("hosts[1]"));
+    let e = rule(RuleConfig {
+        cidrs: vec!["10.0.0.0/8".into(), "10.0.0.1/8".into()],
+        ..cfg(Action::Allow)
+    });
+    assert_eq!(e.key.as_deref(), Some("cidrs[1]"));
+    assert!(e.message.contains("use 10.0.0.0/8"), "{e}");
+    let e = rule(RuleConfig {
+        host: Some("x.test".into()),
+        ports: vec![PortSpec::Number(443), PortSpec::Text("70000".into())],
+        ..cfg(Action::Allow)
+    });
+    assert_eq!(e.key.as_deref(), Some("ports[1]"));
+    assert_eq!(e.message, "port 70000 is out of range (1-65535)");
+    // In TOML, an out-of-range number fails while reading, plainly.
+    for (doc, want) in [
+        ("port = 70000", "port 70000 is out of range (1-65535)"),
+        ("ports = [443, -1]", "port -1 is out of range (1-65535)"),
+        ("port = 0", "port 0 is out of range (1-65535)"),
+        ("port = 1.5", "a port (1-65535) or a \"LO-HI\" range"),
+    ] {
+        let text = format!("[[rules]]\naction = \"allow\"\nhost = \"x\"\n{doc}\n");
+        let e = Policy::parse_toml(&text).unwrap_err().to_string();
+        assert!(e.contains(want), "{doc}: {e}");
+        assert!(!e.contains("untagged"), "{doc}: {e}");
+    }
+}
+
+#[test]
+fn match_mode_and_tls_keys_are_checked() {
+    let err = |r: RuleConfig| Policy::from_rules(&[r]).unwrap_err();
+    let both = |r: RuleConfig| RuleConfig {
+        match_mode: Some(MatchMode::Both),
+        ..r
+    };
+    let e = err(both(RuleConfig {
+        host: Some("mirror.corp".into()),
+        ..cfg(Action::Allow)
+    }));
+    assert_eq!(e.key.as_deref(), Some("match"));
+    let e = err(both(RuleConfig {
+        hosts: vec!["mirror.corp".into(), "10.1.1.1".into()],
+        cidr: Some("10.0.0.0/8".into()),
+        ..cfg(Action::Allow)
+    }));
+    assert_eq!(e.key.as_deref(), Some("hosts[1]"));
+    // tls = "terminate" implies inspect = "http"; only on allow rules.
+    let term = RuleConfig {
+        host: Some("api.test".into()),
+        tls: Some(TlsMode::Terminate),
+        ..cfg(Action::Allow)
+    };
+    let p = Policy::from_rules(std::slice::from_ref(&term)).unwrap();
+    let Verdict::Allow(a) = verdict(&p, "api.test", 443, &["45.45.45.45"]) else {
+        panic!()
+    };
+    assert!(a.is_inspected() && a.terminates_tls());
+    let p = Policy::from_rules(&[RuleConfig {
+        inspect: Some("http".into()),
+        ..term.clone()
+    }])
+    .unwrap();
+    assert!(p.warnings().is_empty(), "{:?}", p.warnings());
+    for (r, key) in [
+        (
+            RuleConfig {
+                action: Action::Deny,
+                ..term.clone()
+            },
+            "tls",
+        ),
+        (
+            RuleConfig {
+                inspect: Some("tcp".into()),
+                ..term.clone()
+            },
+            "inspect",
+        ),
+        (
+            RuleConfig {
+                tls: Some(TlsMode::Passthrough),
+                requests: vec![RequestRuleConfig {
+                    action: Action::Allow,
+                    method: None,
+                    path: None,
+                }],
+                ..term.clone()
+            },
+            "requests",
+        ),
+    ] {
+        assert_eq!(err(r).key.as_deref(), Some(key));
+    }
+    // Passthrough with inspect is plaintext inspection.
+    let plain = RuleConfig {
+        tls: Some(TlsMode::Passthrough),
+        inspect: Some("http".into()),
+        ..term
+    };
+    let p = Policy::from_rules(&[plain]).unwrap();
+    let Verdict::Allow(a) = verdict(&p, "api.test", 80, &["45.45.45.45"]) else {
+        panic!()
+    };
+    assert!(a.is_inspected() && !a.terminates_tls());
+    // TOML spellings.
+    let p = Policy::parse_toml(
+        "[[rules]]\naction = \"allow\"\nhost = \"a.test\"\ncidr = \"45.0.0.0/8\"\nmatch = \"both\"\n\
+         [[rules]]\naction = \"allow\"\nhost = \"b.test\"\ntls = \"terminate\"\nupgrades = [\"websocket\"]\n",
+    )
+    .unwrap();
+    assert_eq!(p.inspected_names(), ["b.test"]);
+    for bad in [
+        "match = \"all\"",
+        "tls = \"intercept\"",
+        "upgrades = \"websocket\"",
+    ] {
+        let text = format!("[[rules]]\naction = \"allow\"\nhost = \"x\"\n{bad}\n");
+        assert!(Policy::parse_toml(&text).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn cli_terminate_and_builtin_default_rule() {
+    let r = parse_cli_terminate("api.test:443").unwrap();
+    assert_eq!(r.name.as_deref(), Some("--terminate api.test:443"));
+    assert_eq!(
+        (r.inspect.as_deref(), r.tls),
+        (Some("http"), Some(TlsMode::Terminate))
+    );
+    let e = parse_cli_terminate("https://api.test")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--terminate") && e.contains("use api.test:443"),
+        "{e}"
+    );
+    let i = parse_cli_inspect("api.test:80").unwrap();
+    assert_eq!((i.inspect.as_deref(), i.tls), (Some("http"), None));
+    let d = builtin_default_rule();
+    assert_eq!(d.name.as_deref(), Some("default-public-web"));
+    // `default = true` in a policy document adds it.
+    let p =
+        Policy::parse_toml("default = true\n[[rules]]\naction = \"deny\"\nhost = \"evil.test\"\n")
+            .unwrap();
+    assert_eq!(
+        p.rule_names(),
+        vec![Arc::from("rules[0]"), Arc::from("default-public-web")]
+    );
+    assert!(allowed(&verdict(&p, "example.com", 443, &["45.45.45.45"])));
+    assert!(!allowed(&verdict(&p, "evil.test", 443, &["45.45.45.45"])));
+}
+
+#[test]
+fn describe_and_warnings() {
+    let p = Policy::parse_toml(
+        r#"
+[[rules]]
+name = "api"
+action = "allow"
+hosts = ["API.example.com", "*.api.example.com"]
+cidrs = ["10.20.0.0/16"]
+ports = [80, "8000-8100"]
+match = "both"
+inspect = "http"
+idle_timeout = "5m"
+requests = [{ action = "deny", method = "DELETE", path = "/v1/%40internal/**" }]
+
+[[rules]]
+name = "plain-inspect-everywhere"
+action = "allow"
+host = "web.test"
+inspect = "http"
+
+[[rules]]
+name = "quiet"
+action = "allow"
+host = "q.test"
+mode = "audit"
+
+[[rules]]
+action = "deny"
+cidr = "10.0.0.0/8"
+"#,
+    )
+    .unwrap();
+    let d = p.describe();
+    assert_eq!(d.len(), 4);
+    assert_eq!(
+        d[0],
+        "rule \"api\": allow, hosts [api.example.com, *.api.example.com], cidrs [10.20.0.0/16], \
+         ports [80, 8000-8100], match both, mode enforce, inspect http, tls passthrough, \
+         upgrades [websocket], idle_timeout 5m\n  requests[0]: deny DELETE /v1/@internal/**"
+    );
+    assert!(
+        d[1].ends_with("idle_timeout default\n  requests: none (every request allowed)"),
+        "{}",
+        d[1]
+    );
+    assert!(
+        d[2].contains("mode audit, inspect none (raw tunnel)"),
+        "{}",
+        d[2]
+    );
+    assert_eq!(
+        d[3],
+        "rule \"rules[3]\": deny, hosts [], cidrs [10.0.0.0/8], ports any, match either, mode enforce"
+    );
+    let w = p.warnings();
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(
+        w[0].contains("plain-inspect-everywhere") && w[0].contains("port 443"),
+        "{w:?}"
+    );
+    assert!(
+        w[1].contains("quiet") && w[1].contains("no effect"),
+        "{w:?}"
+    );
+    let mut p = Policy::from_rules(&[parse_cli_inspect("api.test:443").unwrap()]).unwrap();
+    assert_eq!(p.warnings().len(), 1);
+    p.set_audit(true);
+    assert!(p.warnings()[0].contains("audit mode"));
+    assert!(
+        Policy::from_rules(&[parse_cli_inspect("api.test:80").unwrap()])
+            .unwrap()
+            .warnings()
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_range_or_a_path_in_host() {
+    let e = Policy::from_rules(&[RuleConfig {
+        host: Some("10.0.0.0/8".into()),
+        ..cfg(Action::Allow)
+    }])
+    .unwrap_err();
+    assert!(e.message.contains("an address range goes in cidr"), "{e}");
+    let e = Policy::from_rules(&[RuleConfig {
+        host: Some("github.com/rust-lang".into()),
+        ..cfg(Action::Allow)
+    }])
+    .unwrap_err();
+    assert!(
+        e.message.contains("not a URL path: use \"github.com\""),
+        "{e}"
+    );
 }

@@ -68,8 +68,17 @@ fn wildcards() {
         5,
         &["93.184.216.34"]
     )));
-    assert!(allowed(&literal(&any, "8.8.8.8", 53)));
-    assert!(allowed(&literal(&any, "[2606:4700::1111]", 443)));
+    // An allow wildcard never matches an address literal...
+    assert_eq!(literal(&any, "8.8.8.8", 53), Verdict::Deny(Denial::NoRule));
+    assert!(!allowed(&literal(&any, "[2606:4700::1111]", 443)));
+    assert_eq!(any.check_name(&t("8.8.8.8", 53)), NameVerdict::Resolve);
+    // ... but a deny wildcard does (a deny matches generously).
+    let p = pol(&[("allow", "0.0.0.0/0"), ("deny", "*:25")]);
+    assert!(allowed(&literal(&p, "8.8.8.8", 53)));
+    assert_eq!(
+        literal(&p, "8.8.8.8", 25),
+        Verdict::Deny(Denial::Rule("--deny *:25".into()))
+    );
 }
 
 #[test]
@@ -178,9 +187,14 @@ fn cidrs() {
         &["93.184.216.34"]
     )));
     assert!(!allowed(&verdict(&p, "example.com", 443, &["1.1.1.1"])));
-    // Host bits are cleared; mapped CIDRs become IPv4; bare address = /32.
+    // Host bits set are an error suggesting the block.
     let mut r = cfg(Action::Allow);
     r.cidr = Some("93.184.216.34/16".into());
+    let e = Policy::from_rules(&[r.clone()]).unwrap_err();
+    assert_eq!(e.key.as_deref(), Some("cidr"));
+    assert!(e.message.contains("use 93.184.0.0/16"), "{e}");
+    // Mapped CIDRs become IPv4; bare address = /32.
+    r.cidr = Some("93.184.0.0/16".into());
     r.cidrs = vec!["::ffff:1.1.1.0/120".into(), "8.8.8.8".into()];
     let p = Policy::from_rules(&[r]).unwrap();
     assert!(allowed(&literal(&p, "93.184.1.1", 1)));
@@ -320,7 +334,17 @@ fn builtin_default() {
         NameVerdict::Deny(Denial::NoRule)
     );
     assert_eq!(
-        literal(&p, "192.168.1.1", 443),
+        verdict(&p, "router.test", 443, &["192.168.1.1"]),
         Verdict::Deny(Denial::SpecialAddress(ip("192.168.1.1"), "private"))
+    );
+    // The wildcard matches names only: address literals need a rule naming them.
+    assert_eq!(
+        literal(&p, "192.168.1.1", 443),
+        Verdict::Deny(Denial::NoRule)
+    );
+    assert_eq!(literal(&p, "1.2.3.4", 443), Verdict::Deny(Denial::NoRule));
+    assert_eq!(
+        literal(&p, "[2606:4700::1111]", 443),
+        Verdict::Deny(Denial::NoRule)
     );
 }

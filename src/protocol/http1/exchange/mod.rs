@@ -403,6 +403,22 @@ impl Exchange {
         }
     }
 
+    /// May the connection switch to raw bytes for Upgrade `token`
+    /// (`name` or `name/version`, any case)? The inspecting rules decide
+    /// (every one must list it; an audit-mode rule only would-deny), and
+    /// without rules the configured tokens (by default `websocket`).
+    pub(crate) fn upgrade_verdict(&self, token: &str) -> crate::policy::RequestVerdict {
+        use crate::policy::RequestVerdict;
+        let name = token.split_once('/').map_or(token, |(n, _)| n);
+        match &self.config.rules {
+            Some(rules) => rules.check_upgrade(name),
+            None if checks::upgrade_allowed(&token.to_ascii_lowercase(), &self.config.upgrades) => {
+                RequestVerdict::Allow(format!("upgrade {name:?}").into())
+            }
+            None => RequestVerdict::Deny(format!("upgrade {name:?} is not allowed").into()),
+        }
+    }
+
     /// The client finished sending (EOF, possibly a half-close). Requests
     /// already in `cin` are still served.
     pub fn client_eof(&mut self) {

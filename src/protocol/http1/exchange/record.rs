@@ -32,6 +32,8 @@ pub enum Decision {
     Allowed(Option<Arc<str>>),
     /// Refused 403 by the named request rule (or "no request rule matched").
     Denied(Arc<str>),
+    /// Forwarded, though the named audit-mode rule would have denied it.
+    WouldDeny(Arc<str>),
     /// Refused by the proxy itself: malformed, too large, `CONNECT`, a
     /// `Host` naming another target, an upgrade that is not allowed.
     Refused {

@@ -8,7 +8,6 @@ use super::{
     After, ClientAction, Decision, Due, Exchange, Forwarded, Local, Mode, Phase, Progress, Req,
     Resp, MAX_ANSWER_BYTES, MAX_DUE, VIA,
 };
-use std::sync::Arc;
 
 use crate::policy::{normalize_path, RequestVerdict, Target};
 use crate::protocol::http::{parse_request_head, HeadError, RequestHead};
@@ -210,8 +209,8 @@ impl Exchange {
             Ok(j) => j,
             Err(why) => return self.refuse_fatal(Some(&head), 400, "bad-request", why),
         };
-        let rule = match self.policy(&head, &judged, uri.as_ref()) {
-            Ok(rule) => rule,
+        let decision = match self.policy(&head, &judged, uri.as_ref()) {
+            Ok(decision) => decision,
             Err(refusal) => return self.refuse(n, &judged, refusal),
         };
 
@@ -240,7 +239,7 @@ impl Exchange {
             upgrade: judged.upgrade,
             close: judged.close,
             progress,
-            record: Some(judged.record(Decision::Allowed(rule))),
+            record: Some(judged.record(decision)),
         }));
         self.wait_id += 1;
         let next = match (judged.upgrade, judged.close) {
@@ -337,14 +336,14 @@ impl Exchange {
         })
     }
 
-    /// The policy on a well-formed request: `Ok(rule)` to forward it (the
-    /// allowing request rule, `None` without rules), or why not.
+    /// The policy on a well-formed request: `Ok(decision)` to forward it
+    /// (allowed, or only would-be denied by an audit-mode rule), or why not.
     fn policy(
         &self,
         head: &RequestHead,
         judged: &Judged,
         uri: Option<&Named>,
-    ) -> Result<Option<Arc<str>>, Refusal> {
+    ) -> Result<Decision, Refusal> {
         if let Mode::Tunnel { target } = &self.config.mode {
             let mismatch = uri
                 .and_then(|n| checks::mismatch("the URI", n, target))
@@ -364,10 +363,11 @@ impl Exchange {
                 ));
             }
         }
-        let rule = match &self.config.rules {
-            None => None,
+        let mut decision = match &self.config.rules {
+            None => Decision::Allowed(None),
             Some(rules) => match rules.check(&judged.method, &judged.path) {
-                RequestVerdict::Allow(rule) => Some(rule),
+                RequestVerdict::Allow(rule) => Decision::Allowed(Some(rule)),
+                RequestVerdict::WouldDeny(rule) => Decision::WouldDeny(rule),
                 RequestVerdict::Deny(rule) => {
                     let path = clip(&judged.path, MAX_ECHO);
                     return Err(Refusal {
@@ -380,19 +380,24 @@ impl Exchange {
             },
         };
         if judged.upgrade {
-            let allowed = &self.config.upgrades;
-            let tokens = checks::upgrade_tokens(head);
-            if let Some(bad) = tokens.iter().find(|t| !checks::upgrade_allowed(t, allowed)) {
-                let token = clip(bad, 64);
-                let why = format!(
-                    "upgrading to {token} is not allowed here (allowed: {})",
-                    allowed.join(", ")
-                );
-                let cause = format!("upgrade-not-allowed; token={token}");
-                return Err(Refusal::proxy(403, "upgrade-not-allowed", why, cause));
+            for token in checks::upgrade_tokens(head) {
+                match self.upgrade_verdict(&token) {
+                    RequestVerdict::Allow(_) => {}
+                    RequestVerdict::WouldDeny(rule) => {
+                        if matches!(decision, Decision::Allowed(_)) {
+                            decision = Decision::WouldDeny(rule);
+                        }
+                    }
+                    RequestVerdict::Deny(_) => {
+                        let token = clip(&token, 64);
+                        let why = format!("upgrading to {token} is not allowed here");
+                        let cause = format!("upgrade-not-allowed; token={token}");
+                        return Err(Refusal::proxy(403, "upgrade-not-allowed", why, cause));
+                    }
+                }
             }
         }
-        Ok(rule)
+        Ok(decision)
     }
 
     /// Refuses a well-formed request: its answer is queued in order, its

@@ -2,7 +2,8 @@
 //! own answers and the upstream's responses (parsed only to find where each
 //! ends, take its status, and rewrite its head for the forward proxy).
 
-use super::{checks, Due, End, Exchange, Mode, Phase, Progress, Req, Resp, UpstreamAction, VIA};
+use super::{Due, End, Exchange, Mode, Phase, Progress, Req, Resp, UpstreamAction, VIA};
+use crate::policy::RequestVerdict;
 use crate::protocol::http::{error_response, HeadError};
 use crate::protocol::http1::{self, Body, BodyKind, HeadEdit, ResponseHead};
 
@@ -123,7 +124,7 @@ impl Exchange {
             // one whose bytes would escape the request rules.
             let chosen = first_token(&head);
             match chosen {
-                Some(t) if checks::upgrade_allowed(&t, &self.config.upgrades) => {}
+                Some(t) if !matches!(self.upgrade_verdict(&t), RequestVerdict::Deny(_)) => {}
                 other => {
                     let t = other.unwrap_or_else(|| "nothing".into());
                     let t = super::record::clip(&t, 64);

@@ -1,0 +1,380 @@
+//! The TOML file as written, and [`ConfigFile`]: parsed but not compiled,
+//! so a front end can override parts and append rules before compiling.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{
+    default_listener, default_state_dir, parse_listen_addr, Config, ConfigError, Credentials,
+    Limits, ListenerConfig, ListenerProtocol, Timeouts, TlsConfig,
+};
+use crate::policy::{builtin_default_rule, Policy, PolicyError, RuleConfig, RuleMode};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    listen: Option<Vec<RawListen>>,
+    #[serde(default)]
+    auth: Option<RawAuth>,
+    #[serde(default)]
+    timeouts: RawTimeouts,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default)]
+    rules: Vec<RuleConfig>,
+    #[serde(default)]
+    default: bool,
+    #[serde(default)]
+    mode: Option<RuleMode>,
+    #[serde(default)]
+    tls: RawTls,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    #[serde(default)]
+    ca_cert: Option<String>,
+    #[serde(default)]
+    ca_key: Option<String>,
+    #[serde(default)]
+    upstream_ca: Vec<String>,
+    #[serde(default)]
+    state_dir: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListen {
+    address: String,
+    #[serde(default)]
+    protocol: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    username: String,
+    password: String,
+}
+
+/// A duration as written: `"10s"`, `"off"`, or a bare number of seconds.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawDuration {
+    Secs(u64),
+    Text(String),
+}
+
+impl RawDuration {
+    fn parse(&self, key: &str) -> Result<Option<Duration>, ConfigError> {
+        match self {
+            RawDuration::Secs(0) => Ok(None),
+            RawDuration::Secs(n) => Ok(Some(Duration::from_secs(*n))),
+            RawDuration::Text(s) => crate::duration::parse(s).map_err(|e| ConfigError::key(key, e)),
+        }
+    }
+    fn parse_required(&self, key: &str) -> Result<Duration, ConfigError> {
+        self.parse(key)?.ok_or_else(|| {
+            ConfigError::key(
+                key,
+                "must be greater than zero (\"off\" is not allowed here)",
+            )
+        })
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTimeouts {
+    #[serde(default)]
+    handshake: Option<RawDuration>,
+    #[serde(default)]
+    connect: Option<RawDuration>,
+    #[serde(default)]
+    idle: Option<RawDuration>,
+    #[serde(default)]
+    half_close: Option<RawDuration>,
+    #[serde(default)]
+    close: Option<RawDuration>,
+    #[serde(default)]
+    drain: Option<RawDuration>,
+    #[serde(default)]
+    response: Option<RawDuration>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    #[serde(default)]
+    max_head_bytes: Option<usize>,
+    #[serde(default)]
+    buffer_size: Option<usize>,
+    #[serde(default)]
+    resolver_threads: Option<usize>,
+    #[serde(default)]
+    max_sessions: Option<usize>,
+    #[serde(default)]
+    max_sessions_per_client: Option<usize>,
+    #[serde(default)]
+    max_pending_handshakes: Option<usize>,
+    #[serde(default)]
+    max_pending_handshakes_per_client: Option<usize>,
+}
+
+/// A configuration file parsed but not yet compiled: the policy is still a
+/// list of [`RuleConfig`]s, so a front end (the binary) can override parts and
+/// append rules before [`compile`](ConfigFile::compile) builds the [`Config`].
+#[derive(Debug, Clone, Default)]
+pub struct ConfigFile {
+    /// The file this came from, for error messages (`None` for a string).
+    pub path: Option<PathBuf>,
+    /// `[[listen]]` tables; `None` when the file has none (the default listener applies).
+    pub listeners: Option<Vec<ListenerConfig>>,
+    /// `[auth]`.
+    pub auth: Option<Credentials>,
+    /// `[timeouts]`, defaults filled in.
+    pub timeouts: Timeouts,
+    /// `[limits]`, defaults filled in.
+    pub limits: Limits,
+    /// `[[rules]]`, in file order; a front end may append its own.
+    pub rules: Vec<RuleConfig>,
+    /// `default = true`: add the built-in default rule to the rules.
+    pub default: bool,
+    /// `mode = "audit"`: the whole policy in audit mode.
+    pub audit: bool,
+    /// `[tls]`, paths as written (made relative to the file by [`ConfigFile::load`]).
+    pub tls: TlsConfig,
+    /// The text parsed, to point errors at line and column.
+    source: Option<Source>,
+    /// How many of `rules` came from the file (the rest were appended).
+    file_rules: usize,
+}
+
+/// The text a [`ConfigFile`] was parsed from.
+#[derive(Clone)]
+struct Source(std::sync::Arc<str>);
+
+impl fmt::Debug for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Source({} bytes)", self.0.len())
+    }
+}
+
+impl ConfigFile {
+    /// Parses TOML text. Unknown keys are errors.
+    pub fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
+        let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::from_toml(&e, text))?;
+        let mut file = ConfigFile::from_raw(raw).map_err(|e| e.locate(text))?;
+        file.source = Some(Source(text.into()));
+        Ok(file)
+    }
+
+    /// Reads and parses a file; errors name it.
+    pub fn load(path: impl AsRef<Path>) -> Result<ConfigFile, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::other(format!("cannot read: {e}")).in_file(path))?;
+        let mut file = ConfigFile::parse(&text).map_err(|e| e.in_file(path))?;
+        file.path = Some(path.to_path_buf());
+        if let Some(dir) = path.parent() {
+            file.tls.rebase(dir);
+        }
+        Ok(file)
+    }
+
+    fn from_raw(raw: RawFile) -> Result<ConfigFile, ConfigError> {
+        let listeners = match raw.listen {
+            None => None,
+            Some(list) => Some(
+                list.into_iter()
+                    .enumerate()
+                    .map(|(i, l)| {
+                        let addr = parse_listen_addr(&l.address)
+                            .map_err(|e| ConfigError::key(format!("listen[{i}].address"), e))?;
+                        let protocol = match l.protocol {
+                            None => ListenerProtocol::Auto,
+                            Some(p) => p.parse().map_err(|e| {
+                                ConfigError::key(format!("listen[{i}].protocol"), e)
+                            })?,
+                        };
+                        Ok(ListenerConfig { addr, protocol })
+                    })
+                    .collect::<Result<Vec<_>, ConfigError>>()?,
+            ),
+        };
+
+        let d = Timeouts::default();
+        let t = &raw.timeouts;
+        let timeouts = Timeouts {
+            handshake: match &t.handshake {
+                Some(v) => v.parse_required("timeouts.handshake")?,
+                None => d.handshake,
+            },
+            connect: match &t.connect {
+                Some(v) => v.parse_required("timeouts.connect")?,
+                None => d.connect,
+            },
+            idle: match &t.idle {
+                Some(v) => v.parse("timeouts.idle")?,
+                None => d.idle,
+            },
+            half_close: match &t.half_close {
+                Some(v) => v.parse_required("timeouts.half_close")?,
+                None => d.half_close,
+            },
+            close: match &t.close {
+                Some(v) => v.parse_required("timeouts.close")?,
+                None => d.close,
+            },
+            drain: match &t.drain {
+                Some(v) => v.parse_required("timeouts.drain")?,
+                None => d.drain,
+            },
+            response: match &t.response {
+                Some(v) => v.parse_required("timeouts.response")?,
+                None => d.response,
+            },
+        };
+
+        let d = Limits::default();
+        let limits = Limits {
+            max_head_bytes: raw.limits.max_head_bytes.unwrap_or(d.max_head_bytes),
+            buffer_size: raw.limits.buffer_size.unwrap_or(d.buffer_size),
+            resolver_threads: raw.limits.resolver_threads.unwrap_or(d.resolver_threads),
+            max_sessions: raw.limits.max_sessions.unwrap_or(d.max_sessions),
+            max_sessions_per_client: raw
+                .limits
+                .max_sessions_per_client
+                .unwrap_or(d.max_sessions_per_client),
+            max_pending_handshakes: raw
+                .limits
+                .max_pending_handshakes
+                .unwrap_or(d.max_pending_handshakes),
+            max_pending_handshakes_per_client: raw
+                .limits
+                .max_pending_handshakes_per_client
+                .unwrap_or(d.max_pending_handshakes_per_client),
+        };
+
+        let path_of = |key: &str, v: String| {
+            if v.is_empty() {
+                Err(ConfigError::key(key, "must not be empty"))
+            } else {
+                Ok(PathBuf::from(v))
+            }
+        };
+        let t = raw.tls;
+        let tls = TlsConfig {
+            ca_cert: t.ca_cert.map(|v| path_of("tls.ca_cert", v)).transpose()?,
+            ca_key: t.ca_key.map(|v| path_of("tls.ca_key", v)).transpose()?,
+            upstream_ca: t
+                .upstream_ca
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| path_of(&format!("tls.upstream_ca[{i}]"), v))
+                .collect::<Result<_, _>>()?,
+            state_dir: match t.state_dir {
+                Some(v) => Some(path_of("tls.state_dir", v)?),
+                None => default_state_dir(),
+            },
+        };
+        let file_rules = raw.rules.len();
+        Ok(ConfigFile {
+            path: None,
+            listeners,
+            auth: raw.auth.map(|a| Credentials {
+                username: a.username,
+                password: a.password,
+            }),
+            timeouts,
+            limits,
+            rules: raw.rules,
+            default: raw.default,
+            audit: raw.mode == Some(RuleMode::Audit),
+            tls,
+            source: None,
+            file_rules,
+        })
+    }
+
+    /// The name each rule will have in logs: its `name`, or `rules[N]`.
+    pub fn rule_names(&self) -> Vec<String> {
+        rule_names(&self.rules)
+    }
+
+    /// Compiles the rules (none means deny everything; `default` adds the
+    /// built-in default rule after them; `audit` puts the policy in audit
+    /// mode) and validates the result.
+    pub fn compile(self) -> Result<Config, ConfigError> {
+        let mut rules = self.rules.clone();
+        if self.default {
+            rules.push(builtin_default_rule());
+        }
+        let mut policy = Policy::from_rules(&rules).map_err(|e| self.policy_error(e))?;
+        policy.set_audit(self.audit);
+        self.with_policy(policy)
+    }
+
+    /// A rule error, pointed at the file's key when the rule is the file's.
+    fn policy_error(&self, e: PolicyError) -> ConfigError {
+        let err = match (e.rule, &e.key) {
+            (Some(i), key) if i < self.file_rules => {
+                let key = match key {
+                    Some(k) => format!("rules[{i}].{k}"),
+                    None => format!("rules[{i}]"),
+                };
+                let name = match &self.rules[i].name {
+                    Some(n) => format!(" (rule {n:?})"),
+                    None => String::new(),
+                };
+                ConfigError::key(key, format!("{}{name}", e.message))
+            }
+            _ => ConfigError::other(e.to_string()),
+        };
+        self.attach(err)
+    }
+
+    /// Adds the file's name and the key's line and column to an error.
+    fn attach(&self, e: ConfigError) -> ConfigError {
+        let e = match &self.source {
+            Some(s) => e.locate(&s.0),
+            None => e,
+        };
+        match &self.path {
+            Some(p) => e.in_file(p),
+            None => e,
+        }
+    }
+
+    /// Builds and validates a [`Config`] with `policy` instead of compiling
+    /// [`rules`](ConfigFile::rules) (which are ignored).
+    pub fn with_policy(self, policy: Policy) -> Result<Config, ConfigError> {
+        let config = Config {
+            listeners: self
+                .listeners
+                .clone()
+                .unwrap_or_else(|| vec![default_listener()]),
+            policy,
+            timeouts: self.timeouts,
+            limits: self.limits,
+            auth: self.auth.clone(),
+            tls: self.tls.clone(),
+        };
+        config.validate().map_err(|e| self.attach(e))?;
+        Ok(config)
+    }
+}
+
+/// The name each rule has in logs: its `name`, or `rules[N]` (N from 0).
+pub fn rule_names(rules: &[RuleConfig]) -> Vec<String> {
+    rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| r.name.clone().unwrap_or_else(|| format!("rules[{i}]")))
+        .collect()
+}

@@ -1,0 +1,220 @@
+//! Request paths as request rules see them: every percent-escape decoded, so a
+//! path an origin would read as matching a rule is judged as matching it,
+//! whatever the spelling; and refused where no single reading is safe.
+//!
+//! What the rule matcher sees, byte by byte (after dropping the query):
+//!
+//! | In the request | The matcher sees |
+//! |---|---|
+//! | `/` | a segment boundary; runs of `/` count as one (`//a` is `/a`) |
+//! | `%XX` for any byte but those below (`%40`, `%3A`, `%3a`, `%2E`, `%7E`, `%C3%A9`) | the byte it encodes (`@`, `:`, `:`, `.`, `~`, `é`): hex digits in either case |
+//! | any other byte allowed in a path (`A-Z a-z 0-9 - . _ ~ ! $ & ' ( ) * + , ; = : @`) | itself |
+//! | `.` / `..` segments, raw or encoded (`%2e%2E`) | removed per RFC 3986 5.2.4, never above the root |
+//! | `;` (raw or `%3B`) | itself; and the path is judged a second time with every segment cut at its first `;`, as Tomcat and Spring read path parameters |
+//! | `%25` | `%`, unless two hex digits follow (see below) |
+//!
+//! Refused (the session answers 400), because origins disagree on them and
+//! no single reading is safe:
+//!
+//! - `%2F` (an encoded `/`): one origin splits the segment there, another does not;
+//! - `\` and `%5C`: some origins treat them as `/`;
+//! - NUL and other control characters (`%00`-`%1F`, `%7F`), raw or encoded: C
+//!   origins cut the path at NUL; raw space and `#`;
+//! - `%25` followed by two hex digits (`%252F`, `%25%34%31`): double encoding,
+//!   which an origin that decodes twice reads as another character;
+//! - bytes that do not decode to UTF-8 (`%FF`, overlong forms such as `%C0%AF`);
+//! - a segment that becomes `.` or `..` only once its `;` parameters are cut
+//!   (`/public/..;/admin`, the Tomcat traversal);
+//! - a malformed escape (`%`, `%4`, `%G1`), or a target not starting with `/`.
+//!
+//! The canonical spelling ([`Path::canonical`]) re-encodes only what a path
+//! cannot carry raw (upper-case hex), so it reads the same to every origin and
+//! normalising it again changes nothing.
+
+use std::fmt::Write;
+
+/// A request path decoded and normalised: segments of decoded bytes (valid
+/// UTF-8), dot segments removed. The root `/` is one empty segment; a
+/// trailing `/` is a trailing empty segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Path {
+    segs: Vec<Vec<u8>>,
+    /// Some segment holds a `;` (path parameters): judge a second reading.
+    params: bool,
+}
+
+/// Parses a request target (origin form, query allowed) or a rule's path
+/// pattern. Refuses what cannot be judged safely (see the module docs).
+pub(crate) fn parse(raw: &str) -> Result<Path, String> {
+    let path = raw.split_once('?').map_or(raw, |(p, _)| p);
+    let Some(rest) = path.strip_prefix('/') else {
+        return Err("the path does not start with '/'".into());
+    };
+    let pieces: Vec<&str> = rest.split('/').collect();
+    let last = pieces.len() - 1;
+    let mut segs: Vec<Vec<u8>> = Vec::with_capacity(pieces.len());
+    let mut trailing = false;
+    let mut params = false;
+    for (i, piece) in pieces.iter().enumerate() {
+        // `//` collapses; only the final empty piece (a trailing `/`) counts.
+        if piece.is_empty() && i != last {
+            continue;
+        }
+        let seg = decode_segment(piece)?;
+        let param_cut = seg.iter().position(|&b| b == b';');
+        if let Some(cut) = param_cut {
+            params = true;
+            if is_dot(&seg[..cut]) {
+                return Err("a '.' or '..' segment with ';' parameters (e.g. '..;')".into());
+            }
+        }
+        trailing = false;
+        match seg.as_slice() {
+            b"." => trailing = true,
+            b".." => {
+                segs.pop();
+                trailing = true;
+            }
+            _ => segs.push(seg),
+        }
+    }
+    if trailing || segs.is_empty() {
+        segs.push(Vec::new());
+    }
+    Ok(Path { segs, params })
+}
+
+fn is_dot(seg: &[u8]) -> bool {
+    seg == b"." || seg == b".."
+}
+
+/// Decodes one segment, refusing what cannot be judged (module docs).
+fn decode_segment(piece: &str) -> Result<Vec<u8>, String> {
+    let b = piece.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'%' {
+            let hex = |j: usize| b.get(j).and_then(|&h| (h as char).to_digit(16));
+            let (Some(hi), Some(lo)) = (hex(i + 1), hex(i + 2)) else {
+                return Err(format!("invalid percent-escape {:?}", escape_at(piece, i)));
+            };
+            let v = (hi * 16 + lo) as u8;
+            match v {
+                b'/' => return Err("encoded '/' (%2F) in the path".into()),
+                b'\\' => return Err("encoded '\\' (%5C) in the path".into()),
+                0..=0x1f | 0x7f => {
+                    return Err(format!("encoded control character (%{v:02X}) in the path"))
+                }
+                _ => out.push(v),
+            }
+            i += 3;
+            continue;
+        }
+        match c {
+            b'\\' => return Err("'\\' in the path".into()),
+            0..=0x1f | 0x7f => return Err("control character in the path".into()),
+            b' ' => return Err("space in the path".into()),
+            b'#' => return Err("'#' in the path".into()),
+            _ => out.push(c),
+        }
+        i += 1;
+    }
+    if let Some(w) = out
+        .windows(3)
+        .find(|w| w[0] == b'%' && is_hex(w[1]) && is_hex(w[2]))
+    {
+        return Err(format!(
+            "double-encoded escape (%25{}{}) in the path",
+            w[1] as char, w[2] as char
+        ));
+    }
+    if std::str::from_utf8(&out).is_err() {
+        return Err("the path does not decode to UTF-8".into());
+    }
+    Ok(out)
+}
+
+fn is_hex(b: u8) -> bool {
+    b.is_ascii_hexdigit()
+}
+
+/// The escape starting at byte `i`, for messages (at most 3 bytes).
+fn escape_at(s: &str, i: usize) -> &str {
+    let end = (i + 3).min(s.len());
+    s.get(i..end).unwrap_or("%")
+}
+
+impl Path {
+    /// The segments as the rules read them, decoded.
+    pub(crate) fn segments(&self) -> impl Iterator<Item = &[u8]> {
+        self.segs.iter().map(Vec::as_slice)
+    }
+
+    /// Every reading the rules must judge: the path as decoded, then, when a
+    /// segment has `;` parameters, the same with each segment cut at its
+    /// first `;`. Same number of segments in each.
+    pub(crate) fn readings(&self) -> Vec<Vec<&[u8]>> {
+        let literal: Vec<&[u8]> = self.segments().collect();
+        if !self.params {
+            return vec![literal];
+        }
+        let cut = literal
+            .iter()
+            .map(|s| match s.iter().position(|&b| b == b';') {
+                Some(i) => &s[..i],
+                None => s,
+            })
+            .collect();
+        vec![literal, cut]
+    }
+
+    /// The canonical spelling: `/`-joined segments, each byte raw if a path
+    /// may carry it raw, else `%XX` (upper-case).
+    pub(crate) fn canonical(&self) -> String {
+        let mut s = String::new();
+        for seg in &self.segs {
+            s.push('/');
+            for &b in seg {
+                if is_raw_path_byte(b) {
+                    s.push(b as char);
+                } else {
+                    let _ = write!(s, "%{b:02X}");
+                }
+            }
+        }
+        s
+    }
+}
+
+/// RFC 3986 `pchar` minus `%`: unreserved, sub-delims, `:` and `@`.
+fn is_raw_path_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'-' | b'.'
+                | b'_'
+                | b'~'
+                | b'!'
+                | b'$'
+                | b'&'
+                | b'\''
+                | b'('
+                | b')'
+                | b'*'
+                | b'+'
+                | b','
+                | b';'
+                | b'='
+                | b':'
+                | b'@'
+        )
+}
+
+/// Normalises an origin-form request target (`/a/b?x=1`) to the canonical
+/// path request rules judge (see the module docs for each character), or
+/// says why it cannot be judged safely (answer 400).
+pub fn normalize_path(raw: &str) -> Result<String, String> {
+    parse(raw).map(|p| p.canonical())
+}

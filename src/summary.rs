@@ -1,0 +1,198 @@
+//! `--check`: every effective setting, one item a line, then warnings, then `OK`.
+
+use std::fmt::Write;
+use std::path::PathBuf;
+
+use portcullis::config::format_duration;
+use portcullis::ListenerProtocol;
+
+use crate::args::{Args, Setup};
+
+/// What `--check` prints for a configuration that loaded.
+pub fn render(setup: &Setup, args: &Args) -> String {
+    let c = &setup.config;
+    let mut s = String::new();
+    let _ = match &args.config {
+        Some(p) => writeln!(s, "config: {}", p.display()),
+        None => writeln!(s, "config: none (flags and built-in defaults)"),
+    };
+    for l in &c.listeners {
+        let protocol = match l.protocol {
+            ListenerProtocol::Auto => "auto",
+            ListenerProtocol::Http => "http",
+            ListenerProtocol::Socks5 => "socks5",
+        };
+        let _ = writeln!(s, "listen: {} (protocol {protocol})", l.addr);
+    }
+    let _ = match &c.auth {
+        Some(a) => writeln!(s, "auth: on (user {:?}; password not shown)", a.username),
+        None => writeln!(s, "auth: off"),
+    };
+    let t = &c.timeouts;
+    let idle = t.idle.map_or_else(|| "off".into(), format_duration);
+    let _ = writeln!(
+        s,
+        "timeouts: handshake {}, connect {}, idle {idle}, close {}, drain {}, response {}",
+        format_duration(t.handshake),
+        format_duration(t.connect),
+        format_duration(t.close),
+        format_duration(t.drain),
+        format_duration(t.response),
+    );
+    let l = &c.limits;
+    let _ = writeln!(
+        s,
+        "limits: max_head_bytes {}, buffer_size {}, resolver_threads {}, max_sessions {}, \
+         max_sessions_per_client {}, max_pending_handshakes {}, max_pending_handshakes_per_client {}",
+        l.max_head_bytes,
+        l.buffer_size,
+        l.resolver_threads,
+        l.max_sessions,
+        l.max_sessions_per_client,
+        l.max_pending_handshakes,
+        l.max_pending_handshakes_per_client,
+    );
+    let tls = &c.tls;
+    let state_dir = tls.state_dir.as_ref().map_or_else(
+        || "none (neither XDG_STATE_HOME nor HOME is set)".into(),
+        |p| p.display().to_string(),
+    );
+    let ca = match (&tls.ca_cert, &tls.ca_key) {
+        (Some(cert), Some(key)) => format!("ca_cert {}, ca_key {}", cert.display(), key.display()),
+        _ => "ca_cert/ca_key none (a CA is generated in the state_dir on first start)".into(),
+    };
+    let upstream = if tls.upstream_ca.is_empty() {
+        "none (the built-in roots only)".to_string()
+    } else {
+        paths(&tls.upstream_ca)
+    };
+    let _ = writeln!(
+        s,
+        "tls: {ca}, upstream_ca {upstream}, state_dir {state_dir}"
+    );
+    let policy = &c.policy;
+    let from = match (&setup.rules, &args.config) {
+        (None, _) => "built-in default",
+        (Some(_), Some(_)) => "file and flags",
+        (Some(_), None) => "flags",
+    };
+    let mode = if policy.is_audit() {
+        "audit"
+    } else {
+        "enforce"
+    };
+    let _ = match policy.len() {
+        0 => writeln!(
+            s,
+            "policy: no rules, every destination is denied (from {from}), mode {mode}"
+        ),
+        1 => writeln!(s, "policy: 1 rule (from {from}), mode {mode}"),
+        n => writeln!(s, "policy: {n} rules (from {from}), mode {mode}"),
+    };
+    for rule in policy.describe() {
+        let _ = writeln!(s, "{rule}");
+    }
+    for w in policy.warnings() {
+        let _ = writeln!(s, "warning: {w}");
+    }
+    s.push_str("OK\n");
+    s
+}
+
+fn paths(list: &[PathBuf]) -> String {
+    let v: Vec<String> = list.iter().map(|p| p.display().to_string()).collect();
+    format!("[{}]", v.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn check(args: &[&str]) -> String {
+        let a = Args::try_parse_from(std::iter::once("portcullis").chain(args.iter().copied()))
+            .unwrap();
+        render(&a.load().unwrap(), &a)
+    }
+
+    #[test]
+    fn builtin_defaults_in_full() {
+        let out = check(&[]);
+        let want_lines = [
+            "config: none (flags and built-in defaults)",
+            "listen: 127.0.0.1:3128 (protocol auto)",
+            "auth: off",
+            "timeouts: handshake 10s, connect 10s, idle off, close 5s, drain 30s, response 1m",
+            "limits: max_head_bytes 32768, buffer_size 65536, resolver_threads 2, max_sessions 10000, \
+             max_sessions_per_client 10000, max_pending_handshakes 1024, max_pending_handshakes_per_client 256",
+            "policy: 1 rule (from built-in default), mode enforce",
+            "rule \"default-public-web\": allow, hosts [*], cidrs [], ports [80, 443], match either, \
+             mode enforce, inspect none (raw tunnel), tls passthrough, idle_timeout default",
+        ];
+        for line in want_lines {
+            assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
+        }
+        assert!(out.contains("\ntls: ca_cert/ca_key none"), "{out}");
+        assert!(out.ends_with("\nOK\n"), "{out}");
+        assert!(!out.contains("warning:"), "{out}");
+    }
+
+    #[test]
+    fn flags_show_up_and_secrets_do_not() {
+        let out = check(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--protocol",
+            "socks5",
+            "--auth",
+            "agent:hunter2",
+            "--idle-timeout",
+            "90s",
+            "--default",
+            "--audit",
+            "--inspect",
+            "api.test:443",
+            "--terminate",
+            "secure.test:443",
+            "--ca-cert",
+            "/etc/ca.pem",
+            "--ca-key",
+            "/etc/ca.key",
+            "--upstream-ca",
+            "/etc/up1.pem",
+            "--upstream-ca",
+            "/etc/up2.pem",
+        ]);
+        assert!(
+            out.contains("listen: 127.0.0.1:0 (protocol socks5)\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("auth: on (user \"agent\"; password not shown)\n"),
+            "{out}"
+        );
+        assert!(!out.contains("hunter2"), "{out}");
+        assert!(out.contains(", idle 90s,"), "{out}");
+        assert!(
+            out.contains("tls: ca_cert /etc/ca.pem, ca_key /etc/ca.key, upstream_ca [/etc/up1.pem, /etc/up2.pem], state_dir "),
+            "{out}"
+        );
+        assert!(
+            out.contains("policy: 3 rules (from flags), mode audit\n"),
+            "{out}"
+        );
+        assert!(out.contains("rule \"--terminate secure.test:443\": allow, hosts [secure.test], cidrs [], ports [443], match either, mode enforce, inspect http, tls terminate, upgrades [websocket] (requests audited: policy in audit mode), idle_timeout default\n  requests: none (every request allowed)\n"), "{out}");
+        assert!(out.contains("rule \"default-public-web\""), "{out}");
+        assert!(
+            out.contains("\nwarning: the policy is in audit mode"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "\nwarning: rule \"--inspect api.test:443\" inspects plaintext HTTP on port 443"
+            ),
+            "{out}"
+        );
+        assert!(out.ends_with("\nOK\n"), "{out}");
+    }
+}
