@@ -93,6 +93,13 @@ impl Stream {
         retrying(Dir::Write, || send_nosignal(fd, buf))
     }
 
+    /// Writes from several buffers at once (`sendmsg`), retrying EINTR;
+    /// never raises SIGPIPE.
+    pub(crate) fn write_vectored_from(&mut self, bufs: &[std::io::IoSlice<'_>]) -> Io {
+        let fd = self.as_raw_fd();
+        retrying(Dir::Write, || sendmsg_nosignal(fd, bufs))
+    }
+
     /// Sends our FIN: the peer reads EOF, and may keep sending to us.
     pub(crate) fn shutdown_write(&self) {
         // ENOTCONN here means the peer already went; the next read says so.
@@ -145,6 +152,14 @@ fn send_nosignal(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     } else {
         Ok(n as usize)
     }
+}
+
+fn sendmsg_nosignal(fd: RawFd, bufs: &[std::io::IoSlice<'_>]) -> io::Result<usize> {
+    #[cfg(target_os = "linux")]
+    let flags = nix::sys::socket::MsgFlags::MSG_NOSIGNAL;
+    #[cfg(not(target_os = "linux"))]
+    let flags = nix::sys::socket::MsgFlags::empty();
+    nix::sys::socket::sendmsg::<()>(fd, bufs, &[], flags, None).map_err(io::Error::from)
 }
 
 #[cfg(not(target_os = "linux"))]

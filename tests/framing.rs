@@ -86,7 +86,7 @@ fn setup() -> (Origin, SpawnedProxy, HttpConn) {
 
 fn post_chunked_head(path: &str) -> String {
     format!(
-        "POST {path} HTTP/1.1\r\nHost: o\r\nTransfer-Encoding: chunked\r\nTrailer: X-Req-Trailer\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nTrailer: X-Req-Trailer\r\n\r\n"
     )
 }
 
@@ -177,29 +177,29 @@ fn chunked_64mib_each_way_streamed() {
 #[test]
 fn bodiless_responses_head_204_304() {
     let (_origin, _proxy, mut c) = setup();
-    c.send("HEAD /head HTTP/1.1\r\nHost: o\r\n\r\n");
+    c.send("HEAD /head HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     let r = c.response("HEAD");
     assert_eq!(r.status, 200, "{}", r.raw_head);
     assert_eq!(r.header("Content-Length"), Some("1234"));
     assert_eq!(r.body.len, 0);
     // The next response parses: no body bytes were expected after the HEAD answer.
-    let r = c.get("o", "/after-head");
+    let r = c.get("127.0.0.1", "/after-head");
     assert_eq!(r.text(), "GET /after-head 0");
 
-    let r = c.get("o", "/204");
+    let r = c.get("127.0.0.1", "/204");
     assert_eq!(r.status, 204, "{}", r.raw_head);
-    let r = c.get("o", "/after-204");
+    let r = c.get("127.0.0.1", "/after-204");
     assert_eq!(r.text(), "GET /after-204 0");
 
-    let r = c.get("o", "/304");
+    let r = c.get("127.0.0.1", "/304");
     assert_eq!(r.status, 304, "{}", r.raw_head);
-    let r = c.get("o", "/after-304");
+    let r = c.get("127.0.0.1", "/after-304");
     assert_eq!(r.text(), "GET /after-304 0");
 
     // HEAD, 204 and 304 pipelined, then a GET.
     c.send(
-        "HEAD /head HTTP/1.1\r\nHost: o\r\n\r\nGET /204 HTTP/1.1\r\nHost: o\r\n\r\n\
-         GET /304 HTTP/1.1\r\nHost: o\r\n\r\nGET /last HTTP/1.1\r\nHost: o\r\n\r\n",
+        "HEAD /head HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /204 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n\
+         GET /304 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /last HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
     );
     assert_eq!(c.response("HEAD").status, 200);
     assert_eq!(c.response("GET").status, 204);
@@ -211,7 +211,7 @@ fn bodiless_responses_head_204_304() {
 fn expect_100_continue_then_final() {
     let (origin, _proxy, mut c) = setup();
     c.send(
-        "POST /continue HTTP/1.1\r\nHost: o\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+        "POST /continue HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
     );
     // The body is sent only once the interim answer came through.
     let interim = c.response("POST");
@@ -221,7 +221,7 @@ fn expect_100_continue_then_final() {
     assert_eq!(r.status, 200, "{}", r.raw_head);
     assert_eq!(r.text(), "POST /continue 5");
     assert_eq!(origin.requests()[0].body.bytes, b"hello");
-    let r = c.get("o", "/next");
+    let r = c.get("127.0.0.1", "/next");
     assert_eq!(r.text(), "GET /next 0");
 }
 
@@ -229,9 +229,9 @@ fn expect_100_continue_then_final() {
 fn three_pipelined_requests_in_one_write() {
     let (origin, _proxy, mut c) = setup();
     c.send(
-        "GET /one HTTP/1.1\r\nHost: o\r\n\r\n\
-         POST /two HTTP/1.1\r\nHost: o\r\nContent-Length: 3\r\n\r\nabc\
-         POST /three HTTP/1.1\r\nHost: o\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nxy\r\n0\r\n\r\n",
+        "GET /one HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n\
+         POST /two HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\n\r\nabc\
+         POST /three HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nxy\r\n0\r\n\r\n",
     );
     assert_eq!(c.response("GET").text(), "GET /one 0");
     assert_eq!(c.response("POST").text(), "POST /two 3");
@@ -245,7 +245,7 @@ fn three_pipelined_requests_in_one_write() {
 #[test]
 fn close_delimited_response_ends_at_upstream_eof() {
     let (_origin, proxy, mut c) = setup();
-    let r = c.get("o", "/until-close");
+    let r = c.get("127.0.0.1", "/until-close");
     assert_eq!(r.status, 200, "{}", r.raw_head);
     assert_eq!(r.body.len, 300_000, "the whole close-delimited body");
     assert_eq!(hex(&r.body.hash), hex(&expected_hash(77, 300_000)));
@@ -273,15 +273,15 @@ fn client_smuggling(request: &str) {
 #[test]
 fn request_with_content_length_and_chunked_is_400() {
     client_smuggling(
-        "POST /x HTTP/1.1\r\nHost: o\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n\
-         0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: o\r\n\r\n",
+        "POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n\
+         0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
     );
 }
 
 #[test]
 fn request_with_two_content_lengths_is_400() {
     client_smuggling(
-        "POST /x HTTP/1.1\r\nHost: o\r\nContent-Length: 5\r\nContent-Length: 30\r\n\r\nhello",
+        "POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nContent-Length: 30\r\n\r\nhello",
     );
 }
 
@@ -290,8 +290,8 @@ fn request_with_two_content_lengths_is_400() {
 fn upstream_breaks(path: &str) {
     let (_origin, proxy, mut c) = setup();
     // A good exchange first: the connection was working.
-    assert_eq!(c.get("o", "/fine").text(), "GET /fine 0");
-    let r = c.get("o", path);
+    assert_eq!(c.get("127.0.0.1", "/fine").text(), "GET /fine 0");
+    let r = c.get("127.0.0.1", path);
     assert_eq!(r.status, 502, "{path}: {}", r.raw_head);
     assert!(r.header("X-Proxy-Error").is_some(), "{}", r.raw_head);
     c.expect_eof("after a 502");
@@ -326,8 +326,8 @@ fn no_response_head_in_time_is_504() {
         ..test_timeouts()
     }));
     let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &origin.target()));
-    assert_eq!(c.get("o", "/fine").text(), "GET /fine 0");
-    let r = c.get("o", "/hang");
+    assert_eq!(c.get("127.0.0.1", "/fine").text(), "GET /fine 0");
+    let r = c.get("127.0.0.1", "/hang");
     assert_eq!(r.status, 504, "{}", r.raw_head);
     assert!(r.header("X-Proxy-Error").is_some(), "{}", r.raw_head);
     c.expect_eof("after a 504");
@@ -341,10 +341,10 @@ fn no_response_head_in_time_is_504() {
 #[test]
 fn oversized_request_head_is_431() {
     let (origin, _proxy, mut c) = setup();
-    assert_eq!(c.get("o", "/fine").text(), "GET /fine 0");
+    assert_eq!(c.get("127.0.0.1", "/fine").text(), "GET /fine 0");
     let big = "a".repeat(40 * 1024);
     c.send(format!(
-        "GET /big HTTP/1.1\r\nHost: o\r\nX-Big: {big}\r\n\r\n"
+        "GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: {big}\r\n\r\n"
     ));
     let r = c.response("GET");
     assert_eq!(r.status, 431, "{}", r.raw_head);
@@ -382,7 +382,7 @@ fn slow_upload_is_not_a_response_timeout() {
         ..test_timeouts()
     }));
     let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &origin.target()));
-    c.send("POST /fine HTTP/1.1\r\nHost: o\r\nContent-Length: 3000\r\n\r\n");
+    c.send("POST /fine HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3000\r\n\r\n");
     for _ in 0..10 {
         std::thread::sleep(Duration::from_millis(100));
         c.send([b'x'; 300]);
@@ -402,7 +402,7 @@ fn slow_upload_is_not_a_response_timeout() {
 #[test]
 fn nothing_follows_a_close_delimited_response() {
     let (_origin, proxy, mut c) = setup();
-    c.send("GET /until-close HTTP/1.1\r\nHost: o\r\n\r\nGET /fine HTTP/1.1\r\nHost: o\r\n\r\n");
+    c.send("GET /until-close HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /fine HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     let r = c.response("GET");
     assert_eq!(r.status, 200, "{}", r.raw_head);
     assert_eq!(r.body.len, 300_000, "the body is exactly the upstream's");
@@ -429,7 +429,9 @@ fn expect_continue_to_a_silent_upstream_is_504() {
         ..test_timeouts()
     }));
     let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &target));
-    c.send("PUT /x HTTP/1.1\r\nHost: o\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n");
+    c.send(
+        "PUT /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n",
+    );
     let r = c.response("PUT");
     assert_eq!(r.status, 504, "{}", r.raw_head);
     c.expect_eof("after a 504");
@@ -444,7 +446,7 @@ fn expect_continue_to_a_silent_upstream_is_504() {
 #[test]
 fn unsolicited_upstream_bytes_close_without_an_answer() {
     let (_origin, proxy, mut c) = setup();
-    let r = c.get("o", "/extra");
+    let r = c.get("127.0.0.1", "/extra");
     assert_eq!(
         (r.status, r.text()),
         (200, "hello".to_string()),
@@ -466,7 +468,7 @@ fn slow_reader_of_pipelined_responses_gets_no_504() {
     }));
     let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &origin.target()));
     c.send(
-        "GET /chunked/3000000/5/0 HTTP/1.1\r\nHost: o\r\n\r\nGET /fine HTTP/1.1\r\nHost: o\r\n\r\n",
+        "GET /chunked/3000000/5/0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /fine HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
     );
     // Read nothing for well over the response timeout: both responses are
     // sent at once and wait in the proxy's buffers and the socket's.

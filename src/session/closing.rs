@@ -3,6 +3,7 @@
 //! Always bounded by the close timer. Closing owns the survivor's socket;
 //! the other side is already closed.
 
+use super::channel::Channel;
 use super::conn::Conn;
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
@@ -16,7 +17,7 @@ use crate::lifecycle::{CloseReason, Side};
 const LINGER_READS_PER_CALL: usize = 16;
 
 pub(crate) struct Closing {
-    survivor: Endpoint,
+    survivor: Channel,
     /// Which side the survivor is.
     side: Side,
     owed: Option<Carrier>,
@@ -74,7 +75,7 @@ pub(crate) fn answer(
     }
     let mut buf = ctx.pool.take_at_least(bytes.len());
     buf.extend(bytes);
-    let mut closing = Closing::to_client(client, Some(Carrier::Buf(buf)), reason);
+    let mut closing = Closing::to_client(Channel::Plain(client), Some(Carrier::Buf(buf)), reason);
     closing.payload = false;
     State::Closing(closing)
 }
@@ -84,7 +85,7 @@ impl Closing {
     /// to `survivor`, then reset it too, so a cut-off stream cannot pass for
     /// a complete one.
     pub(crate) fn abort(
-        survivor: Endpoint,
+        survivor: Channel,
         side: Side,
         owed: Option<Carrier>,
         reason: CloseReason,
@@ -102,7 +103,7 @@ impl Closing {
     /// Flush what is owed to the client, send FIN, then linger until its EOF
     /// (or the close timer), so our last bytes are read, not reset away.
     pub(crate) fn to_client(
-        client: Endpoint,
+        client: Channel,
         owed: Option<Carrier>,
         reason: CloseReason,
     ) -> Closing {
@@ -126,7 +127,7 @@ impl Closing {
 
     /// The survivor's socket, if it is `side`'s.
     pub(crate) fn endpoint(&mut self, side: Side) -> Option<&mut Endpoint> {
-        (side == self.side).then_some(&mut self.survivor)
+        (side == self.side).then(|| self.survivor.endpoint())
     }
 
     fn owes(&self) -> bool {
@@ -137,9 +138,13 @@ impl Closing {
         if self.survivor.failed() {
             return State::Done(self.reason);
         }
+        if self.survivor.progress().is_err() {
+            return State::Done(self.reason);
+        }
         if let Stage::Flush | Stage::FlushThenAbort = self.stage {
             while self.owes() {
-                self.survivor.want(false, true);
+                self.survivor.want_read(false);
+                self.survivor.want_write(true);
                 if !self.survivor.can_write() {
                     return State::Closing(self);
                 }
@@ -165,7 +170,10 @@ impl Closing {
             // Through the transition point: the sub-stage change is logged.
             return State::Closing(self);
         }
-        self.survivor.want(true, false);
+        // A close_notify still owed goes out before the FIN (progress above).
+        let owes_wire = self.survivor.owes_wire();
+        self.survivor.want_read(true);
+        self.survivor.want_write(owes_wire);
         let mut scratch = [0u8; 4096];
         for _ in 0..LINGER_READS_PER_CALL {
             if !self.survivor.can_read() {

@@ -7,6 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::channel::Channel;
 use super::closing::refuse;
 use super::conn::{Conn, Decision};
 use super::ctx::Ctx;
@@ -255,7 +256,7 @@ impl Connecting {
             Dialect::Forward => {
                 return State::Inspect(Box::new(Inspect::forward(
                     client,
-                    upstream,
+                    Channel::Plain(upstream),
                     target,
                     &early,
                     plan.inspect,
@@ -266,8 +267,9 @@ impl Connecting {
         };
         match plan.inspect {
             Some(rules) => State::Inspect(Box::new(Inspect::tunnel(
-                client,
-                upstream,
+                Channel::Plain(client),
+                Channel::Plain(upstream),
+                target,
                 &reply,
                 &early,
                 Some(rules),
@@ -275,8 +277,8 @@ impl Connecting {
                 ctx,
             ))),
             None => State::Passthrough(Passthrough::new(
-                client,
-                upstream,
+                Channel::Plain(client),
+                Channel::Plain(upstream),
                 Preload::reply(&reply, &early, ctx),
                 idle,
                 ctx,

@@ -98,6 +98,16 @@ impl Endpoint {
         self.ready.ready().contains(Ready::WRITABLE)
     }
 
+    /// The kernel said a read may make progress (whatever the interest).
+    pub(crate) fn readable(&self) -> bool {
+        self.ready.event.contains(Ready::READABLE)
+    }
+
+    /// The kernel said a write may make progress (whatever the interest).
+    pub(crate) fn writable(&self) -> bool {
+        self.ready.event.contains(Ready::WRITABLE)
+    }
+
     /// The kernel reported an error: the peer is gone, though bytes it sent
     /// before may still be queued for reading.
     pub(crate) fn failed(&self) -> bool {
@@ -141,6 +151,21 @@ impl Endpoint {
         match io {
             Io::WouldBlock => self.ready.event.remove(Ready::WRITABLE),
             Io::Progress(n) if n < buf.len() => self.ready.event.remove(Ready::WRITABLE),
+            _ => {}
+        }
+        io
+    }
+
+    /// Writes from several buffers with one `writev` (TLS records).
+    pub(crate) fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> Io {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if total == 0 {
+            return Io::Progress(0);
+        }
+        let io = self.stream.write_vectored_from(bufs);
+        match io {
+            Io::WouldBlock => self.ready.event.remove(Ready::WRITABLE),
+            Io::Progress(n) if n < total => self.ready.event.remove(Ready::WRITABLE),
             _ => {}
         }
         io

@@ -13,6 +13,7 @@
 //! pending upstream, Passthrough and Inspect own both ends, Closing owns the
 //! survivor. A socket closes when the state that owns it lets it go.
 
+mod channel;
 mod closing;
 mod conn;
 mod connect;

@@ -8,7 +8,7 @@
 
 use crate::buffer::ByteBuf;
 use crate::io::Io;
-use crate::session::endpoint::Endpoint;
+use crate::session::channel::Channel;
 
 /// What one attempt to read into a carrier did.
 pub(crate) enum Fill {
@@ -44,13 +44,13 @@ impl Carrier {
         }
     }
 
-    /// One read from `src`.
-    pub(crate) fn fill_from(&mut self, src: &mut Endpoint) -> Fill {
+    /// One read from `src`. A pipe is only ever paired with plain sockets.
+    pub(crate) fn fill_from(&mut self, src: &mut Channel) -> Fill {
         if self.is_full() {
             return Fill::Full;
         }
-        let io = match self {
-            Carrier::Buf(b) => {
+        let io = match (&mut *self, src) {
+            (Carrier::Buf(b), src) => {
                 let io = src.read(b.space());
                 if let Io::Progress(n) = io {
                     b.commit(n);
@@ -58,7 +58,9 @@ impl Carrier {
                 io
             }
             #[cfg(target_os = "linux")]
-            Carrier::Pipe(p) => src.splice_in(p),
+            (Carrier::Pipe(p), Channel::Plain(ep)) => ep.splice_in(p),
+            #[cfg(target_os = "linux")]
+            (Carrier::Pipe(_), Channel::Tls(_)) => unreachable!("no splice through TLS"),
         };
         match io {
             Io::Progress(_) => Fill::Moved,
@@ -74,9 +76,9 @@ impl Carrier {
     }
 
     /// One write to `dst`; `Progress(n)` says how many bytes left.
-    pub(crate) fn drain_to(&mut self, dst: &mut Endpoint) -> Io {
-        match self {
-            Carrier::Buf(b) => {
+    pub(crate) fn drain_to(&mut self, dst: &mut Channel) -> Io {
+        match (&mut *self, dst) {
+            (Carrier::Buf(b), dst) => {
                 let io = dst.write(b.data());
                 if let Io::Progress(n) = io {
                     b.consume(n);
@@ -84,7 +86,9 @@ impl Carrier {
                 io
             }
             #[cfg(target_os = "linux")]
-            Carrier::Pipe(p) => dst.splice_out(p),
+            (Carrier::Pipe(p), Channel::Plain(ep)) => ep.splice_out(p),
+            #[cfg(target_os = "linux")]
+            (Carrier::Pipe(_), Channel::Tls(_)) => unreachable!("no splice through TLS"),
         }
     }
 }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 pub(crate) use carrier::Carrier;
 use carrier::Fill;
 
+use super::channel::Channel;
 use super::closing::Closing;
 use super::conn::Conn;
 use super::ctx::Ctx;
@@ -31,8 +32,8 @@ use crate::lifecycle::{CloseReason, Side};
 const ROUNDS_PER_CALL: usize = 32;
 
 pub(crate) struct Passthrough {
-    client: Endpoint,
-    upstream: Endpoint,
+    client: Channel,
+    upstream: Channel,
     /// Client to upstream.
     up: Flow,
     /// Upstream to client.
@@ -101,8 +102,8 @@ impl Preload {
 
 impl Passthrough {
     pub(crate) fn new(
-        client: Endpoint,
-        upstream: Endpoint,
+        client: Channel,
+        upstream: Channel,
         preload: Preload,
         idle: Option<Duration>,
         ctx: &Ctx,
@@ -147,8 +148,8 @@ impl Passthrough {
 
     pub(crate) fn endpoint(&mut self, side: Side) -> &mut Endpoint {
         match side {
-            Side::Client => &mut self.client,
-            Side::Upstream => &mut self.upstream,
+            Side::Client => self.client.endpoint(),
+            Side::Upstream => self.upstream.endpoint(),
         }
     }
 
@@ -172,12 +173,20 @@ impl Passthrough {
         let was_half_closed = self.half_closed();
         let mut active = false;
         let mut rounds = 0;
+        // Splice needs a socket at both ends: after a TLS upgrade, buffers carry.
+        let splice = self.client.is_plain() && self.upstream.is_plain();
         loop {
+            // TLS records owed below the plaintext (and a close_notify's FIN).
+            let tls_moved = match (self.client.progress(), self.upstream.progress()) {
+                (Err(_), _) => return self.lost(Side::Client, ctx),
+                (_, Err(_)) => return self.lost(Side::Upstream, ctx),
+                (Ok(a), Ok(b)) => a | b,
+            };
             let up = self.up.pump(
                 &mut self.client,
                 &mut self.upstream,
                 Side::Client,
-                self.down.phase == FlowPhase::Shut,
+                (self.down.phase == FlowPhase::Shut, splice),
                 conn,
                 ctx,
             );
@@ -185,12 +194,12 @@ impl Passthrough {
                 &mut self.upstream,
                 &mut self.client,
                 Side::Upstream,
-                self.up.phase == FlowPhase::Shut,
+                (self.up.phase == FlowPhase::Shut, splice),
                 conn,
                 ctx,
             );
             let moved = match (up, down) {
-                (Ok(a), Ok(b)) => a | b,
+                (Ok(a), Ok(b)) => tls_moved | a | b,
                 (Err(Gone(side)), _) | (_, Err(Gone(side))) => return self.lost(side, ctx),
             };
             if !moved {
@@ -206,7 +215,8 @@ impl Passthrough {
         if active {
             self.last_active = ctx.now;
         }
-        if self.up.phase == FlowPhase::Shut && self.down.phase == FlowPhase::Shut {
+        let owed = self.client.owes_wire() || self.upstream.owes_wire();
+        if self.up.phase == FlowPhase::Shut && self.down.phase == FlowPhase::Shut && !owed {
             return State::Done(CloseReason::Done);
         }
         if self.half_closed() && !was_half_closed {
@@ -286,12 +296,14 @@ impl Passthrough {
 impl Flow {
     /// Moves bytes from `src` to `dst`: at most one read and one write.
     /// Returns whether anything happened.
+    /// `(last, splice)`: the other direction is finished already; pipes may
+    /// carry this flow (both ends are plain sockets).
     fn pump(
         &mut self,
-        src: &mut Endpoint,
-        dst: &mut Endpoint,
+        src: &mut Channel,
+        dst: &mut Channel,
         src_side: Side,
-        last: bool,
+        (last, splice): (bool, bool),
         conn: &mut Conn,
         ctx: &mut Ctx,
     ) -> Result<bool, Gone> {
@@ -332,12 +344,13 @@ impl Flow {
             }
         }
         if self.buf.as_ref().is_none_or(Carrier::is_empty) {
-            self.recycle(ctx);
+            self.recycle(splice, ctx);
             if self.phase == FlowPhase::Draining {
                 // When the other way is finished already, the session ends
                 // now and closing the socket sends the FIN (its receive
                 // queue is empty: its peer's EOF was read), so no `shutdown`.
-                if !last {
+                // TLS still owes its close_notify.
+                if !last || !dst.is_plain() {
                     dst.shutdown_write();
                 }
                 self.phase = FlowPhase::Shut;
@@ -350,12 +363,13 @@ impl Flow {
     /// An empty flow gives its buffer back to the pool (an idle tunnel holds
     /// none), unless it is bulk and can move to a pipe instead; a pipe is
     /// kept for the flow's life, since making one costs syscalls.
-    fn recycle(&mut self, ctx: &mut Ctx) {
+    #[cfg_attr(not(target_os = "linux"), allow(unused_variables))]
+    fn recycle(&mut self, splice: bool, ctx: &mut Ctx) {
         match self.buf.take() {
             Some(Carrier::Buf(buf)) => {
                 ctx.pool.give(buf);
                 #[cfg(target_os = "linux")]
-                if self.bulk && self.phase == FlowPhase::Open {
+                if self.bulk && splice && self.phase == FlowPhase::Open {
                     self.buf = ctx.pipes.take().map(Carrier::Pipe);
                 }
             }

@@ -267,6 +267,9 @@ pub struct Exchange {
     records_dropped: u64,
     client_eof: bool,
     upstream_eof: bool,
+    /// The upstream failed for a reason the client should hear (cause, why):
+    /// the request due, or the next one, is answered 502 with it.
+    upstream_failure: Option<(String, String)>,
     /// The last `on_upstream` saw unconsumed bytes: a response is arriving.
     upstream_pending: bool,
     /// Changes whenever a wait for a response may have begun anew.
@@ -397,6 +400,7 @@ impl Exchange {
             records_dropped: 0,
             client_eof: false,
             upstream_eof: false,
+            upstream_failure: None,
             upstream_pending: false,
             wait_id: 0,
             phase: Phase::Open,
@@ -430,6 +434,22 @@ impl Exchange {
     /// connection ends.
     pub fn upstream_eof(&mut self) {
         self.upstream_eof = true;
+    }
+
+    /// The upstream failed for a reason the client should hear (a TLS
+    /// certificate it would not accept, say): like [`Exchange::upstream_eof`],
+    /// but the 502 carries `X-Proxy-Error: <cause>; <why>`, and if no
+    /// request is due yet, the client's next request is answered with it.
+    pub fn upstream_failed(&mut self, cause: &str, why: &str) {
+        self.upstream_eof = true;
+        self.upstream_failure = Some((cause.to_owned(), why.to_owned()));
+    }
+
+    /// The 502 for a failed upstream: `(cause, why)` as answered.
+    fn failure_answer(&self) -> Option<(String, String)> {
+        self.upstream_failure
+            .as_ref()
+            .map(|(cause, why)| (format!("{cause}; {why}"), why.clone()))
     }
 
     /// Where the conversation stands, after the pump moved what it could.

@@ -158,6 +158,16 @@ impl Exchange {
     /// At a message boundary: parse and act on the next request head.
     fn client_head(&mut self, input: &[u8], room: usize) -> ClientAction {
         if self.upstream_eof {
+            if let Some((cause, why)) = self.failure_answer() {
+                // The upstream failed before this request: it is told why.
+                if self.due.is_empty() {
+                    return match parse_request_head(input, self.config.max_head_bytes) {
+                        Ok(None) if !self.client_eof => ClientAction::Wait,
+                        Ok(Some((head, _))) => self.refuse_fatal(Some(&head), 502, &cause, why),
+                        _ => self.refuse_fatal(None, 502, &cause, why),
+                    };
+                }
+            }
             // Nothing more can be forwarded; finish what is due.
             self.req = Req::Stopped;
             return ClientAction::Stopped;

@@ -38,7 +38,11 @@ impl Exchange {
     fn response_head(&mut self, input: &[u8], room: usize) -> UpstreamAction {
         let progress = match self.due.front_mut() {
             None if input.is_empty() => {
-                if self.upstream_eof {
+                // A failure the client should hear waits for its request.
+                let told = self.upstream_failure.is_some()
+                    && matches!(self.req, Req::Head)
+                    && !self.client_eof;
+                if self.upstream_eof && !told {
                     // The upstream closed between exchanges: nothing more
                     // can be forwarded, and nothing is owed.
                     self.close(End::Done, None);
@@ -79,6 +83,11 @@ impl Exchange {
         match parsed {
             Ok(Some((head, n))) => self.response(head, n, room),
             Ok(None) if self.upstream_eof => {
+                if let Some((cause, why)) = self.failure_answer() {
+                    let answer = error_response(502, &cause, &why, &[]);
+                    self.close(End::BadUpstream(why), Some((502, answer)));
+                    return UpstreamAction::Close;
+                }
                 let why = "the upstream closed the connection before answering";
                 let answer = error_response(502, "upstream-closed", why, &[]);
                 self.close(End::UpstreamClosed, Some((502, answer)));

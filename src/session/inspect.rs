@@ -1,0 +1,640 @@
+//! Inspect: HTTP/1.1 relayed message by message, for a tunnel whose rule
+//! inspects and for the forward proxy (`GET http://...`).
+//!
+//! The HTTP logic is the sans-IO [`Exchange`] machine; this state only pumps
+//! bytes between the two channels (plain sockets, or TLS over them) and the
+//! machine's four queues, keeps the response and idle timers, and turns the
+//! machine's verdicts into session states: a 101 hands every buffered byte
+//! to a raw [`Passthrough`], a request for another host (forward proxy)
+//! reconnects, and an ended conversation flushes what the client is owed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::channel::Channel;
+use super::closing::Closing;
+use super::conn::Conn;
+use super::ctx::Ctx;
+use super::endpoint::Endpoint;
+use super::passthrough::{Carrier, Passthrough, Preload};
+use super::refusal::Dialect;
+use super::state::State;
+use crate::buffer::ByteBuf;
+use crate::io::Io;
+use crate::lifecycle::{CloseReason, Side};
+use crate::policy::{RequestRules, Target};
+use crate::protocol::http1::exchange::{
+    ClientAction, Decision, End, Exchange, ExchangeConfig, Mode, Record, Status, UpstreamAction,
+};
+
+/// IO rounds per call before yielding to other sessions.
+const ROUNDS_PER_CALL: usize = 32;
+
+pub(crate) struct Inspect {
+    client: Channel,
+    upstream: Channel,
+    ex: Exchange,
+    /// Client bytes not yet handed on, and bytes for the upstream.
+    cin: ByteBuf,
+    uout: ByteBuf,
+    /// Upstream bytes not yet handed on, and bytes for the client.
+    uin: ByteBuf,
+    cout: ByteBuf,
+    client_eof: bool,
+    upstream_eof: bool,
+    /// The upstream reset or failed: nothing more is read from or written to it.
+    upstream_gone: bool,
+    idle: Option<Duration>,
+    last_active: Instant,
+    /// The response clock: the machine's wait id and when that wait began.
+    waiting: Option<(u64, Instant)>,
+    /// What the session's deadline is set for now.
+    armed: Option<Wait>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Response(u64),
+    Idle,
+}
+
+/// Why the pump stopped short of another round.
+enum Stop {
+    /// The client is gone.
+    ClientGone,
+    /// A 101 went out: raw passthrough from here on.
+    Upgraded,
+    /// The conversation is over.
+    Closed(Option<Vec<u8>>, End),
+    /// The forward proxy needs another upstream for the request at the front.
+    Switch(Target),
+}
+
+impl Inspect {
+    /// An inspected tunnel: `to_client` is the proxy's success reply,
+    /// `early` the bytes the client sent behind its request.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn tunnel(
+        client: Channel,
+        upstream: Channel,
+        target: Target,
+        to_client: &[u8],
+        early: &[u8],
+        rules: Option<Arc<RequestRules>>,
+        idle: Option<Duration>,
+        ctx: &mut Ctx,
+    ) -> Inspect {
+        let mut s = Inspect::new(
+            client,
+            upstream,
+            Mode::Tunnel { target },
+            rules,
+            early,
+            idle,
+            ctx,
+        );
+        s.cout.extend(to_client);
+        s
+    }
+
+    /// The forward proxy, connected to `target`; `early` starts with the
+    /// request head that led here.
+    pub(crate) fn forward(
+        client: Endpoint,
+        upstream: Channel,
+        target: Target,
+        early: &[u8],
+        rules: Option<Arc<RequestRules>>,
+        idle: Option<Duration>,
+        ctx: &mut Ctx,
+    ) -> Inspect {
+        let mode = Mode::Forward { upstream: target };
+        let client = Channel::Plain(client);
+        Inspect::new(client, upstream, mode, rules, early, idle, ctx)
+    }
+
+    fn new(
+        client: Channel,
+        upstream: Channel,
+        mode: Mode,
+        rules: Option<Arc<RequestRules>>,
+        early: &[u8],
+        idle: Option<Duration>,
+        ctx: &mut Ctx,
+    ) -> Inspect {
+        let size = buffer_size(ctx);
+        let mut take = || ctx.pool.take_at_least(size);
+        let mut cin = take();
+        cin.extend(early);
+        let config = ExchangeConfig {
+            rules,
+            max_head_bytes: ctx.settings.limits.max_head_bytes,
+            ..ExchangeConfig::new(mode)
+        };
+        Inspect {
+            client,
+            upstream,
+            ex: Exchange::new(config),
+            cin,
+            uout: take(),
+            uin: take(),
+            cout: take(),
+            client_eof: false,
+            upstream_eof: false,
+            upstream_gone: false,
+            idle,
+            last_active: ctx.now,
+            waiting: None,
+            armed: None,
+        }
+    }
+
+    pub(crate) fn endpoint(&mut self, side: Side) -> &mut Endpoint {
+        match side {
+            Side::Client => self.client.endpoint(),
+            Side::Upstream => self.upstream.endpoint(),
+        }
+    }
+
+    /// What the session waits for: a response (its clock runs) or the
+    /// client's next request.
+    pub(crate) fn stage(&self) -> &'static str {
+        match (
+            self.waiting,
+            self.client.is_plain(),
+            self.upstream.is_plain(),
+        ) {
+            (Some(_), ..) => "awaiting-response",
+            (None, true, true) => "http",
+            (None, ..) => "https",
+        }
+    }
+
+    /// New request rules after a policy reload (`None`: every request allowed).
+    pub(crate) fn set_rules(&mut self, rules: Option<Arc<RequestRules>>) {
+        self.ex.set_rules(rules);
+    }
+
+    pub(crate) fn drive(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        self.unpark(ctx);
+        let stop = self.pump(conn, ctx);
+        self.records(conn, ctx);
+        match stop {
+            Ok(()) => {}
+            Err(Stop::ClientGone) => return State::Done(CloseReason::ClientGone),
+            Err(Stop::Upgraded) => return self.upgrade(conn, ctx),
+            Err(Stop::Closed(answer, end)) => return self.close(answer, end, conn, ctx),
+            Err(Stop::Switch(target)) => {
+                // The old upstream closes here; the client goes on to the new one.
+                let this = *self;
+                let early = this.cin.data().to_vec();
+                let Channel::Plain(client) = this.client else {
+                    unreachable!("the forward proxy's client is plaintext");
+                };
+                return super::connect::start(client, target, Dialect::Forward, early, conn, ctx);
+            }
+        }
+        self.rearm(conn, ctx);
+        self.park(ctx);
+        State::Inspect(self)
+    }
+
+    /// Moves bytes and messages both ways until nothing more can move.
+    fn pump(&mut self, conn: &mut Conn, ctx: &mut Ctx) -> Result<(), Stop> {
+        let mut active = false;
+        for round in 0.. {
+            if round == ROUNDS_PER_CALL {
+                ctx.again();
+                break;
+            }
+            let mut moved = false;
+            // TLS handshakes and records owed below the plaintext.
+            moved |= self.client.progress().map_err(|_| Stop::ClientGone)?;
+            if !self.upstream_gone {
+                match self.upstream.progress() {
+                    Ok(m) => moved |= m,
+                    Err(e) => moved |= self.upstream_lost(&e),
+                }
+            }
+            moved |= self.requests()?;
+            moved |= self.send_upstream(conn, ctx);
+            moved |= self.read_upstream();
+            moved |= self.responses()?;
+            moved |= flush(&mut self.client, &mut self.cout, Side::Upstream, conn, ctx)
+                .map_err(|_| Stop::ClientGone)?;
+            match self.ex.status() {
+                Status::Open => {}
+                Status::Upgraded => return Err(Stop::Upgraded),
+                Status::Closed { answer, end } => return Err(Stop::Closed(answer, end)),
+            }
+            if !moved {
+                break;
+            }
+            active = true;
+            self.last_active = ctx.now;
+        }
+        // As in a tunnel, an error event ends a side only once nothing more
+        // moves: what it sent before failing is read and relayed first.
+        if !active && self.client.failed() {
+            return Err(Stop::ClientGone);
+        }
+        if !active && self.upstream.failed() && !self.upstream_gone {
+            self.upstream_gone = true;
+            self.upstream_eof = true;
+            self.ex.upstream_eof();
+            if let Status::Closed { answer, end } = self.drain_responses()? {
+                return Err(Stop::Closed(answer, end));
+            }
+        }
+        self.note_wait(ctx.now);
+        Ok(())
+    }
+
+    /// Reads the client and hands its bytes to the machine.
+    fn requests(&mut self) -> Result<bool, Stop> {
+        let mut moved = false;
+        if !self.client_eof {
+            match fill(&mut self.client, &mut self.cin) {
+                Io::Progress(_) => moved = true,
+                Io::Eof => {
+                    self.client_eof = true;
+                    self.ex.client_eof();
+                    moved = true;
+                }
+                Io::WouldBlock => {}
+                Io::PeerGone(_) => return Err(Stop::ClientGone),
+            }
+        }
+        loop {
+            match self.ex.on_client(self.cin.data(), self.uout.room()) {
+                ClientAction::Forward(n) => {
+                    self.uout.extend(&self.cin.data()[..n]);
+                    self.cin.consume(n);
+                }
+                ClientAction::Send { consumed, bytes } => {
+                    self.cin.consume(consumed);
+                    self.uout.extend(&bytes);
+                }
+                ClientAction::Discard(n) => self.cin.consume(n),
+                ClientAction::Switch(target) => {
+                    if self.uout.is_empty() && self.cout.is_empty() {
+                        return Err(Stop::Switch(target));
+                    }
+                    return Ok(moved);
+                }
+                ClientAction::Wait | ClientAction::Stopped => return Ok(moved),
+            }
+            moved = true;
+        }
+    }
+
+    /// Writes what the machine sent the upstream's way.
+    fn send_upstream(&mut self, conn: &mut Conn, ctx: &Ctx) -> bool {
+        if self.upstream_gone {
+            return false;
+        }
+        match flush(&mut self.upstream, &mut self.uout, Side::Client, conn, ctx) {
+            Ok(moved) => moved,
+            Err(e) => self.upstream_lost(&e),
+        }
+    }
+
+    /// Reads the upstream.
+    fn read_upstream(&mut self) -> bool {
+        if self.upstream_eof {
+            return false;
+        }
+        match fill(&mut self.upstream, &mut self.uin) {
+            Io::Progress(_) => true,
+            Io::Eof => {
+                self.upstream_eof = true;
+                self.ex.upstream_eof();
+                true
+            }
+            Io::WouldBlock => false,
+            Io::PeerGone(e) => self.upstream_lost(&e),
+        }
+    }
+
+    /// The upstream reset, failed its TLS, or broke: what it sent was
+    /// relayed already; the machine hears it as an EOF, so a request still
+    /// waiting gets its 502.
+    fn upstream_lost(&mut self, e: &std::io::Error) -> bool {
+        log::debug!("upstream lost: {e}");
+        self.upstream_gone = true;
+        if !self.upstream_eof {
+            self.upstream_eof = true;
+            match crate::tls::TlsFailure::of(e) {
+                Some(f) => self.ex.upstream_failed("upstream-tls", f.reason()),
+                None => self.ex.upstream_eof(),
+            }
+        }
+        true
+    }
+
+    /// Hands upstream bytes (and the proxy's own answers) to the machine.
+    fn responses(&mut self) -> Result<bool, Stop> {
+        let mut moved = false;
+        loop {
+            match self.ex.on_upstream(self.uin.data(), self.cout.room()) {
+                UpstreamAction::Forward(n) => {
+                    self.cout.extend(&self.uin.data()[..n]);
+                    self.uin.consume(n);
+                }
+                UpstreamAction::Send { consumed, bytes } => {
+                    self.uin.consume(consumed);
+                    self.cout.extend(&bytes);
+                }
+                UpstreamAction::Answer(bytes) => {
+                    self.cout.extend(&bytes);
+                }
+                UpstreamAction::Upgrade => return Err(Stop::Upgraded),
+                UpstreamAction::Wait | UpstreamAction::Close => return Ok(moved),
+            }
+            moved = true;
+        }
+    }
+
+    /// After an upstream loss: let the machine say what the client is owed.
+    fn drain_responses(&mut self) -> Result<Status, Stop> {
+        self.responses()?;
+        Ok(self.ex.status())
+    }
+
+    /// Counts and logs each finished request.
+    fn records(&mut self, conn: &mut Conn, ctx: &Ctx) {
+        for record in self.ex.take_records() {
+            conn.log.requests += 1;
+            log_record(conn.id, &record);
+            ctx.stats.request(matches!(
+                record.decision,
+                Decision::Allowed(_) | Decision::WouldDeny(_)
+            ));
+        }
+    }
+
+    /// The conversation is over: flush what the client is owed, then close.
+    fn close(
+        mut self: Box<Self>,
+        answer: Option<Vec<u8>>,
+        end: End,
+        conn: &mut Conn,
+        ctx: &mut Ctx,
+    ) -> State {
+        if let Some(answer) = answer {
+            self.owe(&answer, ctx);
+        }
+        let reason = match &end {
+            End::Done => CloseReason::Done,
+            End::UpstreamClosed | End::BadUpstream(_) => CloseReason::UpstreamGone,
+            End::BadRequest(_) => CloseReason::BadRequest,
+            End::ResponseTimeout => CloseReason::ResponseTimeout,
+        };
+        match &end {
+            End::BadUpstream(why) | End::BadRequest(why) => {
+                log::info!("conn={} {why}", conn.id);
+                conn.log.error = Some(why.clone());
+            }
+            End::UpstreamClosed => {
+                conn.log.error =
+                    Some("the upstream closed before its response was complete".into());
+            }
+            End::ResponseTimeout => {
+                conn.log.error = Some("the upstream did not answer in time".into());
+            }
+            End::Done => {}
+        }
+        // A response cut short must not look complete to the client: after
+        // what it is owed, it gets a reset, not a FIN.
+        let cut_short = matches!(end, End::UpstreamClosed) && !self.cout_is_answer();
+        let this = *self;
+        let owed = (!this.cout.is_empty()).then_some(Carrier::Buf(this.cout));
+        // The upstream's socket closes here; the client's goes on to Closing.
+        if cut_short {
+            State::Closing(Closing::abort(this.client, Side::Client, owed, reason))
+        } else {
+            State::Closing(Closing::to_client(this.client, owed, reason))
+        }
+    }
+
+    /// Whether the conversation ended with an answer of the proxy's own (a
+    /// 502 queued whole), rather than a response cut off midway.
+    fn cout_is_answer(&self) -> bool {
+        matches!(
+            self.ex.status(),
+            Status::Closed {
+                answer: Some(_),
+                ..
+            }
+        )
+    }
+
+    /// The 101 is out: every buffered byte goes on raw, both ways.
+    fn upgrade(self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        let this = *self;
+        ctx.stats.upgraded();
+        conn.log.upgraded = true;
+        log::debug!("conn={} upgraded: raw passthrough from here", conn.id);
+        let to_client = join(this.cout, this.uin, ctx);
+        let to_upstream = join(this.uout, this.cin, ctx);
+        let preload = Preload {
+            to_client,
+            own: 0,
+            to_upstream,
+            // An EOF already read raises no new edge: the tunnel must know of it.
+            eof: (this.client_eof, this.upstream_eof),
+        };
+        State::Passthrough(Passthrough::new(
+            this.client,
+            this.upstream,
+            preload,
+            this.idle,
+            ctx,
+        ))
+    }
+
+    /// Follows the machine's response clock: a new wait restarts it.
+    fn note_wait(&mut self, now: Instant) {
+        self.waiting = match (self.ex.awaiting_response(), self.waiting) {
+            (Some(id), Some((w, since))) if w == id => Some((w, since)),
+            (Some(id), _) => Some((id, now)),
+            (None, _) => None,
+        };
+    }
+
+    /// Keeps the one session deadline on what the session waits for: a
+    /// response head (504 when it does not come) or, if set, idleness.
+    fn rearm(&mut self, conn: &mut Conn, ctx: &Ctx) {
+        let want = match self.waiting {
+            Some((id, _)) => Some(Wait::Response(id)),
+            None => self.idle.map(|_| Wait::Idle),
+        };
+        if want == self.armed {
+            return;
+        }
+        self.armed = want;
+        // Set for the time left: a deadline that moved later since (new
+        // traffic) only makes the timer fire early, and `on_timer` then sets
+        // it again for what is left.
+        conn.deadline = match want {
+            Some(Wait::Response(_)) => self
+                .waiting
+                .map(|(_, since)| since + ctx.settings.timeouts.response),
+            Some(Wait::Idle) => self.idle.map(|idle| self.last_active + idle),
+            None => None,
+        };
+    }
+
+    pub(crate) fn on_timer(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        self.unpark(ctx);
+        self.armed = None;
+        if let Some((_, since)) = self.waiting {
+            if ctx.now >= since + ctx.settings.timeouts.response && self.ex.response_timeout() {
+                log::info!("conn={} the upstream did not answer in time", conn.id);
+                self.records(conn, ctx);
+                if let Status::Closed { answer, end } = self.ex.status() {
+                    return self.close(answer, end, conn, ctx);
+                }
+            }
+        } else if let Some(idle) = self.idle {
+            if ctx.now >= self.last_active + idle {
+                return State::Done(CloseReason::IdleTimeout);
+            }
+        }
+        self.rearm(conn, ctx);
+        self.park(ctx);
+        State::Inspect(self)
+    }
+
+    /// Queues a whole answer for the client, growing the buffer if it must:
+    /// half an answer would corrupt the stream.
+    fn owe(&mut self, answer: &[u8], ctx: &mut Ctx) {
+        if self.cout.room() < answer.len() {
+            let mut bigger = ctx.pool.take_at_least(self.cout.len() + answer.len());
+            bigger.extend(self.cout.data());
+            self.cout = bigger;
+        }
+        self.cout.extend(answer);
+    }
+
+    /// Gives empty buffers back to the pool between calls, so an idle
+    /// keep-alive session holds none (an empty `ByteBuf` allocates nothing).
+    fn park(&mut self, ctx: &mut Ctx) {
+        for buf in [&mut self.cin, &mut self.uout, &mut self.uin, &mut self.cout] {
+            // Only pool-sized buffers: others would be freed and allocated
+            // again on every call.
+            if buf.is_empty() && buf.capacity() == ctx.pool.size() {
+                ctx.pool
+                    .give(std::mem::replace(buf, ByteBuf::with_capacity(0)));
+            }
+        }
+    }
+
+    /// Takes buffers again for the parked slots.
+    fn unpark(&mut self, ctx: &mut Ctx) {
+        let size = buffer_size(ctx);
+        for buf in [&mut self.cin, &mut self.uout, &mut self.uin, &mut self.cout] {
+            if buf.capacity() == 0 {
+                *buf = ctx.pool.take_at_least(size);
+            }
+        }
+    }
+}
+
+/// One line per inspected request: denied and refused ones at info (they
+/// are what a policy author looks for), allowed ones at debug.
+fn log_record(id: u64, r: &Record) {
+    let method = r.method.as_deref().unwrap_or("-");
+    let path = r.path.as_deref().unwrap_or("-");
+    let status = r.status.map_or_else(|| "-".to_string(), |s| s.to_string());
+    match &r.decision {
+        Decision::Allowed(rule) => log::debug!(
+            "conn={id} request {method} {path} allowed by {} status={status}",
+            rule.as_deref().unwrap_or("-")
+        ),
+        Decision::WouldDeny(rule) => log::info!(
+            "conn={id} request {method} {path} decision=would-deny by {rule} status={status}"
+        ),
+        Decision::Denied(rule) => {
+            log::info!("conn={id} request denied: {method} {path} by {rule} status={status}")
+        }
+        Decision::Refused {
+            status,
+            cause,
+            reason,
+        } => log::info!("conn={id} request refused {status} ({cause}): {reason}"),
+    }
+}
+
+/// Reads `ch` into `buf` until it is full or the channel would block.
+fn fill(ch: &mut Channel, buf: &mut ByteBuf) -> Io {
+    let mut got = 0;
+    ch.want_read(buf.room() > 0);
+    while ch.can_read() && buf.room() > 0 {
+        match ch.read(buf.space()) {
+            Io::Progress(n) => {
+                buf.commit(n);
+                got += n;
+            }
+            Io::WouldBlock => break,
+            other => return other,
+        }
+    }
+    if got > 0 {
+        Io::Progress(got)
+    } else {
+        Io::WouldBlock
+    }
+}
+
+/// Writes `buf` to `ch` until it is empty or the channel would block; the
+/// bytes came `from` the other side and are counted as relayed.
+fn flush(
+    ch: &mut Channel,
+    buf: &mut ByteBuf,
+    from: Side,
+    conn: &mut Conn,
+    ctx: &Ctx,
+) -> Result<bool, std::io::Error> {
+    let mut moved = false;
+    ch.want_write(!buf.is_empty());
+    while ch.can_write() && !buf.is_empty() {
+        match ch.write(buf.data()) {
+            Io::Progress(n) => {
+                buf.consume(n);
+                conn.count(from, n, ctx);
+                moved = true;
+            }
+            Io::WouldBlock => break,
+            Io::Eof => return Err(std::io::ErrorKind::BrokenPipe.into()),
+            Io::PeerGone(e) => return Err(e),
+        }
+    }
+    Ok(moved)
+}
+
+/// Inspect's buffer size: a whole head must fit, with room for what the
+/// forward proxy adds when it rewrites one (`Via`, `Host`, `Connection`).
+fn buffer_size(ctx: &Ctx) -> usize {
+    let limits = &ctx.settings.limits;
+    limits.buffer_size.max(limits.max_head_bytes + 1024)
+}
+
+/// `a` then `b` in one buffer (`None` when both are empty).
+fn join(mut a: ByteBuf, b: ByteBuf, ctx: &mut Ctx) -> Option<ByteBuf> {
+    match (a.is_empty(), b.is_empty()) {
+        (true, true) => None,
+        (false, true) => Some(a),
+        (true, false) => Some(b),
+        (false, false) if a.room() >= b.len() => {
+            a.extend(b.data());
+            Some(a)
+        }
+        (false, false) => {
+            let mut joined = ctx.pool.take_at_least(a.len() + b.len());
+            joined.extend(a.data());
+            joined.extend(b.data());
+            Some(joined)
+        }
+    }
+}
