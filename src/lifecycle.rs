@@ -68,11 +68,14 @@ pub enum CloseReason {
     Limit,
     /// An inspected request got no response head within the response timeout.
     ResponseTimeout,
+    /// TLS with the client failed: not a ClientHello, a handshake error, or
+    /// the client refused our certificate.
+    TlsFailed,
 }
 
 impl CloseReason {
     /// Every reason, in a fixed order (the order of the tallies).
-    pub const ALL: [CloseReason; 17] = [
+    pub const ALL: [CloseReason; 18] = [
         CloseReason::Done,
         CloseReason::ClientGone,
         CloseReason::UpstreamGone,
@@ -90,6 +93,7 @@ impl CloseReason {
         CloseReason::Shutdown,
         CloseReason::Limit,
         CloseReason::ResponseTimeout,
+        CloseReason::TlsFailed,
     ];
 
     /// The short name used in logs and stats, e.g. `client-gone`.
@@ -112,6 +116,7 @@ impl CloseReason {
             CloseReason::Shutdown => "shutdown",
             CloseReason::Limit => "limit",
             CloseReason::ResponseTimeout => "response-timeout",
+            CloseReason::TlsFailed => "tls-failed",
         }
     }
 

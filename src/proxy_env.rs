@@ -141,12 +141,25 @@ impl ProxyEnv {
     }
 }
 
-/// Hook for TLS termination: the variables that make programs trust the
+/// When a rule terminates TLS: the variables that make programs trust the
 /// proxy's CA (`SSL_CERT_FILE`, `REQUESTS_CA_BUNDLE`, `NODE_EXTRA_CA_CERTS`,
-/// `CURL_CA_BUNDLE`, `GIT_SSL_CAINFO`, ...) once the configuration has one.
-/// None today: the proxy never terminates TLS yet.
-pub fn tls_ca_vars(_config: &Config) -> Vec<Var> {
-    Vec::new()
+/// `GIT_SSL_CAINFO`, `CARGO_HTTP_CAINFO`, ...), pointing at the trust bundle
+/// (system roots plus the CA) where one could be written. The CA is
+/// generated if it does not exist yet. Nothing when no rule terminates.
+pub fn tls_ca_vars(config: &Config) -> Vec<Var> {
+    if !config.policy.terminates_any() {
+        return Vec::new();
+    }
+    match crate::cli::ca::ca_files(&config.tls) {
+        Ok((cert, bundle)) => portcullis::tls::instructions::ca_env(&cert, bundle.as_deref())
+            .into_iter()
+            .map(|(name, path)| (name.to_string(), path.display().to_string()))
+            .collect(),
+        Err(e) => {
+            eprintln!("portcullis: the CA for TLS termination: {e}");
+            Vec::new()
+        }
+    }
 }
 
 /// The address a local client would use: the unspecified address becomes loopback.

@@ -3,6 +3,7 @@
 //! (flattened from [`Args`]), so `--config`, `--listen`, `--allow` ... mean
 //! the same everywhere.
 
+pub mod ca;
 pub mod env;
 
 use std::ffi::OsString;
@@ -34,6 +35,17 @@ pub enum Command {
     /// Print the proxy environment variables for the configured listener:
     /// eval "$(portcullis env)".
     Env(EnvArgs),
+    /// Print where the CA that signs terminated-TLS leaves is, and how to
+    /// make programs trust it (generating it first if needed).
+    Ca(CaArgs),
+}
+
+/// `portcullis ca [proxy options]`
+#[derive(Debug, clap::Args)]
+pub struct CaArgs {
+    /// The proxy's flags (`--config`, `--ca-cert`, `--ca-key` matter here).
+    #[command(flatten)]
+    pub proxy: Args,
 }
 
 const RUN_AFTER_HELP: &str = "\
@@ -110,6 +122,7 @@ pub fn main(command: Command) -> ExitCode {
     match command {
         Command::Run(run) => crate::run::main(run),
         Command::Env(env) => env::main(&env),
+        Command::Ca(ca) => ca::main(&ca.proxy),
     }
 }
 

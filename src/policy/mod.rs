@@ -344,6 +344,16 @@ impl Policy {
         self.audit
     }
 
+    /// Whether any allow rule terminates TLS (the proxy then needs its CA).
+    pub fn terminates_any(&self) -> bool {
+        self.rules.iter().any(|r| {
+            r.action == Action::Allow
+                && r.inspect
+                    .as_ref()
+                    .is_some_and(|i| i.tls == TlsMode::Terminate)
+        })
+    }
+
     /// Rule names in order, for logs and diagnostics.
     pub fn rule_names(&self) -> Vec<Arc<str>> {
         self.rules.iter().map(|r| r.name.clone()).collect()

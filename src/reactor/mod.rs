@@ -29,11 +29,11 @@ use slab::Slab;
 
 use crate::buffer::BufPool;
 use crate::client::{ClientKey, Peer};
-use crate::config::{Config, ListenerProtocol};
+use crate::config::{Config, ListenerProtocol, TlsConfig};
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::Policy;
-use crate::session::{Ctx, Effects, Session, Settings, Tokens};
+use crate::session::{Ctx, Effects, Session, Settings, TlsEnv, Tokens};
 use admission::{Admission, Admit};
 use listener::Listener;
 pub(crate) use remote::{Control, Remote};
@@ -81,6 +81,22 @@ struct Env {
     settings: Settings,
     policy: Policy,
     remote: Arc<Remote>,
+    /// What terminating TLS needs; loaded once a rule terminates.
+    tls: Option<TlsEnv>,
+    tls_config: TlsConfig,
+}
+
+impl Env {
+    /// Loads the CA and TLS configs if the policy terminates TLS and they
+    /// are not loaded yet.
+    fn prepare_tls(&mut self) -> io::Result<()> {
+        if self.tls.is_none() && self.policy.terminates_any() {
+            let env = TlsEnv::load(&self.tls_config)
+                .map_err(|e| io::Error::other(format!("TLS termination: {e}")))?;
+            self.tls = Some(env);
+        }
+        Ok(())
+    }
 }
 
 impl Env {
@@ -95,6 +111,7 @@ impl Env {
             #[cfg(target_os = "linux")]
             pipes: &self.pipes,
             settings: &self.settings,
+            tls: self.tls.as_mut(),
             policy: &self.policy,
             stats: &self.remote.stats,
             now,
@@ -189,7 +206,11 @@ impl Reactor {
             },
             policy: config.policy,
             remote: Arc::clone(&remote),
+            tls: None,
+            tls_config: config.tls,
         };
+        let mut env = env;
+        env.prepare_tls()?;
         let reactor = Reactor {
             poll,
             events: Events::with_capacity(1024),
@@ -330,6 +351,12 @@ impl Reactor {
                 Control::Shutdown { graceful: true } => self.start_draining(),
                 Control::Reload(policy) => {
                     self.env.policy = policy;
+                    // A reload that brings the first terminating rule needs
+                    // the CA now; if it cannot load, such tunnels fail with
+                    // a clear reason (and the error is logged here).
+                    if let Err(e) = self.env.prepare_tls() {
+                        log::error!("{e}");
+                    }
                     log::info!(
                         "policy reloaded; re-checking {} open sessions",
                         self.sessions.len()

@@ -15,6 +15,7 @@ use super::endpoint::Endpoint;
 use super::inspect::Inspect;
 use super::passthrough::{Passthrough, Preload};
 use super::refusal::{Dialect, Refusal};
+use super::securing::Securing;
 use super::state::State;
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
@@ -74,6 +75,7 @@ fn decide(
                 request.target,
                 allowed.rule
             );
+            let terminate = allowed.terminates_tls();
             conn.log.decision = Decision::Allowed(allowed.rule);
             let plan = Plan {
                 request,
@@ -81,6 +83,7 @@ fn decide(
                 next: 0,
                 last_error: None,
                 idle: allowed.idle_timeout,
+                terminate,
                 inspect: allowed.inspect,
             };
             plan.attempt(client, conn, ctx)
@@ -158,6 +161,8 @@ struct Plan {
     idle: Option<Duration>,
     /// The allowing rule's request rules, when it inspects HTTP.
     inspect: Option<Arc<RequestRules>>,
+    /// TLS is terminated and inspected inside.
+    terminate: bool,
 }
 
 /// A connect in flight; owns the client and the pending upstream.
@@ -265,6 +270,17 @@ impl Connecting {
                 )))
             }
         };
+        if plan.terminate {
+            return State::Securing(Securing::new(
+                client,
+                upstream,
+                reply,
+                early,
+                target,
+                plan.inspect,
+                idle,
+            ));
+        }
         match plan.inspect {
             Some(rules) => State::Inspect(Box::new(Inspect::tunnel(
                 Channel::Plain(client),

@@ -50,6 +50,12 @@ pub(crate) struct Inspect {
     waiting: Option<(u64, Instant)>,
     /// What the session's deadline is set for now.
     armed: Option<Wait>,
+    /// The client's first bytes are still to be looked at (a plaintext
+    /// tunnel: a TLS ClientHello there means the rule should terminate).
+    first_bytes: bool,
+    /// Leading bytes of `cout` that are the proxy's own success reply, not
+    /// relayed payload: written like it, never counted as it.
+    own: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +74,9 @@ enum Stop {
     Closed(Option<Vec<u8>>, End),
     /// The forward proxy needs another upstream for the request at the front.
     Switch(Target),
+    /// The client does not speak what this rule inspects: these bytes (a
+    /// TLS alert), then close, for this reason.
+    WrongProtocol(Vec<u8>, &'static str),
 }
 
 impl Inspect {
@@ -84,6 +93,7 @@ impl Inspect {
         idle: Option<Duration>,
         ctx: &mut Ctx,
     ) -> Inspect {
+        let plain = client.is_plain();
         let mut s = Inspect::new(
             client,
             upstream,
@@ -94,6 +104,8 @@ impl Inspect {
             ctx,
         );
         s.cout.extend(to_client);
+        s.own = to_client.len();
+        s.first_bytes = plain;
         s
     }
 
@@ -146,6 +158,8 @@ impl Inspect {
             last_active: ctx.now,
             waiting: None,
             armed: None,
+            first_bytes: false,
+            own: 0,
         }
     }
 
@@ -184,6 +198,14 @@ impl Inspect {
             Err(Stop::ClientGone) => return State::Done(CloseReason::ClientGone),
             Err(Stop::Upgraded) => return self.upgrade(conn, ctx),
             Err(Stop::Closed(answer, end)) => return self.close(answer, end, conn, ctx),
+            Err(Stop::WrongProtocol(bytes, why)) => {
+                log::info!("conn={} {why}", conn.id);
+                let Channel::Plain(client) = self.client else {
+                    unreachable!("only a plaintext client is sniffed");
+                };
+                let reason = CloseReason::BadRequest;
+                return super::closing::answer(&bytes, reason, why.into(), client, conn, ctx);
+            }
             Err(Stop::Switch(target)) => {
                 // The old upstream closes here; the client goes on to the new one.
                 let this = *self;
@@ -220,8 +242,10 @@ impl Inspect {
             moved |= self.send_upstream(conn, ctx);
             moved |= self.read_upstream();
             moved |= self.responses()?;
-            moved |= flush(&mut self.client, &mut self.cout, Side::Upstream, conn, ctx)
+            let (written, payload) = flush(&mut self.client, &mut self.cout, &mut self.own)
                 .map_err(|_| Stop::ClientGone)?;
+            conn.count(Side::Upstream, payload, ctx);
+            moved |= written > 0;
             match self.ex.status() {
                 Status::Open => {}
                 Status::Upgraded => return Err(Stop::Upgraded),
@@ -265,6 +289,17 @@ impl Inspect {
                 Io::PeerGone(_) => return Err(Stop::ClientGone),
             }
         }
+        if self.first_bytes && !self.cin.is_empty() {
+            self.first_bytes = false;
+            // No HTTP request starts with 0x16; a TLS handshake record does.
+            if self.cin.data()[0] == 0x16 {
+                let why = crate::tls::Sniff::Tls
+                    .mismatch(false)
+                    .unwrap_or("TLS on a plaintext HTTP rule");
+                let alert = crate::tls::alert_record(rustls::AlertDescription::HandshakeFailure);
+                return Err(Stop::WrongProtocol(alert.to_vec(), why));
+            }
+        }
         loop {
             match self.ex.on_client(self.cin.data(), self.uout.room()) {
                 ClientAction::Forward(n) => {
@@ -293,8 +328,11 @@ impl Inspect {
         if self.upstream_gone {
             return false;
         }
-        match flush(&mut self.upstream, &mut self.uout, Side::Client, conn, ctx) {
-            Ok(moved) => moved,
+        match flush(&mut self.upstream, &mut self.uout, &mut 0) {
+            Ok((written, payload)) => {
+                conn.count(Side::Client, payload, ctx);
+                written > 0
+            }
             Err(e) => self.upstream_lost(&e),
         }
     }
@@ -587,30 +625,31 @@ fn fill(ch: &mut Channel, buf: &mut ByteBuf) -> Io {
     }
 }
 
-/// Writes `buf` to `ch` until it is empty or the channel would block; the
-/// bytes came `from` the other side and are counted as relayed.
+/// Writes `buf` to `ch` until it is empty or the channel would block.
+/// Returns the bytes written, and how many of them are payload: the first
+/// `own` bytes are the proxy's own and do not count.
 fn flush(
     ch: &mut Channel,
     buf: &mut ByteBuf,
-    from: Side,
-    conn: &mut Conn,
-    ctx: &Ctx,
-) -> Result<bool, std::io::Error> {
-    let mut moved = false;
+    own: &mut usize,
+) -> Result<(usize, usize), std::io::Error> {
+    let (mut written, mut payload) = (0, 0);
     ch.want_write(!buf.is_empty());
     while ch.can_write() && !buf.is_empty() {
         match ch.write(buf.data()) {
             Io::Progress(n) => {
                 buf.consume(n);
-                conn.count(from, n, ctx);
-                moved = true;
+                let ours = n.min(*own);
+                *own -= ours;
+                written += n;
+                payload += n - ours;
             }
             Io::WouldBlock => break,
             Io::Eof => return Err(std::io::ErrorKind::BrokenPipe.into()),
             Io::PeerGone(e) => return Err(e),
         }
     }
-    Ok(moved)
+    Ok((written, payload))
 }
 
 /// Inspect's buffer size: a whole head must fit, with room for what the

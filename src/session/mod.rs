@@ -24,9 +24,11 @@ mod inspect;
 mod passthrough;
 mod readiness;
 mod refusal;
+mod securing;
 mod state;
 #[cfg(test)]
 mod tests;
+mod tls_env;
 
 use std::io;
 use std::net::IpAddr;
@@ -36,6 +38,7 @@ use mio::event::Event;
 pub(crate) use ctx::{Ctx, Effects, Settings, Tokens};
 #[cfg(target_os = "linux")]
 pub(crate) use passthrough::pipe::PipeBudget;
+pub(crate) use tls_env::TlsEnv;
 
 use conn::{Conn, Decision};
 use endpoint::Endpoint;
@@ -229,6 +232,8 @@ impl Session {
             // Resolve and connect share one deadline.
             State::Connecting(_) if was_resolving => {}
             State::Connecting(_) => self.conn.deadline_in(ctx.now, timeouts.connect),
+            // The client has the handshake timeout to start its TLS.
+            State::Securing(_) => self.conn.deadline_in(ctx.now, timeouts.handshake),
             State::Passthrough(p) => {
                 self.conn.deadline = p.idle_timeout().map(|idle| ctx.now + idle);
             }

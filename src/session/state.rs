@@ -21,6 +21,7 @@ use super::ctx::Ctx;
 use super::handshake::Handshake;
 use super::inspect::Inspect;
 use super::passthrough::Passthrough;
+use super::securing::Securing;
 use crate::lifecycle::{CloseReason, Phase, Side};
 
 pub(crate) enum State {
@@ -30,6 +31,8 @@ pub(crate) enum State {
     Resolving(Resolving),
     /// A non-blocking connect is in flight.
     Connecting(Connecting),
+    /// A TLS-terminated tunnel's start: the reply, the ClientHello, its SNI.
+    Securing(Securing),
     /// Raw relaying both ways (spliced on Linux).
     Passthrough(Passthrough),
     /// Relaying HTTP/1.1 message by message (inspection, forward proxy).
@@ -47,6 +50,7 @@ impl State {
             State::Handshake(_) => "Handshake",
             State::Resolving(_) => "Resolving",
             State::Connecting(_) => "Connecting",
+            State::Securing(_) => "Securing",
             State::Passthrough(_) => "Passthrough",
             State::Inspect(_) => "Inspect",
             State::Closing(_) => "Closing",
@@ -58,6 +62,7 @@ impl State {
     pub(crate) fn stage(&self) -> Option<&'static str> {
         match self {
             State::Handshake(h) => Some(h.stage()),
+            State::Securing(s) => Some(s.stage()),
             State::Closing(c) => Some(c.stage()),
             State::Inspect(i) => Some(i.stage()),
             State::Passthrough(p) => Some(p.stage()),
@@ -78,7 +83,7 @@ impl State {
             State::Handshake(h) if h.is_refusing() => Some(Phase::Closing),
             State::Handshake(_) => Some(Phase::Handshake),
             State::Resolving(_) => Some(Phase::Resolving),
-            State::Connecting(_) => Some(Phase::Connecting),
+            State::Connecting(_) | State::Securing(_) => Some(Phase::Connecting),
             State::Passthrough(_) | State::Inspect(_) => Some(Phase::Established),
             State::Closing(_) => Some(Phase::Closing),
             State::Done(_) => None,
@@ -92,6 +97,7 @@ impl State {
             State::Handshake(h) => (side == Side::Client).then(|| h.client()),
             State::Resolving(r) => (side == Side::Client).then(|| r.client()),
             State::Connecting(c) => Some(c.endpoint(side)),
+            State::Securing(s) => Some(s.endpoint(side)),
             State::Passthrough(p) => Some(p.endpoint(side)),
             State::Inspect(i) => Some(i.endpoint(side)),
             State::Closing(c) => c.endpoint(side),
@@ -112,6 +118,7 @@ impl State {
             State::Handshake(h) => h.drive(conn, ctx),
             State::Resolving(r) => r.drive(conn, ctx),
             State::Connecting(c) => c.drive(conn, ctx),
+            State::Securing(s) => s.drive(conn, ctx),
             State::Passthrough(p) => p.drive(conn, ctx),
             State::Inspect(i) => i.drive(conn, ctx),
             State::Closing(c) => c.drive(conn, ctx),
@@ -125,6 +132,7 @@ impl State {
             State::Handshake(_) => State::Done(CloseReason::HandshakeTimeout),
             State::Resolving(r) => r.on_timeout(conn, ctx),
             State::Connecting(c) => c.on_timeout(conn, ctx),
+            State::Securing(_) => State::Done(CloseReason::HandshakeTimeout),
             State::Passthrough(p) => p.on_timer(conn, ctx),
             State::Inspect(i) => i.on_timer(conn, ctx),
             State::Closing(c) => c.on_timeout(),
