@@ -78,6 +78,7 @@ impl Harness {
             #[cfg(target_os = "linux")]
             pipes: &self.pipes,
             settings: &self.settings,
+            tls: None,
             policy: &self.policy,
             stats: &self.stats,
             now: self.now,
