@@ -290,7 +290,7 @@ fn websocket_inside_terminated_tls_moves_a_gib_each_way() {
     let (_dir, cfg) = config(&cas, origin.port(), "");
     let proxy = start(&cfg);
     let target = format!("localhost:{}", origin.port());
-    let mut tcp = tunnel(&proxy, &target);
+    let tcp = tunnel(&proxy, &target);
     tcp.set_read_timeout(Some(BULK)).unwrap();
     let tls = tls_client(&cas.proxy, tcp, "localhost");
     let url = format!("wss://{target}/ws");
