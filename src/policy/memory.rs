@@ -10,7 +10,8 @@
 //! The memory records facts about DNS (address, name), not rules, so it stays
 //! true across reloads; the policy in force interprets it. Entries expire
 //! ([`SEEN_TTL`], or [`PINNED_TTL`] for the exact names of inspecting rules,
-//! which the reactor re-resolves every [`REFRESH_EVERY`]) and the number of
+//! which the reactor re-resolves at start, on reload, and on accepts at most
+//! every [`REFRESH_EVERY`]) and the number of
 //! records is bounded: when full, expired records go first, then the
 //! soonest-expiring records of names clients asked for; pinned records are
 //! evicted only when nothing else is left, so a client cannot flush the
@@ -30,9 +31,14 @@ use super::host::canonical_ip;
 /// How long an address a client's resolution produced is remembered.
 pub const SEEN_TTL: Duration = Duration::from_secs(10 * 60);
 /// How long an address of an inspecting rule's exact name is remembered
-/// after its last resolution.
-pub const PINNED_TTL: Duration = Duration::from_secs(60 * 60);
-/// How often the reactor should re-resolve [`super::Policy::inspected_names`].
+/// after its last resolution. Long: the reactor re-resolves these names
+/// when traffic flows (at most every [`REFRESH_EVERY`]), never on a timer,
+/// so a proxy idle for hours keeps them rather than reopening the literal
+/// path for the first connection after the idle spell. An address the name
+/// no longer uses only makes connections to it inspected: stricter.
+pub const PINNED_TTL: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+/// How often, at most, the reactor re-resolves
+/// [`super::Policy::inspected_names`] (on accepts: traffic, not a timer).
 pub const REFRESH_EVERY: Duration = Duration::from_secs(60);
 /// Default bound on records (one per address and name).
 pub const DEFAULT_CAPACITY: usize = 4096;

@@ -37,7 +37,7 @@ use crate::session::{Ctx, Effects, Session, Settings, TlsEnv, Tokens};
 use admission::{Admission, Admit};
 use listener::Listener;
 pub(crate) use remote::{Control, Remote};
-use resolver::{Answer, Job, Resolver};
+use resolver::{Answer, Asker, Job, Resolver};
 use timer::{TimerId, TimerWheel};
 use token::Owner;
 
@@ -159,6 +159,8 @@ pub(crate) struct Reactor {
     draining: bool,
     /// The time of this iteration's wakeup.
     now: Instant,
+    /// When the inspected names were last re-resolved.
+    pins_resolved: Option<Instant>,
 }
 
 impl Reactor {
@@ -230,6 +232,7 @@ impl Reactor {
             exhausted: false,
             draining: false,
             now,
+            pins_resolved: None,
         };
         Ok((reactor, remote))
     }
@@ -238,6 +241,8 @@ impl Reactor {
         for l in self.listeners.iter().flatten() {
             log::debug!("listening on {} ({})", l.local, protocol_name(l.protocol));
         }
+        self.now = Instant::now();
+        self.refresh_pins();
         loop {
             let timeout = if self.requeue.is_empty() {
                 self.timers.next_timeout(Instant::now())
@@ -297,8 +302,10 @@ impl Reactor {
         }
         if let Some(host) = effects.resolve {
             self.resolver.resolve(Job {
-                key,
-                id: slot.session.id(),
+                asker: Asker::Session {
+                    key,
+                    id: slot.session.id(),
+                },
                 host,
             });
         }
@@ -349,8 +356,11 @@ impl Reactor {
             match msg {
                 Control::Shutdown { graceful: false } => stop = true,
                 Control::Shutdown { graceful: true } => self.start_draining(),
-                Control::Reload(policy) => {
+                Control::Reload(mut policy) => {
+                    // What DNS said about inspected names stays true.
+                    policy.set_memory(self.env.policy.memory().clone());
                     self.env.policy = policy;
+                    self.refresh_pins();
                     // A reload that brings the first terminating rule needs
                     // the CA now; if it cannot load, such tunnels fail with
                     // a clear reason (and the error is logged here).
@@ -369,13 +379,21 @@ impl Reactor {
             }
         }
         while let Ok(answer) = self.answers.try_recv() {
-            let current = self
-                .sessions
-                .get(answer.key)
-                .is_some_and(|s| s.session.id() == answer.id);
-            if current {
-                let result = answer.result;
-                self.call(answer.key, |s, ctx| s.on_resolved(result, ctx));
+            match answer.asker {
+                Asker::Session { key, id } => {
+                    let current = self.sessions.get(key).is_some_and(|s| s.session.id() == id);
+                    if current {
+                        let result = answer.result;
+                        self.call(key, |s, ctx| s.on_resolved(result, ctx));
+                    }
+                }
+                Asker::Pin => match answer.result {
+                    Ok(addrs) => {
+                        let host = crate::policy::Host::Domain(answer.host);
+                        self.env.policy.remember(&host, &addrs, self.now);
+                    }
+                    Err(e) => log::debug!("re-resolving {}: {e}", answer.host),
+                },
             }
         }
         stop
@@ -415,9 +433,15 @@ impl Reactor {
             };
             match listener.accept() {
                 Ok((stream, peer)) => {
-                    self.exhausted = false;
-                    self.env.remote.stats.accepted();
                     let protocol = listener.protocol;
+                    self.exhausted = false;
+                    let stale = self
+                        .pins_resolved
+                        .is_none_or(|t| self.now.duration_since(t) >= crate::policy::REFRESH_EVERY);
+                    if stale {
+                        self.refresh_pins();
+                    }
+                    self.env.remote.stats.accepted();
                     self.admit(stream, peer, protocol);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -478,6 +502,22 @@ impl Reactor {
                 }
                 self.admission.ended(client, admitted);
             }
+        }
+    }
+
+    /// Resolves the exact names of inspecting rules, so their addresses are
+    /// known (and reached only under inspection) before any client resolves
+    /// them itself. Runs at start, after a reload, and on accepts at most
+    /// every `REFRESH_EVERY`: driven by traffic, never by a timer, so an idle
+    /// proxy stays asleep (pinned addresses outlive a long idle; see
+    /// `policy::memory`).
+    fn refresh_pins(&mut self) {
+        self.pins_resolved = Some(self.now);
+        for host in self.env.policy.inspected_names() {
+            self.resolver.resolve(Job {
+                asker: Asker::Pin,
+                host,
+            });
         }
     }
 

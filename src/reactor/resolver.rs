@@ -9,17 +9,25 @@ use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-/// A name to resolve for a session.
+/// Who asked for a resolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asker {
+    /// A session, by slot and id (a stale answer is dropped).
+    Session { key: usize, id: u64 },
+    /// The reactor, keeping the addresses of inspected names fresh.
+    Pin,
+}
+
+/// A name to resolve.
 pub(crate) struct Job {
-    pub(crate) key: usize,
-    pub(crate) id: u64,
+    pub(crate) asker: Asker,
     pub(crate) host: String,
 }
 
 /// The answer, addresses in resolver order, de-duplicated.
 pub(crate) struct Answer {
-    pub(crate) key: usize,
-    pub(crate) id: u64,
+    pub(crate) asker: Asker,
+    pub(crate) host: String,
     pub(crate) result: io::Result<Vec<IpAddr>>,
 }
 
@@ -64,8 +72,8 @@ fn work(rx: &Mutex<Receiver<Job>>, answers: &Sender<Answer>, waker: &mio::Waker)
         let result = lookup(&job.host);
         if answers
             .send(Answer {
-                key: job.key,
-                id: job.id,
+                asker: job.asker,
+                host: job.host,
                 result,
             })
             .is_err()

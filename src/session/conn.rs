@@ -42,6 +42,8 @@ pub(crate) struct AccessLog {
 pub(crate) enum Decision {
     Undecided,
     Allowed(Arc<str>),
+    /// Audit mode let through what enforcing would refuse (why).
+    WouldDeny(String),
     Denied(String),
 }
 
@@ -80,6 +82,7 @@ impl Conn {
         let decision = match &log.decision {
             Decision::Undecided => "-".to_string(),
             Decision::Allowed(rule) => format!("allow rule={rule}"),
+            Decision::WouldDeny(why) => format!("would-deny ({why})"),
             Decision::Denied(why) => format!("deny ({why})"),
         };
         let error = log

@@ -65,7 +65,10 @@ fn decide(
     conn: &mut Conn,
     ctx: &mut Ctx,
 ) -> State {
-    match ctx.policy.check_resolved(&request.target, addrs) {
+    match ctx
+        .policy
+        .check_resolved_at(&request.target, addrs, ctx.now)
+    {
         Verdict::Deny(denial) => deny(client, denial, request, conn, ctx),
         Verdict::Allow(allowed) => {
             ctx.stats.allowed();
@@ -76,7 +79,19 @@ fn decide(
                 allowed.rule
             );
             let terminate = allowed.terminates_tls();
-            conn.log.decision = Decision::Allowed(allowed.rule);
+            conn.log.decision = match allowed.audit {
+                // Audit mode: what enforcing would have refused goes through,
+                // and the access line says so.
+                Some(denial) => {
+                    log::info!(
+                        "conn={} {} decision=would-deny: {denial}",
+                        conn.id,
+                        request.target
+                    );
+                    Decision::WouldDeny(denial.to_string())
+                }
+                None => Decision::Allowed(allowed.rule),
+            };
             let plan = Plan {
                 request,
                 addrs: allowed.addrs,
@@ -132,7 +147,14 @@ impl Resolving {
         ctx: &mut Ctx,
     ) -> State {
         match result {
-            Ok(addrs) => decide(self.client, self.request, &addrs, conn, ctx),
+            Ok(addrs) => {
+                // The addresses of a name an inspecting rule covers are
+                // remembered: reaching them by another spelling (a literal,
+                // another name) is then inspected too.
+                ctx.policy
+                    .remember(&self.request.target.host, &addrs, ctx.now);
+                decide(self.client, self.request, &addrs, conn, ctx)
+            }
             Err(e) => refuse(
                 Refusal::Resolve(e),
                 self.request.dialect,

@@ -48,7 +48,7 @@ use crate::client::Peer;
 use crate::config::ListenerProtocol;
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Phase, Side};
-use crate::policy::Verdict;
+use crate::policy::Recheck;
 
 /// One client connection and everything it leads to.
 pub(crate) struct Session {
@@ -146,8 +146,9 @@ impl Session {
         let (Some(target), Some(ip)) = (&self.conn.log.target, self.conn.log.dialled) else {
             return self.report(ctx);
         };
-        match ctx.policy.check_resolved(target, &[ip]) {
-            Verdict::Deny(d) => {
+        let raw = matches!(self.state, State::Passthrough(_)) && !self.conn.log.upgraded;
+        match ctx.policy.recheck(target, ip, raw, ctx.now) {
+            Recheck::Deny(d) => {
                 log::info!(
                     "conn={} {target}: closed by policy reload: {d}",
                     self.conn.id
@@ -155,14 +156,9 @@ impl Session {
                 self.conn.log.decision = Decision::Denied(d.to_string());
                 self.step(ctx, |_, _, _| State::Done(CloseReason::PolicyReload));
             }
-            // Allowed now only under inspection: a raw tunnel (not one that
-            // an inspected upgrade made raw) cannot be inspected after the
-            // fact, so it closes.
-            Verdict::Allow(allowed)
-                if allowed.inspect.is_some()
-                    && matches!(self.state, State::Passthrough(_))
-                    && !self.conn.log.upgraded =>
-            {
+            // Allowed now only under inspection: a raw tunnel cannot be
+            // inspected after the fact, so it closes.
+            Recheck::NeedsInspection(allowed) => {
                 log::info!(
                     "conn={} {target}: closed by policy reload: rule {} now inspects it",
                     self.conn.id,
@@ -172,7 +168,7 @@ impl Session {
                 self.conn.log.error = Some("policy now requires inspection".into());
                 self.step(ctx, |_, _, _| State::Done(CloseReason::PolicyReload));
             }
-            Verdict::Allow(allowed) => {
+            Recheck::Keep(allowed) => {
                 if let State::Inspect(inspect) = &mut self.state {
                     inspect.set_rules(allowed.inspect);
                 }
