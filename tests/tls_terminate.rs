@@ -420,3 +420,59 @@ fn rss_kib(pid: u32) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap()
 }
+
+/// `GET https://host/path` sent to the proxy as a plain HTTP request (clients
+/// that do not tunnel): the proxy speaks TLS to the origin itself, verifies
+/// it, and applies the same rules; a bad certificate is a 502 with the reason.
+#[test]
+fn absolute_form_https_is_originated_by_the_proxy() {
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
+    let bad = https_origin_with(&cas.upstream, OriginCert::Expired);
+    let dir = TempDir::new("forward-https");
+    let cfg = dir.0.join("portcullis.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[tls]\nupstream_ca = [\"{}\"]\n\n[[rules]]\nname = \"local\"\naction = \"allow\"\ncidr = \"127.0.0.1/32\"\nports = [{}, {}]\ninspect = \"http\"\nrequests = [ {{ action = \"allow\", path = \"/**\" }}, {{ action = \"deny\", path = \"/admin/**\" }} ]\n",
+            cas.upstream.cert_path.display(),
+            origin.port(),
+            bad.port()
+        ),
+    )
+    .unwrap();
+    let proxy = ChildProxy::start(&["--config", cfg.to_str().unwrap()]);
+    let ask = |port: u16, path: &str| {
+        let mut s = TcpStream::connect(proxy.addr).unwrap();
+        s.set_read_timeout(Some(PROMPTLY)).unwrap();
+        write!(
+            s,
+            "GET https://127.0.0.1:{port}{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
+        )
+        .unwrap();
+        let head = read_response_head(&mut s).expect("an answer");
+        let len: usize = head
+            .header("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).unwrap();
+        (head, String::from_utf8_lossy(&body).into_owned())
+    };
+    let (head, body) = ask(origin.port(), "/fwd?q=1");
+    assert_eq!(head.status, 200, "{}", head.raw);
+    assert_eq!(body, "GET /fwd?q=1\n");
+    // An address target: no SNI, verified against the certificate's IP SAN.
+    assert_eq!(head.header("X-Origin-Sni"), Some("-"), "{}", head.raw);
+    assert!(head.header("Via").is_some_and(|v| v.contains("portcullis")));
+    let (head, _) = ask(origin.port(), "/admin/x");
+    assert_eq!(head.status, 403, "{}", head.raw);
+    let (head, _) = ask(bad.port(), "/x");
+    assert_eq!(head.status, 502, "{}", head.raw);
+    assert!(
+        head.header("X-Proxy-Error")
+            .is_some_and(|v| v.contains("upstream-tls") && v.contains("expired")),
+        "{}",
+        head.raw
+    );
+}

@@ -37,7 +37,10 @@ fn config(flags: u8) -> ExchangeConfig {
     let mode = if flags & 1 == 0 {
         Mode::Tunnel { target: origin }
     } else {
-        Mode::Forward { upstream: origin }
+        Mode::Forward {
+            upstream: origin,
+            tls: false,
+        }
     };
     let mut config = ExchangeConfig::new(mode);
     config.max_head_bytes = MAX_HEAD;

@@ -29,7 +29,7 @@ use slab::Slab;
 
 use crate::buffer::BufPool;
 use crate::client::{ClientKey, Peer};
-use crate::config::{Config, ListenerProtocol, TlsConfig};
+use crate::config::{Config, ListenerProtocol};
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::Policy;
@@ -81,19 +81,18 @@ struct Env {
     settings: Settings,
     policy: Policy,
     remote: Arc<Remote>,
-    /// What terminating TLS needs; loaded once a rule terminates.
-    tls: Option<TlsEnv>,
-    tls_config: TlsConfig,
+    /// What TLS needs (the CA and leaves once a rule terminates).
+    tls: TlsEnv,
 }
 
 impl Env {
     /// Loads the CA and TLS configs if the policy terminates TLS and they
     /// are not loaded yet.
     fn prepare_tls(&mut self) -> io::Result<()> {
-        if self.tls.is_none() && self.policy.terminates_any() {
-            let env = TlsEnv::load(&self.tls_config)
+        if self.policy.terminates_any() {
+            self.tls
+                .prepare_termination()
                 .map_err(|e| io::Error::other(format!("TLS termination: {e}")))?;
-            self.tls = Some(env);
         }
         Ok(())
     }
@@ -111,7 +110,7 @@ impl Env {
             #[cfg(target_os = "linux")]
             pipes: &self.pipes,
             settings: &self.settings,
-            tls: self.tls.as_mut(),
+            tls: &mut self.tls,
             policy: &self.policy,
             stats: &self.remote.stats,
             now,
@@ -208,8 +207,7 @@ impl Reactor {
             },
             policy: config.policy,
             remote: Arc::clone(&remote),
-            tls: None,
-            tls_config: config.tls,
+            tls: TlsEnv::new(config.tls),
         };
         let mut env = env;
         env.prepare_tls()?;

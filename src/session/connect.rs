@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::channel::Channel;
+use super::channel::{Channel, Secure};
 use super::closing::refuse;
 use super::conn::{Conn, Decision};
 use super::ctx::Ctx;
@@ -257,10 +257,10 @@ impl Connecting {
         if !self.upstream.can_write() {
             return State::Connecting(self);
         }
-        self.established(ctx)
+        self.established(conn, ctx)
     }
 
-    fn established(self, ctx: &mut Ctx) -> State {
+    fn established(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
         let Connecting {
             client,
             upstream,
@@ -290,6 +290,27 @@ impl Connecting {
                     idle,
                     ctx,
                 )))
+            }
+            // `GET https://...`: the proxy speaks TLS to the upstream (and
+            // verifies it) on the client's behalf.
+            Dialect::ForwardTls => {
+                let layer = match super::securing::upstream_layer(&target, ctx) {
+                    Ok(layer) => layer,
+                    Err(why) => {
+                        let refusal = Refusal::Connect(std::io::Error::other(why));
+                        return refuse(refusal, dialect, client, conn, ctx);
+                    }
+                };
+                let upstream = Channel::Tls(Box::new(Secure::new(upstream, layer)));
+                return State::Inspect(Box::new(Inspect::forward(
+                    client,
+                    upstream,
+                    target,
+                    &early,
+                    plan.inspect,
+                    idle,
+                    ctx,
+                )));
             }
         };
         if plan.terminate {

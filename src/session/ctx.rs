@@ -40,8 +40,8 @@ pub(crate) struct Ctx<'a> {
     #[cfg(target_os = "linux")]
     pub(crate) pipes: &'a super::passthrough::pipe::PipeBudget,
     pub(crate) settings: &'a Settings,
-    /// Terminating TLS: the CA's minter, leaves, configs (when a rule terminates).
-    pub(crate) tls: Option<&'a mut super::TlsEnv>,
+    /// TLS: the CA's minter and leaves, and both rustls configs.
+    pub(crate) tls: &'a mut super::TlsEnv,
     pub(crate) policy: &'a Policy,
     pub(crate) stats: &'a Stats,
     /// The time of this reactor iteration.

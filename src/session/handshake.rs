@@ -267,9 +267,14 @@ impl Handshake {
             Ok(t) => t,
             Err(e) => return refuse_http(Refusal::BadHost(e.0)),
         };
+        let dialect = if abs.tls {
+            Dialect::ForwardTls
+        } else {
+            Dialect::Forward
+        };
         Parsed::Leave(Leave::To {
             target,
-            dialect: Dialect::Forward,
+            dialect,
             early: std::mem::take(&mut self.buf),
         })
     }

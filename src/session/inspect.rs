@@ -72,8 +72,9 @@ enum Stop {
     Upgraded,
     /// The conversation is over.
     Closed(Option<Vec<u8>>, End),
-    /// The forward proxy needs another upstream for the request at the front.
-    Switch(Target),
+    /// The forward proxy needs another upstream (over TLS or not) for the
+    /// request at the front.
+    Switch(Target, bool),
     /// The client does not speak what this rule inspects: these bytes (a
     /// TLS alert), then close, for this reason.
     WrongProtocol(Vec<u8>, &'static str),
@@ -120,7 +121,11 @@ impl Inspect {
         idle: Option<Duration>,
         ctx: &mut Ctx,
     ) -> Inspect {
-        let mode = Mode::Forward { upstream: target };
+        let tls = !upstream.is_plain();
+        let mode = Mode::Forward {
+            upstream: target,
+            tls,
+        };
         let client = Channel::Plain(client);
         Inspect::new(client, upstream, mode, rules, early, idle, ctx)
     }
@@ -206,14 +211,19 @@ impl Inspect {
                 let reason = CloseReason::BadRequest;
                 return super::closing::answer(&bytes, reason, why.into(), client, conn, ctx);
             }
-            Err(Stop::Switch(target)) => {
+            Err(Stop::Switch(target, tls)) => {
                 // The old upstream closes here; the client goes on to the new one.
                 let this = *self;
                 let early = this.cin.data().to_vec();
                 let Channel::Plain(client) = this.client else {
                     unreachable!("the forward proxy's client is plaintext");
                 };
-                return super::connect::start(client, target, Dialect::Forward, early, conn, ctx);
+                let dialect = if tls {
+                    Dialect::ForwardTls
+                } else {
+                    Dialect::Forward
+                };
+                return super::connect::start(client, target, dialect, early, conn, ctx);
             }
         }
         self.rearm(conn, ctx);
@@ -311,9 +321,9 @@ impl Inspect {
                     self.uout.extend(&bytes);
                 }
                 ClientAction::Discard(n) => self.cin.consume(n),
-                ClientAction::Switch(target) => {
+                ClientAction::Switch { target, tls } => {
                     if self.uout.is_empty() && self.cout.is_empty() {
-                        return Err(Stop::Switch(target));
+                        return Err(Stop::Switch(target, tls));
                     }
                     return Ok(moved);
                 }

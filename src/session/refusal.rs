@@ -17,6 +17,9 @@ pub(crate) enum Dialect {
     /// A forward-proxied request (`GET http://host/...`): answered like HTTP,
     /// and the upstream, not the proxy, answers once connected.
     Forward,
+    /// A forward-proxied `GET https://host/...`: like `Forward`, and the
+    /// proxy speaks TLS to the upstream itself.
+    ForwardTls,
 }
 
 /// Why a session is refused.
@@ -109,7 +112,7 @@ impl Refusal {
     /// The bytes that tell the client, in its protocol. Empty: just close.
     pub(crate) fn answer(&self, dialect: Dialect) -> Vec<u8> {
         match dialect {
-            Dialect::Http | Dialect::Forward => self.http_answer(),
+            Dialect::Http | Dialect::Forward | Dialect::ForwardTls => self.http_answer(),
             Dialect::Socks5 => self.socks_answer(),
         }
     }

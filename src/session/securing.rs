@@ -184,11 +184,7 @@ impl Securing {
                 return answer(&alert, CloseReason::Denied, why, client, conn, ctx);
             }
         };
-        let Some(tls) = ctx.tls.as_deref_mut() else {
-            let why = "TLS termination is not available (no CA could be loaded)".to_string();
-            return answer(&[], CloseReason::TlsFailed, why, client, conn, ctx);
-        };
-        let server = match tls.server_config(&name) {
+        let server = match ctx.tls.server_config(&name) {
             Ok(c) => c,
             Err(e) => {
                 let why = format!("could not mint a certificate for {target}: {e}");
@@ -203,14 +199,10 @@ impl Securing {
                 return answer(&alert, CloseReason::TlsFailed, why, client, conn, ctx);
             }
         };
-        let upstream_layer =
-            match TlsLayer::client(tls.client_config(), &target.host, LayerLimits::default()) {
-                Ok(layer) => layer,
-                Err(failure) => {
-                    let why = format!("TLS to the upstream: {}", failure.reason());
-                    return answer(&[], CloseReason::TlsFailed, why, client, conn, ctx);
-                }
-            };
+        let upstream_layer = match upstream_layer(&target, ctx) {
+            Ok(layer) => layer,
+            Err(why) => return answer(&[], CloseReason::TlsFailed, why, client, conn, ctx),
+        };
         State::Inspect(Box::new(Inspect::tunnel(
             Channel::Tls(Box::new(Secure::new(client, client_layer))),
             Channel::Tls(Box::new(Secure::new(upstream, upstream_layer))),
@@ -222,4 +214,15 @@ impl Securing {
             ctx,
         )))
     }
+}
+
+/// A TLS client layer to `target` (SNI its name; an address is checked
+/// against the certificate's IP SAN).
+pub(crate) fn upstream_layer(target: &Target, ctx: &mut Ctx) -> Result<TlsLayer, String> {
+    let config = ctx
+        .tls
+        .client_config()
+        .map_err(|e| format!("TLS to the upstream: {e}"))?;
+    TlsLayer::client(config, &target.host, LayerLimits::default())
+        .map_err(|f| format!("TLS to the upstream: {}", f.reason()))
 }

@@ -29,6 +29,7 @@ struct Harness {
     #[cfg(target_os = "linux")]
     pipes: super::PipeBudget,
     settings: Settings,
+    tls: super::TlsEnv,
     policy: Policy,
     stats: Stats,
     now: Instant,
@@ -52,6 +53,7 @@ impl Harness {
                 limits: Limits::default(),
                 auth: None,
             },
+            tls: super::TlsEnv::new(crate::config::TlsConfig::default()),
             policy,
             stats: Stats::default(),
             now: Instant::now(),
@@ -78,7 +80,7 @@ impl Harness {
             #[cfg(target_os = "linux")]
             pipes: &self.pipes,
             settings: &self.settings,
-            tls: None,
+            tls: &mut self.tls,
             policy: &self.policy,
             stats: &self.stats,
             now: self.now,

@@ -1,6 +1,9 @@
-//! What terminating TLS needs across sessions: the CA's minter, a bounded
-//! cache of leaves, and the two rustls configurations. Built once (when a
-//! rule terminates TLS) and lent to sessions through `Ctx`.
+//! What TLS needs across sessions: for terminating it, the CA's minter, a
+//! bounded cache of leaves and the client-facing config; for speaking it to
+//! upstreams (terminated tunnels, `https://` forward requests), the
+//! upstream-facing config. Each part is built once, when first needed (the
+//! reactor builds the terminating part at start when a rule terminates, so a
+//! CA that cannot load stops the start), and lent to sessions through `Ctx`.
 
 use std::sync::Arc;
 
@@ -16,15 +19,33 @@ use crate::tls::{CertAuthority, ClientConfigs, LeafCache, LeafKeys, Minter, Serv
 const LEAF_CACHE: usize = 1024;
 
 pub(crate) struct TlsEnv {
+    config: TlsConfig,
+    terminator: Option<Terminator>,
+    clients: Option<ClientConfigs>,
+}
+
+/// What terminating TLS needs.
+struct Terminator {
     minter: Minter,
     leaves: LeafCache,
     servers: ServerConfigs,
-    clients: ClientConfigs,
 }
 
 impl TlsEnv {
-    /// Loads (or generates, first time) the CA and builds both configs.
-    pub(crate) fn load(cfg: &TlsConfig) -> Result<TlsEnv, String> {
+    pub(crate) fn new(config: TlsConfig) -> TlsEnv {
+        TlsEnv {
+            config,
+            terminator: None,
+            clients: None,
+        }
+    }
+
+    /// Loads (or generates, first time) the CA, once.
+    pub(crate) fn prepare_termination(&mut self) -> Result<(), String> {
+        if self.terminator.is_some() {
+            return Ok(());
+        }
+        let cfg = &self.config;
         let state_dir = cfg.state_dir.clone().ok_or_else(|| {
             "no state directory for the generated CA: set [tls] state_dir, or ca_cert and ca_key"
                 .to_string()
@@ -39,27 +60,37 @@ impl TlsEnv {
         // One key for every leaf halves the cost of a mint; it never leaves
         // the process, like the CA's.
         let minter = Minter::new(Arc::new(ca), LeafKeys::Shared).map_err(|e| e.0)?;
-        let clients = ClientConfigs::new(&cfg.upstream_ca).map_err(|e| e.to_string())?;
-        Ok(TlsEnv {
+        self.terminator = Some(Terminator {
             minter,
             leaves: LeafCache::new(LEAF_CACHE),
             servers: ServerConfigs::new(),
-            clients,
-        })
+        });
+        Ok(())
     }
 
     /// The client-facing config for `name`, with a leaf from the cache or
     /// minted now (about a tenth of a millisecond: on the reactor thread).
     pub(crate) fn server_config(&mut self, name: &Host) -> Result<Arc<ServerConfig>, String> {
-        let leaf: Arc<CertifiedKey> = self
-            .leaves
-            .get_or_mint(&self.minter, name)
-            .map_err(|e| e.0)?;
-        Ok(self.servers.for_leaf(leaf))
+        self.prepare_termination()?;
+        let t = self
+            .terminator
+            .as_mut()
+            .ok_or("TLS termination is not available")?;
+        let leaf: Arc<CertifiedKey> = t.leaves.get_or_mint(&t.minter, name).map_err(|e| e.0)?;
+        Ok(t.servers.for_leaf(leaf))
     }
 
-    /// The upstream-facing config.
-    pub(crate) fn client_config(&self) -> Arc<ClientConfig> {
-        self.clients.config()
+    /// The upstream-facing config (webpki roots plus `upstream_ca`).
+    pub(crate) fn client_config(&mut self) -> Result<Arc<ClientConfig>, String> {
+        if self.clients.is_none() {
+            let clients =
+                ClientConfigs::new(&self.config.upstream_ca).map_err(|e| e.to_string())?;
+            self.clients = Some(clients);
+        }
+        Ok(self
+            .clients
+            .as_ref()
+            .map(ClientConfigs::config)
+            .unwrap_or_else(|| unreachable!()))
     }
 }

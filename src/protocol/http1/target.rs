@@ -3,19 +3,23 @@
 
 use std::net::Ipv6Addr;
 
-/// An absolute-form request target: `http://host[:port]/path?query`.
+/// An absolute-form request target: `http[s]://host[:port]/path?query`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AbsoluteTarget {
+    /// `https`: the proxy itself speaks TLS to the origin (clients that do
+    /// not tunnel, such as undici's `ProxyAgent` with `proxyTunnel: false`).
+    pub tls: bool,
     /// The host as written (not lower-cased), IPv6 still bracketed: `[::1]`.
     pub host: String,
-    /// The port, 80 when absent (or empty, as in `http://host:/`).
+    /// The port; absent (or empty, as in `http://host:/`) it is the scheme's:
+    /// 80, or 443 for `https`.
     pub port: u16,
     /// The path and query, `"/"` when empty (a bare `?q` becomes `/?q`).
     pub path_and_query: String,
 }
 
 /// Ok(None) when `target` is not absolute-form (origin-form "/x", authority-form, "*").
-/// Err(reason) for absolute-form with a scheme other than http (e.g. "https: use CONNECT"), userinfo (`user@host`), empty host, bad port.
+/// Err(reason) for absolute-form with a scheme other than http or https, userinfo (`user@host`), empty host, bad port.
 ///
 /// Absolute-form is a scheme (letter, then letters, digits, `+ - .`)
 /// followed by `://`; anything else is `Ok(None)`. The scheme is
@@ -30,11 +34,9 @@ pub fn parse_absolute_target(target: &str) -> Result<Option<AbsoluteTarget>, Str
     if !is_scheme(scheme) {
         return Ok(None);
     }
-    if scheme.eq_ignore_ascii_case("https") {
-        return Err("https: use CONNECT".to_owned());
-    }
-    if !scheme.eq_ignore_ascii_case("http") {
-        return Err(format!("unsupported scheme {scheme}: only http"));
+    let tls = scheme.eq_ignore_ascii_case("https");
+    if !tls && !scheme.eq_ignore_ascii_case("http") {
+        return Err(format!("unsupported scheme {scheme}: only http and https"));
     }
     if rest.contains('#') {
         return Err("fragment in request target".to_owned());
@@ -46,6 +48,7 @@ pub fn parse_absolute_target(target: &str) -> Result<Option<AbsoluteTarget>, Str
     }
     let (host, port) = split_host_port(authority)?;
     let port = match port {
+        None | Some("") if tls => 443,
         None | Some("") => 80,
         Some(p) if p.bytes().all(|b| b.is_ascii_digit()) => match p.parse::<u16>() {
             Ok(n) if n != 0 => n,
@@ -59,6 +62,7 @@ pub fn parse_absolute_target(target: &str) -> Result<Option<AbsoluteTarget>, Str
         Some(_) => path.to_owned(),
     };
     Ok(Some(AbsoluteTarget {
+        tls,
         host: host.to_owned(),
         port,
         path_and_query,

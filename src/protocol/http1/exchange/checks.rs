@@ -21,6 +21,8 @@ pub(super) fn host_values(head: &RequestHead) -> Vec<&[u8]> {
 pub(super) struct Named {
     pub(super) target: Target,
     pub(super) explicit_port: bool,
+    /// From an `https://` URI.
+    pub(super) tls: bool,
 }
 
 /// Parses a `Host` value (`host`, `host:port`, `[v6]:port`); a missing port
@@ -43,6 +45,7 @@ pub(super) fn parse_host(value: &[u8], default_port: u16) -> Result<Named, Strin
         .map(|target| Named {
             target,
             explicit_port,
+            tls: false,
         })
         .map_err(|e| format!("invalid Host: {}", e.0))
 }
@@ -114,9 +117,9 @@ pub(super) fn host_text(target: &Target) -> String {
 }
 
 /// A `Host` header value for `target` (the port left out when it is 80).
-pub(super) fn host_header(target: &Target) -> String {
-    match target.port {
-        80 => host_text(target),
-        port => format!("{}:{port}", host_text(target)),
+pub(super) fn host_header(target: &Target, tls: bool) -> String {
+    match (target.port, tls) {
+        (80, false) | (443, true) => host_text(target),
+        (port, _) => format!("{}:{port}", host_text(target)),
     }
 }

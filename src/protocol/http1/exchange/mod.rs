@@ -121,6 +121,8 @@ pub enum Mode {
     Forward {
         /// The host this connection goes to.
         upstream: Target,
+        /// The proxy speaks TLS to it (`https://` requests).
+        tls: bool,
     },
 }
 
@@ -166,10 +168,16 @@ pub enum ClientAction {
     /// Drop `n` input bytes (a refused request, or its body).
     Discard(usize),
     /// Forward proxy: the request at the front of the input is for another
-    /// host, and everything due is answered. Flush `uout` and `cout` first
-    /// (ask again if they are not empty), then connect there with the input
-    /// untouched. Nothing is consumed; asking again gives the same answer.
-    Switch(Target),
+    /// origin (host, port, or scheme), and everything due is answered. Flush
+    /// `uout` and `cout` first (ask again if they are not empty), then
+    /// connect there (with TLS when `tls`) with the input untouched. Nothing
+    /// is consumed; asking again gives the same answer.
+    Switch {
+        /// Where the request goes.
+        target: Target,
+        /// Over TLS (`https://`).
+        tls: bool,
+    },
     /// Nothing to do until more input, more room, or answers drained.
     Wait,
     /// No more requests are read on this connection; what is left in the

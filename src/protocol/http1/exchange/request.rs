@@ -205,12 +205,15 @@ impl Exchange {
             Ok(t) => t,
             Err(why) => return self.refuse_fatal(Some(&head), 400, "bad-request", why),
         };
-        if let (Mode::Forward { upstream }, Some(named)) = (&self.config.mode, &uri) {
-            if named.target != *upstream {
-                // Another host: its own upstream, once everything due is answered.
+        if let (Mode::Forward { upstream, tls }, Some(named)) = (&self.config.mode, &uri) {
+            if named.target != *upstream || named.tls != *tls {
+                // Another origin: its own upstream, once everything due is answered.
                 let answered = self.due.is_empty() && matches!(self.resp, Resp::Head);
                 return match answered {
-                    true => ClientAction::Switch(named.target.clone()),
+                    true => ClientAction::Switch {
+                        target: named.target.clone(),
+                        tls: named.tls,
+                    },
                     false => ClientAction::Wait,
                 };
             }
@@ -229,7 +232,7 @@ impl Exchange {
         let out = match (&self.config.mode, &uri) {
             (Mode::Forward { .. }, Some(named)) => {
                 let mut out = Vec::with_capacity(n + 128);
-                rewrite_request(&head, &target, &named.target, &judged, &mut out);
+                rewrite_request(&head, &target, named, &judged, &mut out);
                 Some(out)
             }
             _ => None,
@@ -294,6 +297,7 @@ impl Exchange {
         let named = Named {
             target,
             explicit_port: checks::absolute_has_port(&head.target),
+            tls: abs.tls,
         };
         Ok((abs.path_and_query, Some(named)))
     }
@@ -332,7 +336,7 @@ impl Exchange {
         let authority = match (uri, &host, &self.config.mode) {
             (Some(named), _, _) | (None, Some(named), _) => named.target.to_string(),
             (None, None, Mode::Tunnel { target }) => target.to_string(),
-            (None, None, Mode::Forward { upstream }) => upstream.to_string(),
+            (None, None, Mode::Forward { upstream, .. }) => upstream.to_string(),
         };
         Ok(Judged {
             method: head.method.clone(),
@@ -469,15 +473,15 @@ impl Exchange {
 fn rewrite_request(
     head: &RequestHead,
     path_and_query: &str,
-    target: &Target,
+    named: &Named,
     judged: &Judged,
     out: &mut Vec<u8>,
 ) {
     let mut head = head.clone();
     head.headers
         .retain(|(name, _)| !name.eq_ignore_ascii_case("host"));
-    head.headers
-        .push(("Host".into(), checks::host_header(target).into_bytes()));
+    let host = checks::host_header(&named.target, named.tls);
+    head.headers.push(("Host".into(), host.into_bytes()));
     let edit = HeadEdit {
         strip_hop_by_hop: true,
         upgrading: judged.upgrade,

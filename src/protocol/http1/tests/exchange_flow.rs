@@ -453,8 +453,8 @@ fn forward_mode_needs_an_absolute_uri() {
     for (client, why) in [
         (get("/a"), "absolute URI"),
         (
-            "GET https://origin.test/ HTTP/1.1\r\nHost: origin.test\r\n\r\n".to_string(),
-            "https: use CONNECT",
+            "GET ftp://origin.test/ HTTP/1.1\r\nHost: origin.test\r\n\r\n".to_string(),
+            "only http and https",
         ),
     ] {
         let out = run_split(&forward(), &Script::new(&client, vec![]));
@@ -521,7 +521,10 @@ fn forward_mode_host_header_for_ip_targets() {
     let upstream = Target::new("::1", 8080).unwrap();
     let config = ExchangeConfig {
         max_head_bytes: HEAD_MAX,
-        ..ExchangeConfig::new(Mode::Forward { upstream })
+        ..ExchangeConfig::new(Mode::Forward {
+            upstream,
+            tls: false,
+        })
     };
     let client = "GET http://[::1]:8080/ HTTP/1.1\r\nHost: x\r\n\r\n";
     let out = run(&config, &Script::new(client, vec![]));
@@ -529,4 +532,18 @@ fn forward_mode_host_header_for_ip_targets() {
         out.upstream_text(),
         "GET / HTTP/1.1\r\nHost: [::1]:8080\r\nVia: 1.1 portcullis\r\n\r\n"
     );
+}
+
+#[test]
+fn an_https_request_switches_to_a_tls_upstream() {
+    use crate::protocol::http1::exchange::{ClientAction, Exchange};
+    let mut ex = Exchange::new(forward());
+    let req = b"GET https://origin.test/x HTTP/1.1\r\nHost: origin.test\r\n\r\n";
+    match ex.on_client(req, 64 * 1024) {
+        ClientAction::Switch { target, tls } => {
+            assert!(tls, "https is spoken by the proxy");
+            assert_eq!(target, Target::new("origin.test", 443).unwrap());
+        }
+        other => panic!("{other:?}"),
+    }
 }

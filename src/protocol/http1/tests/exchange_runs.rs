@@ -204,7 +204,10 @@ pub(super) fn tunnel() -> ExchangeConfig {
 pub(super) fn forward() -> ExchangeConfig {
     ExchangeConfig {
         max_head_bytes: HEAD_MAX,
-        ..ExchangeConfig::new(Mode::Forward { upstream: origin() })
+        ..ExchangeConfig::new(Mode::Forward {
+            upstream: origin(),
+            tls: false,
+        })
     }
 }
 

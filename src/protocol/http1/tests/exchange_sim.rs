@@ -435,7 +435,7 @@ impl Sim {
                     assert!(n > 0 && n <= len, "Discard({n}) of {len}");
                     self.cin.consume(n);
                 }
-                ClientAction::Switch(target) => {
+                ClientAction::Switch { target, .. } => {
                     if self.uout.is_empty() && self.cout.is_empty() {
                         self.left = self.cin.data().to_vec();
                         self.end = Some(Ending::Switch(target));

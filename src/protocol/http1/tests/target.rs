@@ -10,6 +10,7 @@ fn ok(target: &str) -> AbsoluteTarget {
 
 fn target(host: &str, port: u16, path_and_query: &str) -> AbsoluteTarget {
     AbsoluteTarget {
+        tls: false,
         host: host.to_owned(),
         port,
         path_and_query: path_and_query.to_owned(),
@@ -50,9 +51,31 @@ fn not_absolute_form() {
 }
 
 #[test]
+fn https_defaults_to_443_and_says_tls() {
+    let t = parse_absolute_target("https://Example.com/a?b")
+        .unwrap()
+        .unwrap();
+    assert!(t.tls);
+    assert_eq!(
+        (t.host.as_str(), t.port, t.path_and_query.as_str()),
+        ("Example.com", 443, "/a?b")
+    );
+    let t = parse_absolute_target("HTTPS://example.com:8443")
+        .unwrap()
+        .unwrap();
+    assert!(t.tls);
+    assert_eq!((t.port, t.path_and_query.as_str()), (8443, "/"));
+    assert!(
+        !parse_absolute_target("http://example.com/")
+            .unwrap()
+            .unwrap()
+            .tls
+    );
+}
+
+#[test]
 fn refused() {
     let err = |t: &str| parse_absolute_target(t).expect_err(t);
-    assert_eq!(err("https://example.com/"), "https: use CONNECT");
     assert!(err("ftp://example.com/").contains("ftp"));
     assert!(err("http://user@example.com/").contains("userinfo"));
     assert!(err("http://user:pw@example.com/").contains("userinfo"));
