@@ -113,6 +113,10 @@ pub struct Limits {
     pub max_pending_handshakes: usize,
     /// Sessions still in their handshake, per client address (or uid).
     pub max_pending_handshakes_per_client: usize,
+    /// Move bulk tunnels through kernel pipes with `splice(2)` (Linux; the
+    /// default there when built with the `splice` feature). Off: the
+    /// portable read/write path, the one other platforms run.
+    pub splice: bool,
 }
 
 impl Default for Limits {
@@ -123,6 +127,7 @@ impl Default for Limits {
             resolver_threads: 2,
             max_sessions: 10_000,
             max_sessions_per_client: 10_000,
+            splice: cfg!(all(target_os = "linux", feature = "splice")),
             max_pending_handshakes: 1_024,
             max_pending_handshakes_per_client: 256,
         }

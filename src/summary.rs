@@ -32,9 +32,10 @@ pub fn render(setup: &Setup, args: &Args) -> String {
     let idle = t.idle.map_or_else(|| "off".into(), format_duration);
     let _ = writeln!(
         s,
-        "timeouts: handshake {}, connect {}, idle {idle}, close {}, drain {}, response {}",
+        "timeouts: handshake {}, connect {}, idle {idle}, half_close {}, close {}, drain {}, response {}",
         format_duration(t.handshake),
         format_duration(t.connect),
+        format_duration(t.half_close),
         format_duration(t.close),
         format_duration(t.drain),
         format_duration(t.response),
@@ -43,7 +44,8 @@ pub fn render(setup: &Setup, args: &Args) -> String {
     let _ = writeln!(
         s,
         "limits: max_head_bytes {}, buffer_size {}, resolver_threads {}, max_sessions {}, \
-         max_sessions_per_client {}, max_pending_handshakes {}, max_pending_handshakes_per_client {}",
+         max_sessions_per_client {}, max_pending_handshakes {}, max_pending_handshakes_per_client {}, \
+         splice {}",
         l.max_head_bytes,
         l.buffer_size,
         l.resolver_threads,
@@ -51,6 +53,7 @@ pub fn render(setup: &Setup, args: &Args) -> String {
         l.max_sessions_per_client,
         l.max_pending_handshakes,
         l.max_pending_handshakes_per_client,
+        if l.splice { "on" } else { "off" },
     );
     let tls = &c.tls;
     let state_dir = tls.state_dir.as_ref().map_or_else(
@@ -122,9 +125,13 @@ mod tests {
             "config: none (flags and built-in defaults)",
             "listen: 127.0.0.1:3128 (protocol auto)",
             "auth: off",
-            "timeouts: handshake 10s, connect 10s, idle off, close 5s, drain 30s, response 1m",
-            "limits: max_head_bytes 32768, buffer_size 65536, resolver_threads 2, max_sessions 10000, \
-             max_sessions_per_client 10000, max_pending_handshakes 1024, max_pending_handshakes_per_client 256",
+            "timeouts: handshake 10s, connect 10s, idle off, half_close 30s, close 5s, drain 30s, response 1m",
+            &format!(
+                "limits: max_head_bytes 32768, buffer_size 65536, resolver_threads 2, max_sessions 10000, \
+                 max_sessions_per_client 10000, max_pending_handshakes 1024, max_pending_handshakes_per_client 256, \
+                 splice {}",
+                if cfg!(all(target_os = "linux", feature = "splice")) { "on" } else { "off" }
+            ),
             "policy: 1 rule (from built-in default), mode enforce",
             "rule \"default-public-web\": allow, hosts [*], cidrs [], ports [80, 443], match either, \
              mode enforce, inspect none (raw tunnel), tls passthrough, idle_timeout default",

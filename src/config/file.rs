@@ -115,6 +115,8 @@ struct RawLimits {
     #[serde(default)]
     buffer_size: Option<usize>,
     #[serde(default)]
+    splice: Option<bool>,
+    #[serde(default)]
     resolver_threads: Option<usize>,
     #[serde(default)]
     max_sessions: Option<usize>,
@@ -245,6 +247,7 @@ impl ConfigFile {
         let limits = Limits {
             max_head_bytes: raw.limits.max_head_bytes.unwrap_or(d.max_head_bytes),
             buffer_size: raw.limits.buffer_size.unwrap_or(d.buffer_size),
+            splice: raw.limits.splice.unwrap_or(d.splice),
             resolver_threads: raw.limits.resolver_threads.unwrap_or(d.resolver_threads),
             max_sessions: raw.limits.max_sessions.unwrap_or(d.max_sessions),
             max_sessions_per_client: raw

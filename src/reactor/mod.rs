@@ -199,7 +199,7 @@ impl Reactor {
             registry: poll.registry().try_clone()?,
             pool: BufPool::new(config.limits.buffer_size, POOL_IDLE),
             #[cfg(target_os = "linux")]
-            pipes: crate::session::PipeBudget::new(MAX_PIPES, PIPE_SIZE),
+            pipes: crate::session::PipeBudget::new(MAX_PIPES, PIPE_SIZE, config.limits.splice),
             settings: Settings {
                 timeouts: config.timeouts,
                 limits: config.limits,

@@ -47,7 +47,7 @@ impl Harness {
             events: Events::with_capacity(16),
             pool: BufPool::new(16 * 1024, 4),
             #[cfg(target_os = "linux")]
-            pipes: super::PipeBudget::new(0, 0),
+            pipes: super::PipeBudget::new(0, 0, false),
             settings: Settings {
                 timeouts: Timeouts::default(),
                 limits: Limits::default(),

@@ -20,12 +20,13 @@ impl PipeBudget {
     /// `max` pipes of `size` bytes. Splicing into a dead socket raises
     /// SIGPIPE (no MSG_NOSIGNAL through splice), so pipes are used only
     /// when the process ignores SIGPIPE, as Rust programs do by default.
-    pub(crate) fn new(max: usize, size: usize) -> PipeBudget {
+    /// `wanted`: the `limits.splice` setting.
+    pub(crate) fn new(max: usize, size: usize, wanted: bool) -> PipeBudget {
         PipeBudget {
             live: Arc::new(AtomicUsize::new(0)),
             max,
             size,
-            enabled: sigpipe_ignored(),
+            enabled: wanted && sigpipe_ignored(),
         }
     }
 
