@@ -121,6 +121,12 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", value_parser = portcullis::duration::parse_required)]
     pub close_timeout: Option<Duration>,
 
+    /// Reach every allowed destination through this parent proxy:
+    /// http://[USER:PASS@]HOST:PORT or socks5://... Overrides the file's
+    /// `upstream_proxy`; a rule's own `upstream_proxy` still wins.
+    #[arg(long, value_name = "URL", value_parser = parse_parent)]
+    pub upstream_proxy: Option<std::sync::Arc<portcullis::protocol::parent::ParentProxy>>,
+
     /// Validate the configuration, print a summary and exit: 0 if valid, 2 if not.
     #[arg(long)]
     pub check: bool,
@@ -150,6 +156,12 @@ impl From<ProtocolArg> for ListenerProtocol {
 /// `--idle-timeout`: `None` is "off" (a newtype, as clap reads `Option<Option<_>>` specially).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdleTimeout(pub Option<Duration>);
+
+fn parse_parent(
+    s: &str,
+) -> Result<std::sync::Arc<portcullis::protocol::parent::ParentProxy>, String> {
+    portcullis::protocol::parent::ParentProxy::parse(s).map(std::sync::Arc::new)
+}
 
 fn parse_idle(s: &str) -> Result<IdleTimeout, String> {
     portcullis::duration::parse(s).map(IdleTimeout)
@@ -228,6 +240,9 @@ impl Args {
         t.idle = self.idle_timeout.map_or(t.idle, |i| i.0);
         t.half_close = self.half_close_timeout.unwrap_or(t.half_close);
         t.close = self.close_timeout.unwrap_or(t.close);
+        if let Some(p) = &self.upstream_proxy {
+            file.upstream_proxy = Some(p.clone());
+        }
         let tls = &mut file.tls;
         if let Some(c) = &self.ca_cert {
             tls.ca_cert = Some(c.clone());

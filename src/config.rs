@@ -167,6 +167,9 @@ pub struct Config {
     pub auth: Option<Credentials>,
     /// TLS termination: the CA and upstream trust anchors.
     pub tls: TlsConfig,
+    /// A parent proxy every allowed connection goes through (a rule's own
+    /// `upstream_proxy`, or `"direct"`, overrides it).
+    pub upstream_proxy: Option<std::sync::Arc<crate::protocol::parent::ParentProxy>>,
 }
 
 /// A duration as `--check` and logs show it: `250ms`, `10s`, `5m`, `2h`, `1d`.
@@ -186,6 +189,7 @@ impl Default for Config {
             limits: Limits::default(),
             auth: None,
             tls: TlsConfig::default(),
+            upstream_proxy: None,
         }
     }
 }

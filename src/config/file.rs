@@ -1,6 +1,9 @@
 //! The TOML file as written, and [`ConfigFile`]: parsed but not compiled,
 //! so a front end can override parts and append rules before compiling.
 
+use std::sync::Arc;
+
+use crate::protocol::parent::ParentProxy;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -32,6 +35,8 @@ struct RawFile {
     mode: Option<RuleMode>,
     #[serde(default)]
     tls: RawTls,
+    #[serde(default)]
+    upstream_proxy: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -151,6 +156,9 @@ pub struct ConfigFile {
     pub audit: bool,
     /// `[tls]`, paths as written (made relative to the file by [`ConfigFile::load`]).
     pub tls: TlsConfig,
+    /// `upstream_proxy`: every allowed connection goes through this parent
+    /// proxy, unless its rule says otherwise.
+    pub upstream_proxy: Option<Arc<ParentProxy>>,
     /// The text parsed, to point errors at line and column.
     source: Option<Source>,
     /// How many of `rules` came from the file (the rest were appended).
@@ -286,6 +294,12 @@ impl ConfigFile {
                 None => default_state_dir(),
             },
         };
+        let upstream_proxy = match raw.upstream_proxy {
+            None => None,
+            Some(url) => Some(Arc::new(
+                ParentProxy::parse(&url).map_err(|e| ConfigError::key("upstream_proxy", e))?,
+            )),
+        };
         let file_rules = raw.rules.len();
         Ok(ConfigFile {
             path: None,
@@ -300,6 +314,7 @@ impl ConfigFile {
             default: raw.default,
             audit: raw.mode == Some(RuleMode::Audit),
             tls,
+            upstream_proxy,
             source: None,
             file_rules,
         })
@@ -367,6 +382,7 @@ impl ConfigFile {
             limits: self.limits,
             auth: self.auth.clone(),
             tls: self.tls.clone(),
+            upstream_proxy: self.upstream_proxy.clone(),
         };
         config.validate().map_err(|e| self.attach(e))?;
         Ok(config)

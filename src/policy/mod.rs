@@ -205,6 +205,16 @@ pub enum Denial {
     SpecialAddress(IpAddr, &'static str),
 }
 
+/// How an allowed connection leaves: straight to its destination, or
+/// through a parent proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Dial the destination (even when a global `upstream_proxy` is set).
+    Direct,
+    /// Ask this parent proxy for a tunnel to the vetted address.
+    Parent(Arc<crate::protocol::parent::ParentProxy>),
+}
+
 /// Policy said yes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allowed {
@@ -222,6 +232,8 @@ pub struct Allowed {
     /// Audit mode: the denial that would have refused this connection. The
     /// session lets it through and logs `decision=would-deny` with it.
     pub audit: Option<Denial>,
+    /// The allowing rule's `upstream_proxy` (`None`: the global one, if any).
+    pub route: Option<Route>,
 }
 
 impl Allowed {

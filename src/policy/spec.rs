@@ -138,6 +138,11 @@ pub struct RuleConfig {
     /// Request rules for an inspected destination (empty: every request allowed).
     #[serde(default)]
     pub requests: Vec<RequestRuleConfig>,
+    /// Reach this rule's destinations through a parent proxy
+    /// (`http://[user:pass@]host:port` or `socks5://...`), or `"direct"` to
+    /// bypass the global `upstream_proxy`.
+    #[serde(default)]
+    pub upstream_proxy: Option<String>,
 }
 
 impl RuleConfig {
@@ -160,6 +165,7 @@ impl RuleConfig {
             tls: None,
             upgrades: None,
             requests: Vec::new(),
+            upstream_proxy: None,
         }
     }
 }

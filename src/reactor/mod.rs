@@ -204,6 +204,7 @@ impl Reactor {
                 timeouts: config.timeouts,
                 limits: config.limits,
                 auth: config.auth,
+                upstream_proxy: config.upstream_proxy,
             },
             policy: config.policy,
             remote: Arc::clone(&remote),

@@ -22,6 +22,8 @@ pub(crate) struct Settings {
     pub(crate) timeouts: Timeouts,
     pub(crate) limits: Limits,
     pub(crate) auth: Option<Credentials>,
+    /// The global parent proxy, if any.
+    pub(crate) upstream_proxy: Option<std::sync::Arc<crate::protocol::parent::ParentProxy>>,
 }
 
 /// The tokens this session's two sockets register under.

@@ -52,6 +52,7 @@ impl Harness {
                 timeouts: Timeouts::default(),
                 limits: Limits::default(),
                 auth: None,
+                upstream_proxy: None,
             },
             tls: super::TlsEnv::new(crate::config::TlsConfig::default()),
             policy,
