@@ -261,6 +261,7 @@ fn valid() -> Config {
         limits: Limits::default(),
         auth: None,
         tls: TlsConfig::default(),
+        upstream_proxy: None,
     }
 }
 
