@@ -234,7 +234,7 @@ fn socks5_byte_by_byte_walks_its_sub_stages() {
     let effects = h.client_sends(&[last]);
     assert!(effects.left_handshake);
     assert_eq!(effects.resolve, None, "an address needs no resolver");
-    assert_eq!(h.state(), "Connecting");
+    assert_eq!(h.state(), "Connecting(tcp)");
     // The refused connect arrives as an error edge: SOCKS5 reply 0x05.
     let effects = h.poll_events();
     assert!(h.state().starts_with("Closing"), "{}", h.state());
