@@ -261,6 +261,8 @@ fn valid() -> Config {
         limits: Limits::default(),
         auth: None,
         tls: TlsConfig::default(),
+        admin: None,
+        log_format: crate::config::LogFormat::Text,
     }
 }
 

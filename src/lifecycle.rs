@@ -68,11 +68,13 @@ pub enum CloseReason {
     Limit,
     /// An inspected request got no response head within the response timeout.
     ResponseTimeout,
+    /// Closed by a control command (`close-session`, `ProxyHandle::close_session`).
+    ClosedByControl,
 }
 
 impl CloseReason {
     /// Every reason, in a fixed order (the order of the tallies).
-    pub const ALL: [CloseReason; 17] = [
+    pub const ALL: [CloseReason; 18] = [
         CloseReason::Done,
         CloseReason::ClientGone,
         CloseReason::UpstreamGone,
@@ -90,6 +92,7 @@ impl CloseReason {
         CloseReason::Shutdown,
         CloseReason::Limit,
         CloseReason::ResponseTimeout,
+        CloseReason::ClosedByControl,
     ];
 
     /// The short name used in logs and stats, e.g. `client-gone`.
@@ -112,6 +115,7 @@ impl CloseReason {
             CloseReason::Shutdown => "shutdown",
             CloseReason::Limit => "limit",
             CloseReason::ResponseTimeout => "response-timeout",
+            CloseReason::ClosedByControl => "closed-by-control",
         }
     }
 

@@ -236,10 +236,9 @@ fn socks5_unknown_address_type_gets_08() {
 fn stalled_handshake_is_closed_by_the_handshake_timer() {
     let f = fixture(
         |b| {
-            b.timeouts(Timeouts {
-                handshake: Duration::from_secs(1),
-                ..test_timeouts()
-            })
+            b.timeouts(timeouts(|t| {
+                t.handshake = Duration::from_secs(1);
+            }))
         },
         false,
     );

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{
-    default_listener, default_state_dir, parse_listen_addr, Config, ConfigError, Credentials,
-    Limits, ListenerConfig, ListenerProtocol, Timeouts, TlsConfig,
+    default_listener, default_state_dir, parse_listen_addr, AdminConfig, Config, ConfigError,
+    Credentials, Limits, ListenerConfig, ListenerProtocol, LogFormat, Timeouts, TlsConfig,
 };
 use crate::policy::{builtin_default_rule, Policy, PolicyError, RuleConfig, RuleMode};
 
@@ -32,6 +32,30 @@ struct RawFile {
     mode: Option<RuleMode>,
     #[serde(default)]
     tls: RawTls,
+    #[serde(default)]
+    admin: Option<RawAdmin>,
+    #[serde(default)]
+    log_format: Option<String>,
+}
+
+/// `[admin]`: the admin endpoint.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    listen: String,
+    #[serde(default)]
+    control: bool,
+}
+
+impl RawAdmin {
+    fn compile(self) -> Result<AdminConfig, ConfigError> {
+        let listen =
+            parse_listen_addr(&self.listen).map_err(|e| ConfigError::key("admin.listen", e))?;
+        Ok(AdminConfig {
+            listen,
+            control: self.control,
+        })
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -149,6 +173,10 @@ pub struct ConfigFile {
     pub audit: bool,
     /// `[tls]`, paths as written (made relative to the file by [`ConfigFile::load`]).
     pub tls: TlsConfig,
+    /// `[admin]`, if present.
+    pub admin: Option<AdminConfig>,
+    /// `log_format`, default text.
+    pub log_format: LogFormat,
     /// The text parsed, to point errors at line and column.
     source: Option<Source>,
     /// How many of `rules` came from the file (the rest were appended).
@@ -283,6 +311,11 @@ impl ConfigFile {
                 None => default_state_dir(),
             },
         };
+        let admin = raw.admin.map(RawAdmin::compile).transpose()?;
+        let log_format = match &raw.log_format {
+            Some(f) => f.parse().map_err(|e| ConfigError::key("log_format", e))?,
+            None => LogFormat::default(),
+        };
         let file_rules = raw.rules.len();
         Ok(ConfigFile {
             path: None,
@@ -297,6 +330,8 @@ impl ConfigFile {
             default: raw.default,
             audit: raw.mode == Some(RuleMode::Audit),
             tls,
+            admin,
+            log_format,
             source: None,
             file_rules,
         })
@@ -364,6 +399,8 @@ impl ConfigFile {
             limits: self.limits,
             auth: self.auth.clone(),
             tls: self.tls.clone(),
+            admin: self.admin.clone(),
+            log_format: self.log_format,
         };
         config.validate().map_err(|e| self.attach(e))?;
         Ok(config)

@@ -73,7 +73,12 @@ fn decide(
                 request.target,
                 allowed.rule
             );
-            conn.log.decision = Decision::Allowed(allowed.rule);
+            // Audit mode let through what enforcement would refuse: say so.
+            let decision = match &allowed.audit {
+                Some(denial) => Decision::would_deny(Arc::clone(&allowed.rule), denial),
+                None => Decision::Allowed(Arc::clone(&allowed.rule)),
+            };
+            conn.decide(decision, ctx);
             let plan = Plan {
                 request,
                 addrs: allowed.addrs,
@@ -96,7 +101,7 @@ fn deny(
 ) -> State {
     ctx.stats.denied();
     log::debug!("conn={} deny {}: {denial}", conn.id, request.target);
-    conn.log.decision = Decision::Denied(denial.to_string());
+    conn.decide(Decision::denied(&denial), ctx);
     refuse(Refusal::Denied(denial), request.dialect, client, conn, ctx)
 }
 

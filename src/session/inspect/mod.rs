@@ -74,6 +74,9 @@ pub(crate) struct Inspect {
     armed: Option<Wait>,
     /// Requests parsed so far (for the access line).
     requests: u32,
+    /// Requests judged since the last call, for their events (ops bridge:
+    /// the exchange machine's `take_records` replaces this).
+    records: Vec<crate::protocol::http1::exchange::Record>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,6 +221,7 @@ impl Inspect {
             waiting_since: None,
             armed: None,
             requests: 0,
+            records: Vec::new(),
         }
     }
 
@@ -245,6 +249,9 @@ impl Inspect {
         // Counted per call, so a forward-proxy session that moves to another
         // upstream (a new Inspect) keeps its total.
         conn.log.requests += std::mem::take(&mut self.requests);
+        for record in self.records.drain(..) {
+            conn.request(&record, ctx);
+        }
         match result {
             Ok(()) => {}
             Err(Stop::Gone(Side::Client)) => return State::Done(CloseReason::ClientGone),

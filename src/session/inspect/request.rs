@@ -5,6 +5,7 @@
 use super::{why_answer, After, Exchange, Inspect, Mode, Req, Resp, Stop, VIA};
 use crate::policy::{normalize_path, RequestVerdict, Target};
 use crate::protocol::http::{self, parse_request_head, HeadError, RequestHead};
+use crate::protocol::http1::exchange::{Decision, Record};
 use crate::protocol::http1::{self, Body, BodyKind, HeadEdit};
 use crate::session::ctx::Ctx;
 
@@ -173,6 +174,12 @@ impl Inspect {
         };
         if let RequestVerdict::Deny(rule) = verdict {
             ctx.stats.request(false);
+            self.record(
+                &head.method,
+                &path,
+                Decision::Denied(rule.clone()),
+                Some(403),
+            );
             log::info!("conn={id} request denied: {} {path} by {rule}", head.method);
             let why = format!("{} {path} is denied by {rule}", head.method);
             let cause = format!("denied; rule={rule}");
@@ -219,6 +226,12 @@ impl Inspect {
         }
         ctx.stats.request(true);
         log::debug!("conn={id} request {} {path}", head.method);
+        let decision = match verdict {
+            RequestVerdict::WouldDeny(rule) => Decision::WouldDeny(rule),
+            RequestVerdict::Allow(rule) if &*rule != "-" => Decision::Allowed(Some(rule)),
+            _ => Decision::Allowed(None),
+        };
+        self.record(&head.method, &path, decision, None);
         self.uout.extend(&out);
         self.cin.consume(n);
         let sent = kind == BodyKind::Empty || expects_continue(&head);
@@ -250,6 +263,17 @@ impl Inspect {
     /// followed past it, so no more requests are read.
     fn refuse(&mut self, status: u16, cause: &str, why: String, fatal: bool) {
         log::info!("inspect: {status} {why}");
+        self.records.push(Record {
+            method: None,
+            path: None,
+            authority: None,
+            decision: Decision::Refused {
+                status,
+                cause: cause.to_string(),
+                reason: why.clone(),
+            },
+            status: Some(status),
+        });
         let answer = why_answer(status, cause, &why);
         self.due.push_back(Exchange::Local {
             answer,
@@ -258,6 +282,19 @@ impl Inspect {
         if fatal {
             self.req = Req::Stopped;
         }
+    }
+}
+
+impl Inspect {
+    /// Keeps a judged request for its event (ops bridge, see `records`).
+    fn record(&mut self, method: &str, path: &str, decision: Decision, status: Option<u16>) {
+        self.records.push(Record {
+            method: Some(method.to_string()),
+            path: Some(path.to_string()),
+            authority: None,
+            decision,
+            status,
+        });
     }
 }
 
