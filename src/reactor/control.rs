@@ -102,7 +102,7 @@ impl Reactor {
                 wire::answer(name, &reply)
             }
             Err(e) => {
-                log::info!("control: bad command: {e}");
+                log::info!("control: {e}");
                 wire::error_value("", &e).to_string()
             }
         }
