@@ -344,7 +344,9 @@ impl ProxyHandle {
     /// [`replace_policy`](Self::replace_policy)). The rule must have a
     /// name no rule has yet, and compile; otherwise nothing changes.
     pub fn add_rule(&self, rule: impl Into<RuleConfig>) -> Result<(), ControlError> {
-        self.shared.request(Command::AddRule(rule.into())).map(drop)
+        self.shared
+            .request(Command::AddRule(Box::new(rule.into())))
+            .map(drop)
     }
     /// Removes the rule named `name` from the policy in force (then as
     /// [`replace_policy`](Self::replace_policy)); an error if there is none.

@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::Duration;
 
-use portcullis::{CloseReason, ListenAddr, ListenerProtocol, ProxyBuilder, SpawnedProxy, Timeouts};
+use portcullis::{CloseReason, ListenAddr, ListenerProtocol, ProxyBuilder, SpawnedProxy};
 use support::*;
 
 const USER: &str = "alice";

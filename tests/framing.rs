@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use portcullis::policy::parse_cli_inspect;
-use portcullis::{CloseReason, Policy, SpawnedProxy, Timeouts};
+use portcullis::{CloseReason, Policy, SpawnedProxy};
 use support::*;
 
 const BOUNDARIES: [usize; 16] = [

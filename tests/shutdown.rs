@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use load::*;
 use nix::sys::signal::Signal;
-use portcullis::{CloseReason, SpawnedProxy, Timeouts};
+use portcullis::{CloseReason, SpawnedProxy};
 use support::*;
 
 /// Waits (bounded) until connecting to `addr` is refused: the listener is closed.

@@ -16,7 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use load::*;
-use portcullis::{CloseReason, Limits, Timeouts};
+use portcullis::CloseReason;
 use support::*;
 
 const SLOW: usize = 1_000;

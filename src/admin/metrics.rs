@@ -237,9 +237,11 @@ mod tests {
                 ..RuleCounts::default()
             },
         )];
-        let mut s = StatsSnapshot::default();
-        s.wakeups = 4;
-        s.events = 6;
+        let s = StatsSnapshot {
+            wakeups: 4,
+            events: 6,
+            ..StatsSnapshot::default()
+        };
         let text = render(&s, &rules, Some(9));
         assert!(text.contains(
             "portcullis_rule_sessions_total{rule=\"we\\\"ird\\\\rule\\nname\",decision=\"allow\"} 2\n"

@@ -40,7 +40,7 @@ pub(crate) enum Command {
     /// Replace the policy with this one.
     ReplacePolicy(Policy),
     /// Append one rule (it must be named, and the name unused).
-    AddRule(RuleConfig),
+    AddRule(Box<RuleConfig>),
     /// Remove the rule of this name.
     RemoveRule(String),
     /// Describe every open session.
@@ -75,7 +75,7 @@ pub(crate) enum Reply {
     /// The session was closed.
     Closed(u64),
     /// The counters, overall and by rule.
-    Stats(StatsSnapshot, Vec<(String, RuleCounts)>),
+    Stats(Box<StatsSnapshot>, Vec<(String, RuleCounts)>),
 }
 
 /// One open session, as `list-sessions` and [`crate::ProxyHandle::sessions`] show it.

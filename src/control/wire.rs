@@ -43,7 +43,7 @@ pub(crate) fn parse(line: &str) -> Result<Command, String> {
     let wire: Wire = serde_json::from_str(line).map_err(|e| format!("bad command: {e}"))?;
     Ok(match wire {
         Wire::ReplacePolicy { policy } => Command::ReplacePolicy(policy_from_toml(&policy)?),
-        Wire::AddRule { rule } => Command::AddRule(rule_from(rule)?),
+        Wire::AddRule { rule } => Command::AddRule(Box::new(rule_from(rule)?)),
         Wire::RemoveRule { name } => Command::RemoveRule(name),
         Wire::ListSessions {} => Command::ListSessions,
         Wire::CloseSession { id } => Command::CloseSession(id),

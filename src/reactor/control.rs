@@ -147,7 +147,7 @@ impl Reactor {
                 Ok(Reply::Closed(id))
             }
             Command::Stats => Ok(Reply::Stats(
-                self.env.remote.stats.snapshot(),
+                Box::new(self.env.remote.stats.snapshot()),
                 self.env.remote.stats.rules(),
             )),
         }
