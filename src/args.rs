@@ -560,6 +560,32 @@ mod tests {
     }
 
     #[test]
+    fn admin_log_format_and_control_flags() {
+        let a = parse(&[
+            "--admin",
+            "127.0.0.1:0",
+            "--admin-control",
+            "--log-format",
+            "json",
+            "--control-fd",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(a.log_format, Some(LogFormat::Json));
+        assert_eq!(a.control_fd, Some(3));
+        let s = a.load().unwrap();
+        let admin = s.config.admin.unwrap();
+        assert_eq!(admin.listen, ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()));
+        assert!(admin.control);
+        assert_eq!(s.config.log_format, LogFormat::Json);
+        let e = parse(&["--admin-control"]).unwrap().load().err().expect("needs --admin");
+        assert_eq!(e.key_name(), Some("admin.control"));
+        assert!(parse(&["--log-format", "xml"]).is_err());
+        assert!(parse(&["--admin", "nowhere"]).is_err());
+        assert_eq!(parse(&[]).unwrap().load().unwrap().config.admin, None);
+    }
+
+    #[test]
     fn rule_flag_mistakes_read_plainly() {
         for (args, want) in [
             (
