@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use crate::policy::Policy;
 
+pub use crate::logging::LogFormat;
+
 mod error;
 mod file;
 mod tls;
@@ -52,6 +54,7 @@ pub enum ListenerProtocol {
 
 /// One listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ListenerConfig {
     /// Where.
     pub addr: ListenAddr,
@@ -59,9 +62,41 @@ pub struct ListenerConfig {
     pub protocol: ListenerProtocol,
 }
 
+impl ListenerConfig {
+    /// A listener at `addr` speaking `protocol`.
+    pub fn new(addr: ListenAddr, protocol: ListenerProtocol) -> ListenerConfig {
+        ListenerConfig { addr, protocol }
+    }
+}
+
+/// The admin endpoint (`[admin]`): `GET /metrics` and `GET /stats` on its
+/// own socket, served by the reactor; with `control`, JSON control lines
+/// on it too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AdminConfig {
+    /// Where it listens: `IP:PORT` or a Unix socket path.
+    pub listen: ListenAddr,
+    /// Accept control commands on this socket too (anyone who can connect
+    /// to it can then change the policy: prefer a Unix socket).
+    pub control: bool,
+}
+
+impl AdminConfig {
+    /// The admin endpoint at `listen`, control off.
+    pub fn new(listen: ListenAddr) -> AdminConfig {
+        AdminConfig {
+            listen,
+            control: false,
+        }
+    }
+}
+
 /// Timeouts. Every session has a deadline in every phase, except an
 /// established tunnel when `idle` is `None` and its rule sets none.
+/// Start from `Timeouts::default()` and set the fields to change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Timeouts {
     /// From accept until the request is read and answered by policy.
     pub handshake: Duration,
@@ -96,8 +131,9 @@ impl Default for Timeouts {
     }
 }
 
-/// Sizes and limits.
+/// Sizes and limits. Start from `Limits::default()` and set the fields to change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Largest request head (HTTP) accepted; larger gets 431.
     pub max_head_bytes: usize,
@@ -136,11 +172,22 @@ impl Default for Limits {
 
 /// Proxy credentials: HTTP `Proxy-Authorization: Basic` and SOCKS5 user/pass.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Credentials {
     /// User name.
     pub username: String,
     /// Password.
     pub password: String,
+}
+
+impl Credentials {
+    /// `username` with `password`.
+    pub fn new(username: impl Into<String>, password: impl Into<String>) -> Credentials {
+        Credentials {
+            username: username.into(),
+            password: password.into(),
+        }
+    }
 }
 
 impl fmt::Debug for Credentials {
@@ -152,8 +199,10 @@ impl fmt::Debug for Credentials {
     }
 }
 
-/// Everything a proxy needs to run.
+/// Everything a proxy needs to run. Start from `Config::default()` (or
+/// [`Config::load`]) and set the fields to change.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Config {
     /// Listeners; at least one.
     pub listeners: Vec<ListenerConfig>,
@@ -170,6 +219,12 @@ pub struct Config {
     /// A parent proxy every allowed connection goes through (a rule's own
     /// `upstream_proxy`, or `"direct"`, overrides it).
     pub upstream_proxy: Option<std::sync::Arc<crate::protocol::parent::ParentProxy>>,
+    /// The admin endpoint, if any (off by default).
+    pub admin: Option<AdminConfig>,
+    /// How the binary's log lines are written (`log_format`); the library
+    /// itself logs through the `log` crate and leaves formatting to the
+    /// logger installed ([`crate::logging::init`] writes this format).
+    pub log_format: LogFormat,
 }
 
 /// A duration as `--check` and logs show it: `250ms`, `10s`, `5m`, `2h`, `1d`.
@@ -190,6 +245,8 @@ impl Default for Config {
             auth: None,
             tls: TlsConfig::default(),
             upstream_proxy: None,
+            admin: None,
+            log_format: LogFormat::default(),
         }
     }
 }
@@ -311,6 +368,20 @@ impl Config {
                 return Err(ConfigError::key(
                     format!("listen[{i}].address"),
                     "empty Unix socket path",
+                ));
+            }
+        }
+        if let Some(a) = &self.admin {
+            if matches!(&a.listen, ListenAddr::Unix(p) if p.as_os_str().is_empty()) {
+                return Err(ConfigError::key("admin.listen", "empty Unix socket path"));
+            }
+            if let Some(i) = self.listeners.iter().position(|l| l.addr == a.listen) {
+                return Err(ConfigError::key(
+                    "admin.listen",
+                    format!(
+                        "{} is listen[{i}]'s address too: the admin endpoint needs its own",
+                        a.listen
+                    ),
                 ));
             }
         }

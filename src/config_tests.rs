@@ -262,6 +262,8 @@ fn valid() -> Config {
         auth: None,
         tls: TlsConfig::default(),
         upstream_proxy: None,
+        admin: None,
+        log_format: crate::config::LogFormat::Text,
     }
 }
 
@@ -380,9 +382,41 @@ fn readme_example_parses() {
     );
     assert!(!f.default && !f.audit);
     assert_eq!(f.tls.upstream_ca, [PathBuf::from("corp-root.pem")]);
+    assert_eq!(f.log_format, crate::config::LogFormat::Text);
+    assert_eq!(
+        f.admin.as_ref().map(|a| (a.listen.to_string(), a.control)),
+        Some(("127.0.0.1:9090".to_string(), false))
+    );
     let c = f.compile().expect("README example compiles");
     assert_eq!(c.policy.inspected_names(), ["api.example.com"]);
     assert!(c.policy.warnings().is_empty(), "{:?}", c.policy.warnings());
+}
+
+#[test]
+fn admin_and_log_format_keys() {
+    let f = ConfigFile::parse(
+        "log_format = \"json\"\n[admin]\nlisten = \"unix:/tmp/admin.sock\"\ncontrol = true\n",
+    )
+    .unwrap();
+    assert_eq!(f.log_format, crate::config::LogFormat::Json);
+    let c = f.compile().unwrap();
+    let admin = c.admin.unwrap();
+    assert_eq!(admin.listen, ListenAddr::Unix("/tmp/admin.sock".into()));
+    assert!(admin.control);
+    assert_eq!(c.log_format, crate::config::LogFormat::Json);
+    assert!(ConfigFile::parse("").unwrap().admin.is_none());
+    for (text, want) in [
+        ("log_format = \"xml\"", "log_format"),
+        ("[admin]\nlisten = \"nowhere\"", "admin.listen"),
+        ("[admin]\ncontrol = true", "listen"),
+        ("[admin]\nlisten = \"127.0.0.1:1\"\nport = 2", "port"),
+    ] {
+        let e = err(text);
+        assert!(e.contains(want), "{text}: {e}");
+    }
+    let same = "[[listen]]\naddress = \"127.0.0.1:7000\"\n[admin]\nlisten = \"127.0.0.1:7000\"\n";
+    let e = ConfigFile::parse(same).unwrap().compile().unwrap_err();
+    assert_eq!(e.key_name(), Some("admin.listen"));
 }
 
 #[test]

@@ -71,11 +71,13 @@ pub enum CloseReason {
     /// TLS with the client failed: not a ClientHello, a handshake error, or
     /// the client refused our certificate.
     TlsFailed,
+    /// Closed by a control command (`close-session`, `ProxyHandle::close_session`).
+    ClosedByControl,
 }
 
 impl CloseReason {
     /// Every reason, in a fixed order (the order of the tallies).
-    pub const ALL: [CloseReason; 18] = [
+    pub const ALL: [CloseReason; 19] = [
         CloseReason::Done,
         CloseReason::ClientGone,
         CloseReason::UpstreamGone,
@@ -94,6 +96,7 @@ impl CloseReason {
         CloseReason::Limit,
         CloseReason::ResponseTimeout,
         CloseReason::TlsFailed,
+        CloseReason::ClosedByControl,
     ];
 
     /// The short name used in logs and stats, e.g. `client-gone`.
@@ -117,6 +120,7 @@ impl CloseReason {
             CloseReason::Limit => "limit",
             CloseReason::ResponseTimeout => "response-timeout",
             CloseReason::TlsFailed => "tls-failed",
+            CloseReason::ClosedByControl => "closed-by-control",
         }
     }
 

@@ -28,6 +28,16 @@ pub fn render(setup: &Setup, args: &Args) -> String {
         Some(a) => writeln!(s, "auth: on (user {:?}; password not shown)", a.username),
         None => writeln!(s, "auth: off"),
     };
+    let _ = match &c.admin {
+        Some(a) => writeln!(
+            s,
+            "admin: {} (GET /metrics, GET /stats; control {})",
+            a.listen,
+            if a.control { "on" } else { "off" }
+        ),
+        None => writeln!(s, "admin: off"),
+    };
+    let _ = writeln!(s, "log_format: {}", c.log_format);
     let t = &c.timeouts;
     let idle = t.idle.map_or_else(|| "off".into(), format_duration);
     let _ = writeln!(
@@ -125,6 +135,8 @@ mod tests {
             "config: none (flags and built-in defaults)",
             "listen: 127.0.0.1:3128 (protocol auto)",
             "auth: off",
+            "admin: off",
+            "log_format: text",
             "timeouts: handshake 10s, connect 10s, idle off, half_close 30s, close 5s, drain 30s, response 1m",
             &format!(
                 "limits: max_head_bytes 32768, buffer_size 65536, resolver_threads 2, max_sessions 10000, \

@@ -77,10 +77,9 @@ fn max_sessions_refuses_the_next_client_and_spares_the_rest() {
     let echo = echo_server();
     let proxy = proxy_with(
         &echo,
-        Limits {
-            max_sessions: 3,
-            ..Limits::default()
-        },
+        limits(|t| {
+            t.max_sessions = 3;
+        }),
     );
     let p = proxy_addr(&proxy);
     let mut open: Vec<_> = (0..3).map(|_| tunnel_from("127.0.0.1", p, &echo)).collect();
@@ -119,10 +118,9 @@ fn max_sessions_socks5_refusal_is_method_then_general_failure() {
     let echo = echo_server();
     let proxy = proxy_with(
         &echo,
-        Limits {
-            max_sessions: 1,
-            ..Limits::default()
-        },
+        limits(|t| {
+            t.max_sessions = 1;
+        }),
     );
     let p = proxy_addr(&proxy);
     let mut s = connect_via_socks5(p, "127.0.0.1", echo.port()).expect("first SOCKS5 tunnel");
@@ -144,10 +142,9 @@ fn max_sessions_per_client_counts_per_source_address() {
     let echo = echo_server();
     let proxy = proxy_with(
         &echo,
-        Limits {
-            max_sessions_per_client: 2,
-            ..Limits::default()
-        },
+        limits(|t| {
+            t.max_sessions_per_client = 2;
+        }),
     );
     let p = proxy_addr(&proxy);
     let mut open = vec![
@@ -175,10 +172,9 @@ fn max_pending_handshakes_refuses_past_the_limit_and_keeps_the_pending_ones() {
     let echo = echo_server();
     let proxy = proxy_with(
         &echo,
-        Limits {
-            max_pending_handshakes: 2,
-            ..Limits::default()
-        },
+        limits(|t| {
+            t.max_pending_handshakes = 2;
+        }),
     );
     let p = proxy_addr(&proxy);
     // Two clients that connect and say nothing yet: two pending handshakes.
@@ -208,10 +204,9 @@ fn max_pending_handshakes_per_client_spares_other_clients() {
     let echo = echo_server();
     let proxy = proxy_with(
         &echo,
-        Limits {
-            max_pending_handshakes_per_client: 2,
-            ..Limits::default()
-        },
+        limits(|t| {
+            t.max_pending_handshakes_per_client = 2;
+        }),
     );
     let p = proxy_addr(&proxy);
     let mut established = tunnel_from("127.0.0.1", p, &echo);

@@ -30,7 +30,7 @@ fn tunnels_go_through_an_http_and_a_socks5_parent() {
         parent
             .log()
             .iter()
-            .filter(|l| l.contains("access") && l.contains("decision=allow"))
+            .filter(|l| l.contains("event=session") && l.contains("decision=allow"))
             .count()
             >= 4
     });

@@ -16,7 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use load::*;
-use portcullis::{CloseReason, Limits, Timeouts};
+use portcullis::CloseReason;
 use support::*;
 
 const SLOW: usize = 1_000;
@@ -46,18 +46,16 @@ fn slowloris_is_held_by_the_pending_handshake_limit_and_timer() {
     let echo = echo_server();
     let proxy = spawn(
         proxy_builder(allow_ports(&[echo.port()]))
-            .timeouts(Timeouts {
-                handshake: Duration::from_secs(3),
+            .timeouts(timeouts(|t| {
+                t.handshake = Duration::from_secs(3);
                 // Refusals linger until then: long enough for this test's
                 // slow reader of 1,000 sockets to collect every 503.
-                close: Duration::from_secs(5),
-                ..test_timeouts()
-            })
-            .limits(Limits {
-                max_pending_handshakes: 4 * SLOW,
-                max_pending_handshakes_per_client: PER_CLIENT,
-                ..Limits::default()
-            }),
+                t.close = Duration::from_secs(5);
+            }))
+            .limits(limits(|t| {
+                t.max_pending_handshakes = 4 * SLOW;
+                t.max_pending_handshakes_per_client = PER_CLIENT;
+            })),
     );
     let p = proxy_addr(&proxy);
     let head = format!(

@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{
-    default_listener, default_state_dir, parse_listen_addr, Config, ConfigError, Credentials,
-    Limits, ListenerConfig, ListenerProtocol, Timeouts, TlsConfig,
+    default_listener, default_state_dir, parse_listen_addr, AdminConfig, Config, ConfigError,
+    Credentials, Limits, ListenerConfig, ListenerProtocol, LogFormat, Timeouts, TlsConfig,
 };
 use crate::policy::{builtin_default_rule, Policy, PolicyError, RuleConfig, RuleMode};
 
@@ -37,6 +37,29 @@ struct RawFile {
     tls: RawTls,
     #[serde(default)]
     upstream_proxy: Option<String>,
+    admin: Option<RawAdmin>,
+    #[serde(default)]
+    log_format: Option<String>,
+}
+
+/// `[admin]`: the admin endpoint.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    listen: String,
+    #[serde(default)]
+    control: bool,
+}
+
+impl RawAdmin {
+    fn compile(self) -> Result<AdminConfig, ConfigError> {
+        let listen =
+            parse_listen_addr(&self.listen).map_err(|e| ConfigError::key("admin.listen", e))?;
+        Ok(AdminConfig {
+            listen,
+            control: self.control,
+        })
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -159,6 +182,10 @@ pub struct ConfigFile {
     /// `upstream_proxy`: every allowed connection goes through this parent
     /// proxy, unless its rule says otherwise.
     pub upstream_proxy: Option<Arc<ParentProxy>>,
+    /// `[admin]`, if present.
+    pub admin: Option<AdminConfig>,
+    /// `log_format`, default text.
+    pub log_format: LogFormat,
     /// The text parsed, to point errors at line and column.
     source: Option<Source>,
     /// How many of `rules` came from the file (the rest were appended).
@@ -300,6 +327,11 @@ impl ConfigFile {
                 ParentProxy::parse(&url).map_err(|e| ConfigError::key("upstream_proxy", e))?,
             )),
         };
+        let admin = raw.admin.map(RawAdmin::compile).transpose()?;
+        let log_format = match &raw.log_format {
+            Some(f) => f.parse().map_err(|e| ConfigError::key("log_format", e))?,
+            None => LogFormat::default(),
+        };
         let file_rules = raw.rules.len();
         Ok(ConfigFile {
             path: None,
@@ -315,6 +347,8 @@ impl ConfigFile {
             audit: raw.mode == Some(RuleMode::Audit),
             tls,
             upstream_proxy,
+            admin,
+            log_format,
             source: None,
             file_rules,
         })
@@ -383,6 +417,8 @@ impl ConfigFile {
             auth: self.auth.clone(),
             tls: self.tls.clone(),
             upstream_proxy: self.upstream_proxy.clone(),
+            admin: self.admin.clone(),
+            log_format: self.log_format,
         };
         config.validate().map_err(|e| self.attach(e))?;
         Ok(config)

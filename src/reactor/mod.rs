@@ -12,7 +12,9 @@
 //! this module touches the run queue, the timer wheel, tokens, admission
 //! counts and the resolver.
 
+mod admin;
 pub(crate) mod admission;
+mod control;
 pub(crate) mod listener;
 mod remote;
 pub(crate) mod resolver;
@@ -29,11 +31,13 @@ use slab::Slab;
 
 use crate::buffer::BufPool;
 use crate::client::{ClientKey, Peer};
-use crate::config::{Config, ListenerProtocol};
+use crate::config::{Config, ListenerConfig, ListenerProtocol};
+use crate::events::EventSink;
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::Policy;
 use crate::session::{Ctx, Effects, Session, Settings, TlsEnv, Tokens};
+use admin::Admin;
 use admission::{Admission, Admit};
 use listener::Listener;
 pub(crate) use remote::{Control, Remote};
@@ -50,6 +54,17 @@ enum Timer {
     ResumeAccept,
     /// The graceful-shutdown drain timeout.
     Drain,
+    /// An admin connection's deadline; `gen` tells a slot's tenants apart.
+    Admin { slot: usize, gen: u64 },
+}
+
+/// What an embedder adds beyond the [`Config`]: the event callback and the
+/// control fd.
+#[derive(Debug, Default)]
+pub(crate) struct Hooks {
+    pub(crate) events: EventSink,
+    /// A connected stream speaking control lines (`--control-fd`).
+    pub(crate) control: Option<Stream>,
 }
 
 /// Timer wheel resolution and size: 10 ms ticks, ~41 s per rotation.
@@ -83,6 +98,7 @@ struct Env {
     remote: Arc<Remote>,
     /// What TLS needs (the CA and leaves once a rule terminates).
     tls: TlsEnv,
+    events: EventSink,
 }
 
 impl Env {
@@ -113,6 +129,7 @@ impl Env {
             tls: &mut self.tls,
             policy: &self.policy,
             stats: &self.remote.stats,
+            events: &self.events,
             now,
             effects: Effects::default(),
         }
@@ -139,6 +156,8 @@ pub(crate) struct Reactor {
     events: Events,
     /// Indexed by listener token; `None` once closed for shutdown.
     listeners: Vec<Option<Listener>>,
+    /// The admin endpoint and the control fd, when configured.
+    admin: Option<Admin>,
     sessions: Slab<Slot>,
     env: Env,
     timers: TimerWheel<Timer>,
@@ -167,6 +186,7 @@ impl Reactor {
     pub(crate) fn new(
         config: Config,
         adopted: Vec<Listener>,
+        hooks: Hooks,
     ) -> io::Result<(Reactor, Arc<Remote>)> {
         if config.listeners.is_empty() && adopted.is_empty() {
             return Err(io::Error::new(
@@ -190,10 +210,48 @@ impl Reactor {
         }
         let local_addrs = listeners.iter().map(|l| l.local.clone()).collect();
         let listeners = listeners.into_iter().map(Some).collect();
+        let admin_listener = match &config.admin {
+            Some(a) => {
+                let lc = ListenerConfig {
+                    addr: a.listen.clone(),
+                    protocol: ListenerProtocol::Auto,
+                };
+                let mut l = Listener::bind(&lc).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("cannot listen on {} (admin): {e}", a.listen),
+                    )
+                })?;
+                l.register(poll.registry(), token::ADMIN_LISTENER)?;
+                Some(l)
+            }
+            None => None,
+        };
+        let admin_addr = admin_listener.as_ref().map(|l| l.local.clone());
         let (control_tx, control) = mpsc::channel();
         let (answers_tx, answers) = mpsc::channel();
-        let remote = Arc::new(Remote::new(local_addrs, control_tx, Arc::clone(&waker)));
-        let resolver = Resolver::new(config.limits.resolver_threads, answers_tx, waker)?;
+        let remote = Arc::new(Remote::new(
+            local_addrs,
+            admin_addr,
+            control_tx,
+            Arc::clone(&waker),
+        ));
+        let resolver = Resolver::new(
+            config.limits.resolver_threads,
+            answers_tx,
+            waker,
+            Arc::clone(&remote),
+        )?;
+        let mut admin = match (admin_listener, &hooks.control) {
+            (None, None) => None,
+            (listener, _) => {
+                let control = config.admin.as_ref().is_some_and(|a| a.control);
+                Some(Admin::new(listener, control, Arc::clone(&remote)))
+            }
+        };
+        if let (Some(admin), Some(stream)) = (&mut admin, hooks.control) {
+            admin.adopt_control(stream, poll.registry())?;
+        }
         let now = Instant::now();
         let env = Env {
             registry: poll.registry().try_clone()?,
@@ -209,6 +267,7 @@ impl Reactor {
             policy: config.policy,
             remote: Arc::clone(&remote),
             tls: TlsEnv::new(config.tls),
+            events: hooks.events,
         };
         let mut env = env;
         env.prepare_tls()?;
@@ -216,6 +275,7 @@ impl Reactor {
             poll,
             events: Events::with_capacity(1024),
             listeners,
+            admin,
             sessions: Slab::new(),
             env,
             timers: TimerWheel::new(TICK, SLOTS, now),
@@ -237,6 +297,7 @@ impl Reactor {
     }
 
     pub(crate) fn run(mut self) -> io::Result<()> {
+        self.env.remote.running_on(std::thread::current().id());
         for l in self.listeners.iter().flatten() {
             log::debug!("listening on {} ({})", l.local, protocol_name(l.protocol));
         }
@@ -340,6 +401,8 @@ impl Reactor {
         for ev in events.iter() {
             match token::owner(ev.token(), self.listeners.len()) {
                 Owner::Waker => stop |= self.on_wake(),
+                Owner::AdminListener => self.admin_accept(),
+                Owner::Admin(slot) => self.admin_event(slot, ev),
                 Owner::Listener(i) => self.accept(i),
                 Owner::Session(key, side) => self.call(key, |s, ctx| s.on_event(side, ev, ctx)),
             }
@@ -355,25 +418,11 @@ impl Reactor {
             match msg {
                 Control::Shutdown { graceful: false } => stop = true,
                 Control::Shutdown { graceful: true } => self.start_draining(),
-                Control::Reload(mut policy) => {
-                    // What DNS said about inspected names stays true.
-                    policy.set_memory(self.env.policy.memory().clone());
-                    self.env.policy = policy;
-                    self.refresh_pins();
-                    // A reload that brings the first terminating rule needs
-                    // the CA now; if it cannot load, such tunnels fail with
-                    // a clear reason (and the error is logged here).
-                    if let Err(e) = self.env.prepare_tls() {
-                        log::error!("{e}");
-                    }
-                    log::info!(
-                        "policy reloaded; re-checking {} open sessions",
-                        self.sessions.len()
-                    );
-                    let keys: Vec<usize> = self.sessions.iter().map(|(k, _)| k).collect();
-                    for key in keys {
-                        self.call(key, Session::on_reload);
-                    }
+                Control::Reload(policy) => self.apply_policy(policy, "reloaded"),
+                Control::Command { cmd, reply } => {
+                    let answer = self.execute(cmd);
+                    // The asker may have given up; nothing to do then.
+                    let _ = reply.send(answer);
                 }
             }
         }
@@ -571,6 +620,7 @@ impl Reactor {
                     // Cancelling the timer that just fired is a harmless no-op.
                     self.resume_accepting();
                 }
+                Timer::Admin { slot, gen } => self.admin_timer(slot, gen),
                 Timer::Drain => {
                     log::info!(
                         "drain timeout: closing {} sessions still open",
@@ -607,6 +657,7 @@ impl Reactor {
             !self.sessions.is_empty()
                 || !matches!(self.accepting, Accepting::Open)
                 || self.draining
+                || self.admin.as_ref().is_some_and(Admin::has_conns)
                 || self.timers.is_empty(),
             "{} timers armed with no session",
             self.timers.len()

@@ -157,10 +157,10 @@ fn on_host(
     wrap: impl FnOnce(&ListenAddr) -> Vec<OsString>,
 ) -> ExitCode {
     if !listeners_given {
-        config.listeners = vec![ListenerConfig {
-            addr: ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 0))),
-            protocol: ListenerProtocol::Auto,
-        }];
+        config.listeners = vec![ListenerConfig::new(
+            ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 0))),
+            ListenerProtocol::Auto,
+        )];
     }
     let extra_env = tls_ca_vars(&config);
     let auth = config.auth.clone();

@@ -86,19 +86,12 @@ fn decide(
                 Some(Route::Parent(p)) => Some(p.clone()),
                 None => ctx.settings.upstream_proxy.clone(),
             };
-            conn.log.decision = match allowed.audit {
-                // Audit mode: what enforcing would have refused goes through,
-                // and the access line says so.
-                Some(denial) => {
-                    log::info!(
-                        "conn={} {} decision=would-deny: {denial}",
-                        conn.id,
-                        request.target
-                    );
-                    Decision::WouldDeny(denial.to_string())
-                }
-                None => Decision::Allowed(allowed.rule),
+            // Audit mode let through what enforcement would refuse: say so.
+            let decision = match &allowed.audit {
+                Some(denial) => Decision::would_deny(Arc::clone(&allowed.rule), denial),
+                None => Decision::Allowed(Arc::clone(&allowed.rule)),
             };
+            conn.decide(decision, ctx);
             let plan = Plan {
                 request,
                 addrs: allowed.addrs,
@@ -123,7 +116,7 @@ fn deny(
 ) -> State {
     ctx.stats.denied();
     log::debug!("conn={} deny {}: {denial}", conn.id, request.target);
-    conn.log.decision = Decision::Denied(denial.to_string());
+    conn.decide(Decision::denied(&denial), ctx);
     refuse(Refusal::Denied(denial), request.dialect, client, conn, ctx)
 }
 
