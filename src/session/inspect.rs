@@ -537,7 +537,22 @@ impl Inspect {
         self.unpark(ctx);
         self.armed = None;
         if let Some((_, since)) = self.waiting {
-            if ctx.now >= since + ctx.settings.timeouts.response && self.ex.response_timeout() {
+            let due = ctx.now >= since + ctx.settings.timeouts.response;
+            if due && self.upstream.is_handshaking() {
+                // Not a slow answer: the upstream never finished its TLS
+                // handshake (a plaintext server, a wrong port).
+                let why = "the TLS handshake with the upstream did not complete in time";
+                log::info!("conn={} {why}", conn.id);
+                self.upstream_gone = true;
+                self.upstream_eof = true;
+                self.ex.upstream_failed("upstream-tls", why);
+                let _ = self.responses();
+                self.records(conn, ctx);
+                if let Status::Closed { answer, end } = self.ex.status() {
+                    return self.close(answer, end, conn, ctx);
+                }
+            }
+            if due && self.ex.response_timeout() {
                 log::info!("conn={} the upstream did not answer in time", conn.id);
                 self.records(conn, ctx);
                 if let Status::Closed { answer, end } = self.ex.status() {
