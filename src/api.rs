@@ -112,7 +112,7 @@ impl ProxyBuilder {
         }
         self.config
             .listeners
-            .push(ListenerConfig { addr, protocol });
+            .push(ListenerConfig::new(addr, protocol));
         self
     }
     /// Adds a listener the caller has already bound (and put in the listening

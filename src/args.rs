@@ -172,10 +172,7 @@ impl Args {
             file.listeners = Some(
                 self.listen
                     .iter()
-                    .map(|addr| ListenerConfig {
-                        addr: addr.clone(),
-                        protocol,
-                    })
+                    .map(|addr| ListenerConfig::new(addr.clone(), protocol))
                     .collect(),
             );
         }
@@ -220,6 +217,13 @@ impl Setup {
         };
         for l in &c.listeners {
             let _ = writeln!(s, "listen: {} ({:?})", l.addr, l.protocol);
+            if matches!(l.addr, ListenAddr::Unix(_)) {
+                let group = l
+                    .unix
+                    .group
+                    .map_or_else(|| "the process's".into(), |g| g.to_string());
+                let _ = writeln!(s, "  socket file: mode {:04o}, group {group}", l.unix.mode);
+            }
         }
         let _ = match &self.rules {
             None => writeln!(
@@ -244,12 +248,31 @@ impl Setup {
             "limits: max_head_bytes {}, buffer_size {}, resolver_threads {}",
             l.max_head_bytes, l.buffer_size, l.resolver_threads
         );
+        let _ = writeln!(s, "{}", session_limits(l));
         let _ = match &c.auth {
             Some(a) => writeln!(s, "auth: required (user {:?})", a.username),
             None => writeln!(s, "auth: none"),
         };
         s
     }
+}
+
+/// The session limits in force, and the open-file limit the defaults are
+/// sized to (an explicit value in the file wins over its default).
+fn session_limits(l: &portcullis::Limits) -> String {
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    let nofile = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((RLIM_INFINITY, _)) => "unlimited".to_string(),
+        Ok((soft, _)) => soft.to_string(),
+        Err(e) => format!("unknown ({e})"),
+    };
+    format!(
+        "sessions: max_sessions {}, max_sessions_per_client {}, max_pending_handshakes {}, max_pending_handshakes_per_client {} (defaults sized to an open file limit of {nofile})",
+        l.max_sessions,
+        l.max_sessions_per_client,
+        l.max_pending_handshakes,
+        l.max_pending_handshakes_per_client
+    )
 }
 
 /// Renders a clap error on one line: `error: ...` without usage or tips.
@@ -369,10 +392,10 @@ mod tests {
         assert!(s.rules.is_none());
         assert_eq!(
             s.config.listeners,
-            vec![ListenerConfig {
-                addr: ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()),
-                protocol: ListenerProtocol::Http,
-            }]
+            vec![ListenerConfig::new(
+                ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+                ListenerProtocol::Http,
+            )]
         );
         assert_eq!(s.config.timeouts.idle, Some(Duration::from_secs(30)));
         assert_eq!(s.config.auth.unwrap().username, "a");

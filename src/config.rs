@@ -49,6 +49,66 @@ pub struct ListenerConfig {
     pub addr: ListenAddr,
     /// What it speaks.
     pub protocol: ListenerProtocol,
+    /// Who may connect to a Unix-socket listener (ignored for TCP).
+    pub unix: UnixAccess,
+}
+
+impl ListenerConfig {
+    /// A listener at `addr` speaking `protocol`; a Unix socket gets [`UnixAccess::default`].
+    pub fn new(addr: ListenAddr, protocol: ListenerProtocol) -> ListenerConfig {
+        ListenerConfig {
+            addr,
+            protocol,
+            unix: UnixAccess::default(),
+        }
+    }
+}
+
+/// Who may connect to a Unix-socket listener. Connecting to a Unix socket
+/// needs write permission on its file (and search permission on the
+/// directories above it), so the file's mode and group are the access
+/// control.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnixAccess {
+    /// Permission bits of the socket file; default `0o600` (the proxy's uid
+    /// only). `0o660` with a [`group`](Self::group) lets that group in.
+    pub mode: u32,
+    /// The socket file's group (a gid); `None`: the process's group.
+    pub group: Option<u32>,
+}
+
+impl Default for UnixAccess {
+    fn default() -> Self {
+        UnixAccess {
+            mode: 0o600,
+            group: None,
+        }
+    }
+}
+
+/// Parses a socket file mode: octal, `"0660"`, `"660"` or `"0o660"`, at most `0777`.
+pub fn parse_unix_mode(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let digits = t.strip_prefix("0o").unwrap_or(t);
+    match u32::from_str_radix(digits, 8) {
+        Ok(m) if m <= 0o777 && !digits.is_empty() && digits.len() <= 4 => Ok(m),
+        _ => Err(format!(
+            "invalid mode {s:?}: expected octal permission bits such as \"0600\" or \"0660\""
+        )),
+    }
+}
+
+/// Resolves a socket file group: a group name, or a numeric gid.
+pub fn parse_unix_group(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    if let Ok(gid) = t.parse::<u32>() {
+        return Ok(gid);
+    }
+    match nix::unistd::Group::from_name(t) {
+        Ok(Some(g)) => Ok(g.gid.as_raw()),
+        Ok(None) => Err(format!("no group named {t:?}")),
+        Err(e) => Err(format!("cannot look up group {t:?}: {e}")),
+    }
 }
 
 /// Timeouts. Every session has a deadline in every phase, except an
@@ -108,15 +168,32 @@ pub struct Limits {
 }
 
 impl Default for Limits {
+    /// The defaults for this process's open-file limit, read now: see
+    /// [`Limits::for_open_files`].
     fn default() -> Self {
+        Limits::for_open_files(crate::fd_budget::nofile_limit())
+    }
+}
+
+impl Limits {
+    /// The defaults for a process allowed `nofile` open files (`None`:
+    /// unlimited). `max_sessions` is what the limit holds at two fds per
+    /// tunnel, after fds set aside for the process, a reserve (1/32) and
+    /// splice pipes (at most 1/8); `max_pending_handshakes` is that or 1024,
+    /// whichever is less; each per-client limit is a quarter of its overall
+    /// limit, so no one client can take the proxy. 20,000 open files give
+    /// 9,159 sessions, 2,289 per client, 1,024 handshakes, 256 per client.
+    pub fn for_open_files(nofile: Option<u64>) -> Limits {
+        let sessions = crate::fd_budget::FdBudget::for_limit(nofile).sessions();
+        let handshakes = sessions.min(1_024);
         Limits {
             max_head_bytes: 32 * 1024,
             buffer_size: 64 * 1024,
             resolver_threads: 2,
-            max_sessions: 10_000,
-            max_sessions_per_client: 10_000,
-            max_pending_handshakes: 1_024,
-            max_pending_handshakes_per_client: 256,
+            max_sessions: sessions,
+            max_sessions_per_client: (sessions / 4).max(1),
+            max_pending_handshakes: handshakes,
+            max_pending_handshakes_per_client: (handshakes / 4).max(1),
         }
     }
 }
@@ -171,10 +248,10 @@ impl Default for Config {
 
 /// The built-in default listener address, parsed.
 fn default_listener() -> ListenerConfig {
-    ListenerConfig {
-        addr: ListenAddr::Tcp(DEFAULT_LISTEN.parse().expect("valid default")),
-        protocol: ListenerProtocol::Auto,
-    }
+    ListenerConfig::new(
+        ListenAddr::Tcp(DEFAULT_LISTEN.parse().expect("valid default")),
+        ListenerProtocol::Auto,
+    )
 }
 
 /// Smallest accepted `limits.buffer_size`.
@@ -324,6 +401,53 @@ struct RawListen {
     address: String,
     #[serde(default)]
     protocol: Option<String>,
+    /// Unix sockets only: the socket file's mode, as an octal string.
+    #[serde(default)]
+    mode: Option<String>,
+    /// Unix sockets only: the socket file's group, a name or a gid.
+    #[serde(default)]
+    group: Option<RawGroup>,
+}
+
+/// A group as written: a name, or a numeric gid.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawGroup {
+    Gid(u32),
+    Name(String),
+}
+
+impl RawListen {
+    /// The `mode` and `group` keys, for listener `i` at `addr`.
+    fn unix_access(&self, i: usize, addr: &ListenAddr) -> Result<UnixAccess, ConfigError> {
+        if !matches!(addr, ListenAddr::Unix(_)) {
+            for (key, given) in [
+                ("mode", self.mode.is_some()),
+                ("group", self.group.is_some()),
+            ] {
+                if given {
+                    return Err(ConfigError::key(
+                        format!("listen[{i}].{key}"),
+                        "only a unix: listener has a socket file to set it on",
+                    ));
+                }
+            }
+        }
+        let mut access = UnixAccess::default();
+        if let Some(m) = &self.mode {
+            access.mode =
+                parse_unix_mode(m).map_err(|e| ConfigError::key(format!("listen[{i}].mode"), e))?;
+        }
+        access.group = match &self.group {
+            None => None,
+            Some(RawGroup::Gid(gid)) => Some(*gid),
+            Some(RawGroup::Name(name)) => Some(
+                parse_unix_group(name)
+                    .map_err(|e| ConfigError::key(format!("listen[{i}].group"), e))?,
+            ),
+        };
+        Ok(access)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -442,13 +566,18 @@ impl ConfigFile {
                     .map(|(i, l)| {
                         let addr = parse_listen_addr(&l.address)
                             .map_err(|e| ConfigError::key(format!("listen[{i}].address"), e))?;
-                        let protocol = match l.protocol {
+                        let protocol = match &l.protocol {
                             None => ListenerProtocol::Auto,
                             Some(p) => p.parse().map_err(|e| {
                                 ConfigError::key(format!("listen[{i}].protocol"), e)
                             })?,
                         };
-                        Ok(ListenerConfig { addr, protocol })
+                        let unix = l.unix_access(i, &addr)?;
+                        Ok(ListenerConfig {
+                            addr,
+                            protocol,
+                            unix,
+                        })
                     })
                     .collect::<Result<Vec<_>, ConfigError>>()?,
             ),
@@ -633,6 +762,12 @@ impl Config {
                 return Err(ConfigError::key(
                     format!("listen[{i}].address"),
                     "empty Unix socket path",
+                ));
+            }
+            if l.unix.mode > 0o777 {
+                return Err(ConfigError::key(
+                    format!("listen[{i}].mode"),
+                    format!("{:#o} is not a permission mode (at most 0777)", l.unix.mode),
                 ));
             }
         }

@@ -72,6 +72,7 @@ pub(crate) mod buffer;
 pub(crate) mod client;
 pub mod config;
 pub mod duration;
+pub(crate) mod fd_budget;
 pub(crate) mod io;
 pub mod lifecycle;
 pub mod policy;

@@ -68,11 +68,14 @@ pub enum CloseReason {
     Limit,
     /// An inspected request got no response head within the response timeout.
     ResponseTimeout,
+    /// Closed in its handshake to make room when the proxy ran out of file
+    /// descriptors (the heaviest client's oldest handshakes go first).
+    Shed,
 }
 
 impl CloseReason {
     /// Every reason, in a fixed order (the order of the tallies).
-    pub const ALL: [CloseReason; 17] = [
+    pub const ALL: [CloseReason; 18] = [
         CloseReason::Done,
         CloseReason::ClientGone,
         CloseReason::UpstreamGone,
@@ -90,6 +93,7 @@ impl CloseReason {
         CloseReason::Shutdown,
         CloseReason::Limit,
         CloseReason::ResponseTimeout,
+        CloseReason::Shed,
     ];
 
     /// The short name used in logs and stats, e.g. `client-gone`.
@@ -112,6 +116,7 @@ impl CloseReason {
             CloseReason::Shutdown => "shutdown",
             CloseReason::Limit => "limit",
             CloseReason::ResponseTimeout => "response-timeout",
+            CloseReason::Shed => "shed",
         }
     }
 

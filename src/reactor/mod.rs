@@ -16,6 +16,8 @@ pub(crate) mod admission;
 pub(crate) mod listener;
 mod remote;
 pub(crate) mod resolver;
+mod shed;
+mod socket_file;
 pub mod timer;
 pub(crate) mod token;
 
@@ -28,8 +30,9 @@ use mio::{Events, Poll, Registry, Waker};
 use slab::Slab;
 
 use crate::buffer::BufPool;
-use crate::client::{ClientKey, Peer};
+use crate::client::{ClientKey, Identify, Peer};
 use crate::config::{Config, ListenerProtocol};
+use crate::fd_budget::{self, FdBudget};
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::Policy;
@@ -57,12 +60,14 @@ const TICK: Duration = Duration::from_millis(10);
 const SLOTS: usize = 4096;
 /// How long accepting pauses when the process runs out of file descriptors.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(250);
-/// Pipes for splice at most (two fds each), and their size: bulk tunnels
-/// beyond the budget use buffers.
-#[cfg(target_os = "linux")]
-const MAX_PIPES: usize = 512;
+/// The size of a splice pipe. How many may exist (two fds each) comes from
+/// the fd budget; bulk tunnels beyond it use buffers.
 #[cfg(target_os = "linux")]
 const PIPE_SIZE: usize = 256 * 1024;
+/// Sessions an EMFILE on accept sheds: room for one tunnel's two fds.
+const SHED_PER_EMFILE: usize = 2;
+/// Shedding rounds in one accept burst before pausing instead.
+const MAX_SHED_ROUNDS: usize = 8;
 /// Spare relay buffers kept for reuse.
 const POOL_IDLE: usize = 256;
 
@@ -128,6 +133,8 @@ pub(crate) struct Reactor {
     timers: TimerWheel<Timer>,
     resolver: Resolver,
     admission: Admission,
+    /// Who owns loopback clients' sockets.
+    identify: Identify,
     control: Receiver<Control>,
     answers: Receiver<Answer>,
     next_id: u64,
@@ -177,11 +184,12 @@ impl Reactor {
         let remote = Arc::new(Remote::new(local_addrs, control_tx, Arc::clone(&waker)));
         let resolver = Resolver::new(config.limits.resolver_threads, answers_tx, waker)?;
         let now = Instant::now();
+        let fds = FdBudget::current();
         let env = Env {
             registry: poll.registry().try_clone()?,
             pool: BufPool::new(config.limits.buffer_size, POOL_IDLE),
             #[cfg(target_os = "linux")]
-            pipes: crate::session::PipeBudget::new(MAX_PIPES, PIPE_SIZE),
+            pipes: crate::session::PipeBudget::new(fds.pipes, PIPE_SIZE),
             settings: Settings {
                 timeouts: config.timeouts,
                 limits: config.limits,
@@ -190,6 +198,7 @@ impl Reactor {
             policy: config.policy,
             remote: Arc::clone(&remote),
         };
+        let identify = Identify::new();
         let reactor = Reactor {
             poll,
             events: Events::with_capacity(1024),
@@ -198,7 +207,9 @@ impl Reactor {
             env,
             timers: TimerWheel::new(TICK, SLOTS, now),
             resolver,
-            admission: Admission::default(),
+            // Counted last: everything the reactor opened is in the base.
+            admission: Admission::new(fds, fd_budget::open_fds()),
+            identify,
             control,
             answers,
             next_id: 1,
@@ -382,13 +393,16 @@ impl Reactor {
         if !matches!(self.accepting, Accepting::Open) {
             return;
         }
+        let mut sheds = 0;
         loop {
             let Some(listener) = self.listeners.get(index).and_then(Option::as_ref) else {
                 return;
             };
-            match listener.accept() {
+            match listener.accept(&mut self.identify) {
                 Ok((stream, peer)) => {
-                    self.exhausted = false;
+                    if sheds == 0 {
+                        self.exhausted = false;
+                    }
                     self.env.remote.stats.accepted();
                     let protocol = listener.protocol;
                     self.admit(stream, peer, protocol);
@@ -401,6 +415,10 @@ impl Reactor {
                         e.kind(),
                         io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
                     ) => {}
+                // Out of fds: make room by shedding, then accept again.
+                Err(e) if out_of_fds(&e) && sheds < MAX_SHED_ROUNDS && self.shed(&e) => {
+                    sheds += 1;
+                }
                 // EMFILE, ENFILE, ENOBUFS, ENOMEM: retrying now would fail the
                 // same way, so pause behind a timer instead of spinning.
                 Err(e) => {
@@ -414,10 +432,14 @@ impl Reactor {
     /// Starts a session for an accepted connection, or refuses it at a limit.
     fn admit(&mut self, stream: Stream, peer: Peer, protocol: ListenerProtocol) {
         let client = peer.key();
+        if self.admission.under_pressure() {
+            // The limit may have been raised (or lowered) meanwhile.
+            self.admission.set_fd_limit(fd_budget::nofile_limit());
+        }
         let refusing = match self.admission.admit(client, &self.env.settings.limits) {
             Admit::Yes => None,
             Admit::Refuse(limit) => {
-                log::warn!("{peer}: refused, at the {limit} limit");
+                log::warn!("{peer}{}: refused, at the {limit} limit", peer.ids());
                 Some(limit)
             }
             // Past even the cap on refusals: the socket closes unanswered.
@@ -452,6 +474,32 @@ impl Reactor {
                 self.admission.ended(client, admitted);
             }
         }
+    }
+
+    /// Accept ran out of fds: reads the limit again (it may have been
+    /// lowered) and closes sessions in the shedding order. Returns whether
+    /// any was closed.
+    fn shed(&mut self, e: &io::Error) -> bool {
+        self.admission.set_fd_limit(fd_budget::nofile_limit());
+        let heaviest = self.admission.heaviest();
+        let candidates = self.sessions.iter().map(|(key, s)| shed::Candidate {
+            key,
+            id: s.session.id(),
+            client: s.client,
+            admitted: s.admitted,
+            handshaking: s.handshaking,
+        });
+        let victims = shed::victims(candidates, heaviest, SHED_PER_EMFILE);
+        if !victims.is_empty() && !self.exhausted {
+            log::warn!(
+                "accept failed ({e}); closing pending handshakes of the heaviest client ({heaviest:?}) to make room"
+            );
+            self.exhausted = true;
+        }
+        for &key in &victims {
+            self.call(key, |s, ctx| s.abort(CloseReason::Shed, ctx));
+        }
+        !victims.is_empty()
     }
 
     fn pause_accepting(&mut self, e: &io::Error) {
@@ -559,6 +607,14 @@ impl Reactor {
         self.sessions.clear();
         self.listeners.clear();
     }
+}
+
+/// EMFILE or ENFILE: the process (or the system) is out of file descriptors.
+fn out_of_fds(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error().map(nix::errno::Errno::from_raw),
+        Some(nix::errno::Errno::EMFILE | nix::errno::Errno::ENFILE)
+    )
 }
 
 fn protocol_name(p: ListenerProtocol) -> &'static str {

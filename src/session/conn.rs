@@ -92,9 +92,10 @@ impl Conn {
             String::new()
         };
         log::info!(
-            "access conn={} client={} target={target} decision={decision} up={} down={} duration={:.3}s close={reason}{http}{error}",
+            "access conn={} client={}{} target={target} decision={decision} up={} down={} duration={:.3}s close={reason}{http}{error}",
             self.id,
             log.peer,
+            log.peer.ids(),
             log.up,
             log.down,
             now.saturating_duration_since(log.started).as_secs_f64(),
