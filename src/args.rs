@@ -218,10 +218,13 @@ impl Setup {
         for l in &c.listeners {
             let _ = writeln!(s, "listen: {} ({:?})", l.addr, l.protocol);
             if matches!(l.addr, ListenAddr::Unix(_)) {
-                let group = l
-                    .unix
-                    .group
-                    .map_or_else(|| "the process's".into(), |g| g.to_string());
+                let group = match &l.unix.group {
+                    None => "the process's".to_string(),
+                    Some(g) => match g.gid() {
+                        Ok(gid) => format!("{g} (gid {gid})"),
+                        Err(e) => format!("{g} ({e} here)"),
+                    },
+                };
                 let _ = writeln!(s, "  socket file: mode {:04o}, group {group}", l.unix.mode);
             }
         }

@@ -130,15 +130,6 @@ impl Identify {
         }
     }
 
-    /// Without a lookup (a test, or a proxy that needs none).
-    #[cfg(test)]
-    pub(crate) fn none() -> Identify {
-        Identify {
-            diag: None,
-            warned: true,
-        }
-    }
-
     /// The uid owning the client socket at `client` connected to our
     /// `server` address, for a loopback client; `None` for any other client
     /// or when the kernel cannot tell (the client is already gone, or lives
@@ -163,6 +154,33 @@ impl Identify {
             }
         }
     }
+}
+
+/// Whether a socket lives in this process's network namespace: only then
+/// does our socket-diagnostics socket see its clients (a listener made in
+/// another namespace, as `portcullis run` does, would have its tuples looked
+/// up among the host's sockets, and could match a stranger's).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn in_our_netns(socket: std::os::fd::BorrowedFd<'_>) -> bool {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: SIOCGSKNS takes no argument and returns a new fd (or -1).
+    let ns = unsafe { nix::libc::ioctl(socket.as_raw_fd(), nix::libc::SIOCGSKNS as _) };
+    if ns < 0 {
+        return false;
+    }
+    // SAFETY: the ioctl returned a new descriptor that nothing else owns.
+    let ns = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(ns) });
+    match (ns.metadata(), std::fs::metadata("/proc/self/ns/net")) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Elsewhere there is no lookup to protect.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn in_our_netns(_: std::os::fd::BorrowedFd<'_>) -> bool {
+    true
 }
 
 /// The uid and pid of a Unix-socket peer.
@@ -236,6 +254,13 @@ mod tests {
         for ip in ["10.0.0.1", "::2", "::ffff:10.0.0.1", "0.0.0.0"] {
             assert!(!is_loopback(ip.parse().unwrap()), "{ip}");
         }
+    }
+
+    #[test]
+    fn a_listener_of_ours_is_in_our_netns() {
+        use std::os::fd::AsFd;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert!(in_our_netns(l.as_fd()));
     }
 
     #[test]

@@ -68,13 +68,46 @@ impl ListenerConfig {
 /// needs write permission on its file (and search permission on the
 /// directories above it), so the file's mode and group are the access
 /// control.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnixAccess {
     /// Permission bits of the socket file; default `0o600` (the proxy's uid
     /// only). `0o660` with a [`group`](Self::group) lets that group in.
     pub mode: u32,
-    /// The socket file's group (a gid); `None`: the process's group.
-    pub group: Option<u32>,
+    /// The socket file's group; `None`: the process's group.
+    pub group: Option<UnixGroup>,
+}
+
+/// A group, as configured: resolved when the socket is made, so that a
+/// file names groups of the machine it runs on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnixGroup {
+    /// A numeric gid.
+    Gid(u32),
+    /// A group name.
+    Name(String),
+}
+
+impl UnixGroup {
+    /// The gid, looking a name up in the group database.
+    pub fn gid(&self) -> Result<u32, String> {
+        match self {
+            UnixGroup::Gid(gid) => Ok(*gid),
+            UnixGroup::Name(name) => match nix::unistd::Group::from_name(name) {
+                Ok(Some(g)) => Ok(g.gid.as_raw()),
+                Ok(None) => Err(format!("no group named {name:?}")),
+                Err(e) => Err(format!("cannot look up group {name:?}: {e}")),
+            },
+        }
+    }
+}
+
+impl fmt::Display for UnixGroup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UnixGroup::Gid(gid) => write!(f, "{gid}"),
+            UnixGroup::Name(name) => f.write_str(name),
+        }
+    }
 }
 
 impl Default for UnixAccess {
@@ -95,19 +128,6 @@ pub fn parse_unix_mode(s: &str) -> Result<u32, String> {
         _ => Err(format!(
             "invalid mode {s:?}: expected octal permission bits such as \"0600\" or \"0660\""
         )),
-    }
-}
-
-/// Resolves a socket file group: a group name, or a numeric gid.
-pub fn parse_unix_group(s: &str) -> Result<u32, String> {
-    let t = s.trim();
-    if let Ok(gid) = t.parse::<u32>() {
-        return Ok(gid);
-    }
-    match nix::unistd::Group::from_name(t) {
-        Ok(Some(g)) => Ok(g.gid.as_raw()),
-        Ok(None) => Err(format!("no group named {t:?}")),
-        Err(e) => Err(format!("cannot look up group {t:?}: {e}")),
     }
 }
 
@@ -440,11 +460,18 @@ impl RawListen {
         }
         access.group = match &self.group {
             None => None,
-            Some(RawGroup::Gid(gid)) => Some(*gid),
-            Some(RawGroup::Name(name)) => Some(
-                parse_unix_group(name)
-                    .map_err(|e| ConfigError::key(format!("listen[{i}].group"), e))?,
-            ),
+            Some(RawGroup::Gid(gid)) => Some(UnixGroup::Gid(*gid)),
+            // A name that is all digits is a gid, as for chgrp.
+            Some(RawGroup::Name(name)) => Some(match name.trim().parse() {
+                Ok(gid) => UnixGroup::Gid(gid),
+                Err(_) if name.trim().is_empty() => {
+                    return Err(ConfigError::key(
+                        format!("listen[{i}].group"),
+                        "empty group name",
+                    ))
+                }
+                Err(_) => UnixGroup::Name(name.trim().to_string()),
+            }),
         };
         Ok(access)
     }

@@ -84,6 +84,7 @@ pub mod stats;
 pub use api::{Proxy, ProxyBuilder, ProxyHandle, SpawnedProxy, StdListener};
 pub use config::{
     Config, Credentials, Limits, ListenAddr, ListenerConfig, ListenerProtocol, Timeouts,
+    UnixAccess, UnixGroup,
 };
 pub use policy::Policy;
 pub use stats::{CloseReason, StatsSnapshot};

@@ -1,12 +1,13 @@
 //! Listening sockets: TCP and Unix-domain, each with the protocols it serves.
 
 use std::io;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 
 use mio::net::{TcpListener, UnixListener};
 use mio::{Interest, Registry, Token};
 
-use crate::client::{peer_cred, Identify, Peer};
+use crate::client::{in_our_netns, peer_cred, Identify, Peer};
 use crate::config::{ListenAddr, ListenerConfig, ListenerProtocol};
 use crate::io::Stream;
 
@@ -17,6 +18,9 @@ pub(crate) struct Listener {
     socket: Socket,
     pub(crate) protocol: ListenerProtocol,
     pub(crate) local: ListenAddr,
+    /// Its clients' sockets are visible to our socket diagnostics (it lives
+    /// in our network namespace): loopback clients are identified by uid.
+    identify: bool,
 }
 
 enum Socket {
@@ -48,7 +52,7 @@ impl Listener {
                 (Socket::Tcp(l), ListenAddr::Tcp(local))
             }
             ListenAddr::Unix(path) => {
-                let (s, file) = socket_file::bind(path, config.unix)?;
+                let (s, file) = socket_file::bind(path, &config.unix)?;
                 let l = UnixListener::from_std(listen(s)?.into());
                 (
                     Socket::Unix {
@@ -63,6 +67,7 @@ impl Listener {
             socket,
             protocol: config.protocol,
             local,
+            identify: true,
         })
     }
 
@@ -83,9 +88,11 @@ impl Listener {
             s.set_nonblocking(true)?;
             s.set_cloexec(true)
         };
+        let mut identify = false;
         let (socket, local) = match listener {
             StdListener::Tcp(l) => {
                 check(socket2::SockRef::from(&l))?;
+                identify = in_our_netns(l.as_fd());
                 let local = ListenAddr::Tcp(l.local_addr()?);
                 (Socket::Tcp(TcpListener::from_std(l)), local)
             }
@@ -106,6 +113,7 @@ impl Listener {
             socket,
             protocol,
             local,
+            identify,
         })
     }
 
@@ -130,10 +138,15 @@ impl Listener {
             Socket::Tcp(l) => l.accept().map(|(s, a)| {
                 // Our end of the tuple: the listener's address, unless it
                 // listens on every address (then the kernel says which).
-                let uid = identify.loopback_uid(a, || match self.local {
-                    ListenAddr::Tcp(ours) if !ours.ip().is_unspecified() => Some(ours),
-                    _ => s.local_addr().ok(),
-                });
+                let uid = self
+                    .identify
+                    .then(|| {
+                        identify.loopback_uid(a, || match self.local {
+                            ListenAddr::Tcp(ours) if !ours.ip().is_unspecified() => Some(ours),
+                            _ => s.local_addr().ok(),
+                        })
+                    })
+                    .flatten();
                 (Stream::Tcp(s), Peer::tcp(a, uid))
             }),
             Socket::Unix { listener: l, .. } => l.accept().map(|(s, _)| {

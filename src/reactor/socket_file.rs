@@ -57,7 +57,14 @@ impl Drop for SocketFile {
 
 /// Makes a Unix stream socket bound at `path` with `access`, not yet
 /// listening, and the record that removes its file at exit.
-pub(crate) fn bind(path: &Path, access: UnixAccess) -> io::Result<(socket2::Socket, SocketFile)> {
+pub(crate) fn bind(path: &Path, access: &UnixAccess) -> io::Result<(socket2::Socket, SocketFile)> {
+    let gid = match &access.group {
+        Some(g) => Some(
+            g.gid()
+                .map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?,
+        ),
+        None => None,
+    };
     clear_stale(path)?;
     let s = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
     #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -90,7 +97,7 @@ pub(crate) fn bind(path: &Path, access: UnixAccess) -> io::Result<(socket2::Sock
     if m.mode() & 0o7777 != access.mode {
         set_mode(path, access.mode)?;
     }
-    if let Some(gid) = access.group {
+    if let Some(gid) = gid {
         use nix::fcntl::{AtFlags, AT_FDCWD};
         use nix::unistd::{fchownat, Gid};
         let gid = Gid::from_raw(gid);
@@ -217,6 +224,7 @@ fn probe(path: &Path) -> Probe {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::UnixGroup;
     use std::os::unix::net::{UnixListener, UnixStream};
 
     fn dir(tag: &str) -> PathBuf {
@@ -238,9 +246,9 @@ mod tests {
         let gid = nix::unistd::getegid().as_raw();
         let access = UnixAccess {
             mode: 0o660,
-            group: Some(gid),
+            group: Some(UnixGroup::Gid(gid)),
         };
-        let (s, file) = bind(&p, access).unwrap();
+        let (s, file) = bind(&p, &access).unwrap();
         let m = std::fs::symlink_metadata(&p).unwrap();
         assert_eq!((m.mode() & 0o7777, m.gid()), (0o660, gid));
         let l = listening(s);
@@ -255,10 +263,10 @@ mod tests {
     fn live_stale_and_foreign_paths() {
         let d = dir("live");
         let p = d.join("s.sock");
-        let (s, first) = bind(&p, UnixAccess::default()).unwrap();
+        let (s, first) = bind(&p, &UnixAccess::default()).unwrap();
         let l = listening(s);
         // Live: refused, and the first socket keeps its file.
-        let e = bind(&p, UnixAccess::default()).unwrap_err();
+        let e = bind(&p, &UnixAccess::default()).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
         assert!(e.to_string().contains("in use"), "{e}");
         UnixStream::connect(&p).expect("the first is still reachable");
@@ -268,13 +276,13 @@ mod tests {
         // A file whose listener is gone (std leaves it behind): stale, replaced.
         drop(UnixListener::bind(&p).unwrap());
         assert!(p.exists());
-        let (s, second) = bind(&p, UnixAccess::default()).unwrap();
+        let (s, second) = bind(&p, &UnixAccess::default()).unwrap();
         drop(second);
         drop(s);
         assert!(!p.exists());
         // Not a socket: an error, and the file stays.
         std::fs::write(&p, "x").unwrap();
-        let e = bind(&p, UnixAccess::default()).unwrap_err();
+        let e = bind(&p, &UnixAccess::default()).unwrap_err();
         assert!(e.to_string().contains("not a socket"), "{e}");
         assert!(p.exists());
         std::fs::remove_dir_all(d).unwrap();
@@ -284,7 +292,7 @@ mod tests {
     fn a_replaced_file_is_not_removed() {
         let d = dir("replaced");
         let p = d.join("s.sock");
-        let (_s, ours) = bind(&p, UnixAccess::default()).unwrap();
+        let (_s, ours) = bind(&p, &UnixAccess::default()).unwrap();
         std::fs::remove_file(&p).unwrap();
         let theirs = UnixListener::bind(&p).unwrap();
         // Ours is dropped while our socket still holds its inode, as the
