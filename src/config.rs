@@ -198,11 +198,11 @@ impl Default for Limits {
 impl Limits {
     /// The defaults for a process allowed `nofile` open files (`None`:
     /// unlimited). `max_sessions` is what the limit holds at two fds per
-    /// tunnel, after fds set aside for the process, a reserve (1/32) and
+    /// tunnel, after fds set aside for the process, a reserve (1/64) and
     /// splice pipes (at most 1/8); `max_pending_handshakes` is that or 1024,
     /// whichever is less; each per-client limit is a quarter of its overall
     /// limit, so no one client can take the proxy. 20,000 open files give
-    /// 9,159 sessions, 2,289 per client, 1,024 handshakes, 256 per client.
+    /// 9,316 sessions, 2,329 per client, 1,024 handshakes, 256 per client.
     pub fn for_open_files(nofile: Option<u64>) -> Limits {
         let sessions = crate::fd_budget::FdBudget::for_limit(nofile).sessions();
         let handshakes = sessions.min(1_024);

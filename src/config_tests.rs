@@ -466,7 +466,7 @@ fn unix_listener_mode_and_group() {
 #[test]
 fn session_limits_default_to_what_the_fd_limit_holds() {
     let l = Limits::for_open_files(Some(20_000));
-    assert_eq!((l.max_sessions, l.max_sessions_per_client), (9_159, 2_289));
+    assert_eq!((l.max_sessions, l.max_sessions_per_client), (9_316, 2_329));
     assert_eq!(
         (
             l.max_pending_handshakes,
@@ -477,14 +477,14 @@ fn session_limits_default_to_what_the_fd_limit_holds() {
     let small = Limits::for_open_files(Some(2048));
     assert_eq!(
         (small.max_sessions, small.max_sessions_per_client),
-        (848, 212)
+        (864, 216)
     );
     assert_eq!(
         (
             small.max_pending_handshakes,
             small.max_pending_handshakes_per_client
         ),
-        (848, 212)
+        (864, 216)
     );
     let tiny = Limits::for_open_files(Some(8));
     assert_eq!((tiny.max_sessions, tiny.max_sessions_per_client), (1, 1));

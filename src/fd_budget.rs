@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! N = FIXED (stdio, poll, waker, netlink, listeners)
-//!   + reserve R = max(16, N/32)   (answers to refused clients, DNS lookups, files)
+//!   + reserve R = max(16, N/64)   (answers to refused clients, DNS lookups, files)
 //!   + 2 x pipes,  pipes = min(512, N/16)
 //!   + 2 x max_sessions
 //! ```
@@ -59,7 +59,7 @@ impl FdBudget {
         FdBudget {
             limit: n,
             pipes: (n / 16).min(MAX_PIPES),
-            reserve: (n / 32).max(16),
+            reserve: (n / 64).max(16),
         }
     }
 
@@ -98,12 +98,12 @@ mod tests {
     fn splits() {
         // The hard limit on the development machine.
         let b = FdBudget::for_limit(Some(20_000));
-        assert_eq!((b.pipes, b.reserve), (512, 625));
-        assert_eq!(b.sessions(), (20_000 - 32 - 625 - 1024) / 2);
+        assert_eq!((b.pipes, b.reserve), (512, 312));
+        assert_eq!(b.sessions(), (20_000 - 32 - 312 - 1024) / 2);
         // The common default soft limit: fewer pipes, same shape.
         let b = FdBudget::for_limit(Some(1024));
-        assert_eq!((b.pipes, b.reserve), (64, 32));
-        assert_eq!(b.sessions(), (1024 - 32 - 32 - 128) / 2);
+        assert_eq!((b.pipes, b.reserve), (64, 16));
+        assert_eq!(b.sessions(), (1024 - 32 - 16 - 128) / 2);
         // Tiny limits still allow one session.
         assert_eq!(FdBudget::for_limit(Some(16)).sessions(), 1);
         assert_eq!(FdBudget::for_limit(Some(0)).sessions(), 1);
