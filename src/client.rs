@@ -108,10 +108,16 @@ pub(crate) struct Identify {
 }
 
 impl Identify {
-    /// Opens the socket diagnostics socket; without it (another OS, a
-    /// seccomp filter) loopback clients are keyed by address, and a warning
-    /// says so.
-    pub(crate) fn new() -> Identify {
+    /// Opens the socket diagnostics socket if `needed` (some listener has
+    /// loopback TCP clients to identify); without it (another OS, a seccomp
+    /// filter) loopback clients are keyed by address, and a warning says so.
+    pub(crate) fn new(needed: bool) -> Identify {
+        if !needed {
+            return Identify {
+                diag: None,
+                warned: true,
+            };
+        }
         let diag = match SockDiag::open() {
             Ok(d) => Some(d),
             Err(e) => {

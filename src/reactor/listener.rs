@@ -117,6 +117,11 @@ impl Listener {
         })
     }
 
+    /// Whether loopback clients of this listener are looked up by uid.
+    pub(crate) fn identifies(&self) -> bool {
+        self.identify && matches!(self.socket, Socket::Tcp(_))
+    }
+
     pub(crate) fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
         match &mut self.socket {
             Socket::Tcp(l) => registry.register(l, token, Interest::READABLE),

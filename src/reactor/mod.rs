@@ -177,6 +177,7 @@ impl Reactor {
             l.register(poll.registry(), token::listener(listeners.len()))?;
             listeners.push(l);
         }
+        let identify = Identify::new(listeners.iter().any(Listener::identifies));
         let local_addrs = listeners.iter().map(|l| l.local.clone()).collect();
         let listeners = listeners.into_iter().map(Some).collect();
         let (control_tx, control) = mpsc::channel();
@@ -198,7 +199,6 @@ impl Reactor {
             policy: config.policy,
             remote: Arc::clone(&remote),
         };
-        let identify = Identify::new();
         let reactor = Reactor {
             poll,
             events: Events::with_capacity(1024),
@@ -482,13 +482,17 @@ impl Reactor {
     fn shed(&mut self, e: &io::Error) -> bool {
         self.admission.set_fd_limit(fd_budget::nofile_limit());
         let heaviest = self.admission.heaviest();
-        let candidates = self.sessions.iter().map(|(key, s)| shed::Candidate {
-            key,
-            id: s.session.id(),
-            client: s.client,
-            admitted: s.admitted,
-            handshaking: s.handshaking,
-        });
+        let candidates = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| !s.session.is_done())
+            .map(|(key, s)| shed::Candidate {
+                key,
+                id: s.session.id(),
+                client: s.client,
+                admitted: s.admitted,
+                handshaking: s.handshaking,
+            });
         let victims = shed::victims(candidates, heaviest, SHED_PER_EMFILE);
         if !victims.is_empty() && !self.exhausted {
             log::warn!(
