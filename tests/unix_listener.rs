@@ -156,12 +156,21 @@ fn a_live_socket_is_not_taken_over_and_an_exit_removes_only_its_own_file() {
     let path = dir.path().join("p.sock");
     let mut first = binary_on(&path, &[]);
 
-    // A second instance refuses to start while the first is live.
-    let out = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+    // A second instance refuses to start while the first is live (and one
+    // that takes the path over instead runs on: it is killed and fails the test).
+    let second = Command::new(env!("CARGO_BIN_EXE_portcullis"))
         .arg("--listen")
         .arg(format!("unix:{}", path.display()))
         .env("RUST_LOG", "off")
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut second = ChildGuard(second);
+    let exited = wait_until(PROMPTLY, || matches!(second.try_wait(), Ok(Some(_))));
+    assert!(exited, "a second instance started over a live socket");
+    let out = std::mem::replace(&mut second.0, Command::new("true").spawn().unwrap())
+        .wait_with_output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
