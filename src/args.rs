@@ -446,7 +446,7 @@ mod tests {
             s.config.listeners,
             vec![ListenerConfig::new(
                 ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()),
-                ListenerProtocol::Http
+                ListenerProtocol::Http,
             )]
         );
         assert_eq!(s.config.timeouts.idle, Some(Duration::from_secs(30)));

@@ -75,6 +75,7 @@ pub mod config;
 pub mod control;
 pub mod duration;
 pub mod events;
+pub(crate) mod fd_budget;
 pub(crate) mod io;
 pub mod lifecycle;
 pub mod logging;
@@ -89,7 +90,7 @@ pub mod tls;
 pub use api::{Proxy, ProxyBuilder, ProxyHandle, SpawnedProxy, StdListener};
 pub use config::{
     AdminConfig, Config, Credentials, Limits, ListenAddr, ListenerConfig, ListenerProtocol,
-    LogFormat, Timeouts,
+    LogFormat, Timeouts, UnixAccess, UnixGroup,
 };
 pub use control::{ControlError, SessionInfo};
 pub use events::Event;

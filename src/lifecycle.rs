@@ -73,11 +73,14 @@ pub enum CloseReason {
     TlsFailed,
     /// Closed by a control command (`close-session`, `ProxyHandle::close_session`).
     ClosedByControl,
+    /// Closed in its handshake to make room when the proxy ran out of file
+    /// descriptors (the heaviest client's oldest handshakes go first).
+    Shed,
 }
 
 impl CloseReason {
     /// Every reason, in a fixed order (the order of the tallies).
-    pub const ALL: [CloseReason; 19] = [
+    pub const ALL: [CloseReason; 20] = [
         CloseReason::Done,
         CloseReason::ClientGone,
         CloseReason::UpstreamGone,
@@ -97,6 +100,7 @@ impl CloseReason {
         CloseReason::ResponseTimeout,
         CloseReason::TlsFailed,
         CloseReason::ClosedByControl,
+        CloseReason::Shed,
     ];
 
     /// The short name used in logs and stats, e.g. `client-gone`.
@@ -121,6 +125,7 @@ impl CloseReason {
             CloseReason::ResponseTimeout => "response-timeout",
             CloseReason::TlsFailed => "tls-failed",
             CloseReason::ClosedByControl => "closed-by-control",
+            CloseReason::Shed => "shed",
         }
     }
 

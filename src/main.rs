@@ -45,6 +45,8 @@ fn main() -> ExitCode {
     };
 
     if args.check {
+        // As a real start would, so that limits sized to it show as they would run.
+        raise_nofile_limit(false);
         return match args.load() {
             Ok(setup) => {
                 print!("{}", summary::render(&setup, &args));
@@ -64,7 +66,7 @@ fn main() -> ExitCode {
         eprintln!("portcullis: cannot block signals: {e}");
         return ExitCode::FAILURE;
     }
-    raise_nofile_limit();
+    raise_nofile_limit(true);
 
     let setup = match args.load() {
         Ok(s) => s,
@@ -246,8 +248,9 @@ fn control_stream(fd: i32) -> Result<std::os::unix::net::UnixStream, String> {
     Ok(std::os::unix::net::UnixStream::from(owned))
 }
 
-/// Raises the soft open-file limit to the hard limit: every tunnel holds two.
-fn raise_nofile_limit() {
+/// Raises the soft open-file limit to the hard limit: every tunnel holds
+/// two. Logs the outcome when `log` is set (not for `--check`).
+fn raise_nofile_limit(log: bool) {
     use nix::sys::resource::{getrlimit, setrlimit, Resource, RLIM_INFINITY};
     let show = |n| match n {
         RLIM_INFINITY => "unlimited".to_string(),
@@ -255,19 +258,21 @@ fn raise_nofile_limit() {
     };
     match getrlimit(Resource::RLIMIT_NOFILE) {
         Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-            Ok(()) => info!(
+            Ok(()) if log => info!(
                 "open file limit raised from {} to {}",
                 show(soft),
                 show(hard)
             ),
-            Err(e) => warn!(
+            Err(e) if log => warn!(
                 "open file limit stays {}: raising it to {} failed: {e}",
                 show(soft),
                 show(hard)
             ),
+            _ => {}
         },
-        Ok((soft, _)) => info!("open file limit: {}", show(soft)),
-        Err(e) => warn!("cannot read the open file limit: {e}"),
+        Ok((soft, _)) if log => info!("open file limit: {}", show(soft)),
+        Err(e) if log => warn!("cannot read the open file limit: {e}"),
+        _ => {}
     }
 }
 

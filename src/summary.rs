@@ -23,6 +23,16 @@ pub fn render(setup: &Setup, args: &Args) -> String {
             ListenerProtocol::Socks5 => "socks5",
         };
         let _ = writeln!(s, "listen: {} (protocol {protocol})", l.addr);
+        if matches!(l.addr, portcullis::ListenAddr::Unix(_)) {
+            let group = match &l.unix.group {
+                None => "the process's".to_string(),
+                Some(g) => match g.gid() {
+                    Ok(gid) => format!("{g} (gid {gid})"),
+                    Err(e) => format!("{g} ({e} here)"),
+                },
+            };
+            let _ = writeln!(s, "  socket file: mode {:04o}, group {group}", l.unix.mode);
+        }
     }
     let _ = match &c.auth {
         Some(a) => writeln!(s, "auth: on (user {:?}; password not shown)", a.username),
@@ -65,6 +75,7 @@ pub fn render(setup: &Setup, args: &Args) -> String {
         l.max_pending_handshakes_per_client,
         if l.splice { "on" } else { "off" },
     );
+    let _ = writeln!(s, "{}", session_limits(l));
     let tls = &c.tls;
     let state_dir = tls.state_dir.as_ref().map_or_else(
         || "none (neither XDG_STATE_HOME nor HOME is set)".into(),
@@ -115,6 +126,25 @@ pub fn render(setup: &Setup, args: &Args) -> String {
 fn paths(list: &[PathBuf]) -> String {
     let v: Vec<String> = list.iter().map(|p| p.display().to_string()).collect();
     format!("[{}]", v.join(", "))
+}
+
+/// The session limits in force, and the open-file limit the defaults are
+/// sized to (an explicit value in the file wins over its default).
+fn session_limits(l: &portcullis::Limits) -> String {
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    let nofile = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((RLIM_INFINITY, _)) => "unlimited".to_string(),
+        Ok((soft, _)) => soft.to_string(),
+        Err(e) => format!("unknown ({e})"),
+    };
+    format!(
+        "sessions: max_sessions {}, max_sessions_per_client {}, max_pending_handshakes {}, \
+         max_pending_handshakes_per_client {} (defaults sized to an open file limit of {nofile})",
+        l.max_sessions,
+        l.max_sessions_per_client,
+        l.max_pending_handshakes,
+        l.max_pending_handshakes_per_client
+    )
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! and a 3 s handshake timeout: the connections past the limit get 503
 //! promptly, the pending-handshake gauge never exceeds the limit, the
 //! handshake timer closes the slow ones (reason `handshake-timeout`), and a
-//! normal client from 127.0.0.2 is served throughout.
+//! normal client of another uid (`nobody`, from 127.0.0.2) is served throughout.
 
 mod load;
 mod support;
@@ -77,13 +77,13 @@ fn slowloris_is_held_by_the_pending_handshake_limit_and_timer() {
         })
     };
 
-    // A normal client from another address, served throughout the storm.
+    // A normal client of another uid, served throughout the storm.
     let normal = {
         let (stop, target) = (stop.clone(), echo.target());
         thread::spawn(move || -> Result<usize, String> {
             let mut rounds = 0;
             while !stop.load(Ordering::SeqCst) || rounds < 5 {
-                let mut s = connect_from(ip("127.0.0.2"), p)
+                let mut s = connect_as(NOBODY, ip("127.0.0.2"), p)
                     .map_err(|e| format!("round {rounds}: connect: {e}"))?;
                 s.set_read_timeout(Some(PROMPTLY)).unwrap();
                 let head = http_connect_raw(&mut s, &target)
@@ -165,7 +165,7 @@ fn slowloris_is_held_by_the_pending_handshake_limit_and_timer() {
     let rounds = normal
         .join()
         .unwrap()
-        .unwrap_or_else(|e| panic!("the normal client from 127.0.0.2 failed: {e}"));
+        .unwrap_or_else(|e| panic!("the normal client (nobody, 127.0.0.2) failed: {e}"));
 
     let refused = slow.iter().filter(|c| c.fate == Fate::Refused).count();
     let timed_out = slow
@@ -187,8 +187,8 @@ fn slowloris_is_held_by_the_pending_handshake_limit_and_timer() {
     );
     assert!(others.is_empty(), "unexpected fates: {others:?}");
     assert!(
-        // The gauge is global: the normal client's own handshake from
-        // 127.0.0.2 may be in it too, so at most one over the per-client limit.
+        // The gauge is global: the normal client's own handshake may be in
+        // it too, so at most one over the per-client limit.
         max_pending <= PER_CLIENT as u64 + 1,
         "pending handshakes reached {max_pending} (limit {PER_CLIENT} per client)"
     );

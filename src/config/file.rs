@@ -11,8 +11,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{
-    default_listener, default_state_dir, parse_listen_addr, AdminConfig, Config, ConfigError,
-    Credentials, Limits, ListenerConfig, ListenerProtocol, LogFormat, Timeouts, TlsConfig,
+    default_listener, default_state_dir, parse_listen_addr, parse_unix_mode, AdminConfig, Config,
+    ConfigError, Credentials, Limits, ListenAddr, ListenerConfig, ListenerProtocol, LogFormat,
+    Timeouts, TlsConfig, UnixAccess, UnixGroup,
 };
 use crate::policy::{builtin_default_rule, Policy, PolicyError, RuleConfig, RuleMode};
 
@@ -81,6 +82,60 @@ struct RawListen {
     address: String,
     #[serde(default)]
     protocol: Option<String>,
+    /// Unix sockets only: the socket file's mode, as an octal string.
+    #[serde(default)]
+    mode: Option<String>,
+    /// Unix sockets only: the socket file's group, a name or a gid.
+    #[serde(default)]
+    group: Option<RawGroup>,
+}
+
+/// A group as written: a name, or a numeric gid.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawGroup {
+    Gid(u32),
+    Name(String),
+}
+
+impl RawListen {
+    /// The `mode` and `group` keys, for listener `i` at `addr`.
+    fn unix_access(&self, i: usize, addr: &ListenAddr) -> Result<UnixAccess, ConfigError> {
+        if !matches!(addr, ListenAddr::Unix(_)) {
+            for (key, given) in [
+                ("mode", self.mode.is_some()),
+                ("group", self.group.is_some()),
+            ] {
+                if given {
+                    return Err(ConfigError::key(
+                        format!("listen[{i}].{key}"),
+                        "only a unix: listener has a socket file to set it on",
+                    ));
+                }
+            }
+        }
+        let mut access = UnixAccess::default();
+        if let Some(m) = &self.mode {
+            access.mode =
+                parse_unix_mode(m).map_err(|e| ConfigError::key(format!("listen[{i}].mode"), e))?;
+        }
+        access.group = match &self.group {
+            None => None,
+            Some(RawGroup::Gid(gid)) => Some(UnixGroup::Gid(*gid)),
+            // A name that is all digits is a gid, as for chgrp.
+            Some(RawGroup::Name(name)) => Some(match name.trim().parse() {
+                Ok(gid) => UnixGroup::Gid(gid),
+                Err(_) if name.trim().is_empty() => {
+                    return Err(ConfigError::key(
+                        format!("listen[{i}].group"),
+                        "empty group name",
+                    ))
+                }
+                Err(_) => UnixGroup::Name(name.trim().to_string()),
+            }),
+        };
+        Ok(access)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -233,13 +288,16 @@ impl ConfigFile {
                     .map(|(i, l)| {
                         let addr = parse_listen_addr(&l.address)
                             .map_err(|e| ConfigError::key(format!("listen[{i}].address"), e))?;
-                        let protocol = match l.protocol {
+                        let protocol = match &l.protocol {
                             None => ListenerProtocol::Auto,
                             Some(p) => p.parse().map_err(|e| {
                                 ConfigError::key(format!("listen[{i}].protocol"), e)
                             })?,
                         };
-                        Ok(ListenerConfig { addr, protocol })
+                        let unix = l.unix_access(i, &addr)?;
+                        let mut listener = ListenerConfig::new(addr, protocol);
+                        listener.unix = unix;
+                        Ok(listener)
                     })
                     .collect::<Result<Vec<_>, ConfigError>>()?,
             ),

@@ -121,7 +121,8 @@ impl Admin {
             let Some(listener) = &self.listener else {
                 return new;
             };
-            match listener.accept() {
+            // Admin clients are not counted per client: no identity lookups.
+            match listener.accept(&mut crate::client::Identify::new(false)) {
                 Ok((mut stream, peer)) => {
                     let busy = self
                         .conns

@@ -18,6 +18,8 @@ mod control;
 pub(crate) mod listener;
 mod remote;
 pub(crate) mod resolver;
+mod shed;
+mod socket_file;
 pub mod timer;
 pub(crate) mod token;
 
@@ -30,9 +32,10 @@ use mio::{Events, Poll, Registry, Waker};
 use slab::Slab;
 
 use crate::buffer::BufPool;
-use crate::client::{ClientKey, Peer};
+use crate::client::{ClientKey, Identify, Peer};
 use crate::config::{Config, ListenerConfig, ListenerProtocol};
 use crate::events::EventSink;
+use crate::fd_budget::{self, FdBudget};
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::Policy;
@@ -72,12 +75,14 @@ const TICK: Duration = Duration::from_millis(10);
 const SLOTS: usize = 4096;
 /// How long accepting pauses when the process runs out of file descriptors.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(250);
-/// Pipes for splice at most (two fds each), and their size: bulk tunnels
-/// beyond the budget use buffers.
-#[cfg(target_os = "linux")]
-const MAX_PIPES: usize = 512;
+/// The size of a splice pipe. How many may exist (two fds each) comes from
+/// the fd budget; bulk tunnels beyond it use buffers.
 #[cfg(target_os = "linux")]
 const PIPE_SIZE: usize = 256 * 1024;
+/// Sessions an EMFILE on accept sheds: room for one tunnel's two fds.
+const SHED_PER_EMFILE: usize = 2;
+/// Shedding rounds in one accept burst before pausing instead.
+const MAX_SHED_ROUNDS: usize = 8;
 /// Spare relay buffers kept for reuse.
 const POOL_IDLE: usize = 256;
 
@@ -163,6 +168,8 @@ pub(crate) struct Reactor {
     timers: TimerWheel<Timer>,
     resolver: Resolver,
     admission: Admission,
+    /// Who owns loopback clients' sockets.
+    identify: Identify,
     control: Receiver<Control>,
     answers: Receiver<Answer>,
     next_id: u64,
@@ -208,14 +215,12 @@ impl Reactor {
             l.register(poll.registry(), token::listener(listeners.len()))?;
             listeners.push(l);
         }
+        let identify = Identify::new(listeners.iter().any(Listener::identifies));
         let local_addrs = listeners.iter().map(|l| l.local.clone()).collect();
         let listeners = listeners.into_iter().map(Some).collect();
         let admin_listener = match &config.admin {
             Some(a) => {
-                let lc = ListenerConfig {
-                    addr: a.listen.clone(),
-                    protocol: ListenerProtocol::Auto,
-                };
+                let lc = ListenerConfig::new(a.listen.clone(), ListenerProtocol::Auto);
                 let mut l = Listener::bind(&lc).map_err(|e| {
                     io::Error::new(
                         e.kind(),
@@ -253,11 +258,12 @@ impl Reactor {
             admin.adopt_control(stream, poll.registry())?;
         }
         let now = Instant::now();
+        let fds = FdBudget::current();
         let env = Env {
             registry: poll.registry().try_clone()?,
             pool: BufPool::new(config.limits.buffer_size, POOL_IDLE),
             #[cfg(target_os = "linux")]
-            pipes: crate::session::PipeBudget::new(MAX_PIPES, PIPE_SIZE, config.limits.splice),
+            pipes: crate::session::PipeBudget::new(fds.pipes, PIPE_SIZE, config.limits.splice),
             settings: Settings {
                 timeouts: config.timeouts,
                 limits: config.limits,
@@ -280,7 +286,9 @@ impl Reactor {
             env,
             timers: TimerWheel::new(TICK, SLOTS, now),
             resolver,
-            admission: Admission::default(),
+            // Counted last: everything the reactor opened is in the base.
+            admission: Admission::new(fds, fd_budget::open_fds()),
+            identify,
             control,
             answers,
             next_id: 1,
@@ -475,14 +483,17 @@ impl Reactor {
         if !matches!(self.accepting, Accepting::Open) {
             return;
         }
+        let mut sheds = 0;
         loop {
             let Some(listener) = self.listeners.get(index).and_then(Option::as_ref) else {
                 return;
             };
-            match listener.accept() {
+            match listener.accept(&mut self.identify) {
                 Ok((stream, peer)) => {
                     let protocol = listener.protocol;
-                    self.exhausted = false;
+                    if sheds == 0 {
+                        self.exhausted = false;
+                    }
                     let stale = self
                         .pins_resolved
                         .is_none_or(|t| self.now.duration_since(t) >= crate::policy::REFRESH_EVERY);
@@ -500,6 +511,10 @@ impl Reactor {
                         e.kind(),
                         io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
                     ) => {}
+                // Out of fds: make room by shedding, then accept again.
+                Err(e) if out_of_fds(&e) && sheds < MAX_SHED_ROUNDS && self.shed(&e) => {
+                    sheds += 1;
+                }
                 // EMFILE, ENFILE, ENOBUFS, ENOMEM: retrying now would fail the
                 // same way, so pause behind a timer instead of spinning.
                 Err(e) => {
@@ -513,10 +528,14 @@ impl Reactor {
     /// Starts a session for an accepted connection, or refuses it at a limit.
     fn admit(&mut self, stream: Stream, peer: Peer, protocol: ListenerProtocol) {
         let client = peer.key();
+        if self.admission.under_pressure() {
+            // The limit may have been raised (or lowered) meanwhile.
+            self.admission.set_fd_limit(fd_budget::nofile_limit());
+        }
         let refusing = match self.admission.admit(client, &self.env.settings.limits) {
             Admit::Yes => None,
             Admit::Refuse(limit) => {
-                log::warn!("{peer}: refused, at the {limit} limit");
+                log::warn!("{peer}{}: refused, at the {limit} limit", peer.ids());
                 Some(limit)
             }
             // Past even the cap on refusals: the socket closes unanswered.
@@ -567,6 +586,36 @@ impl Reactor {
                 host,
             });
         }
+    }
+
+    /// Accept ran out of fds: reads the limit again (it may have been
+    /// lowered) and closes sessions in the shedding order. Returns whether
+    /// any was closed.
+    fn shed(&mut self, e: &io::Error) -> bool {
+        self.admission.set_fd_limit(fd_budget::nofile_limit());
+        let heaviest = self.admission.heaviest();
+        let candidates = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| !s.session.is_done())
+            .map(|(key, s)| shed::Candidate {
+                key,
+                id: s.session.id(),
+                client: s.client,
+                admitted: s.admitted,
+                handshaking: s.handshaking,
+            });
+        let victims = shed::victims(candidates, heaviest, SHED_PER_EMFILE);
+        if !victims.is_empty() && !self.exhausted {
+            log::warn!(
+                "accept failed ({e}); closing pending handshakes of the heaviest client ({heaviest:?}) to make room"
+            );
+            self.exhausted = true;
+        }
+        for &key in &victims {
+            self.call(key, |s, ctx| s.abort(CloseReason::Shed, ctx));
+        }
+        !victims.is_empty()
     }
 
     fn pause_accepting(&mut self, e: &io::Error) {
@@ -676,6 +725,14 @@ impl Reactor {
         self.sessions.clear();
         self.listeners.clear();
     }
+}
+
+/// EMFILE or ENFILE: the process (or the system) is out of file descriptors.
+fn out_of_fds(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error().map(nix::errno::Errno::from_raw),
+        Some(nix::errno::Errno::EMFILE | nix::errno::Errno::ENFILE)
+    )
 }
 
 fn protocol_name(p: ListenerProtocol) -> &'static str {

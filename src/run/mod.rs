@@ -53,7 +53,7 @@ pub fn main(run: RunArgs) -> ExitCode {
         eprintln!("portcullis: cannot block signals: {e}");
         return ExitCode::FAILURE;
     }
-    crate::raise_nofile_limit();
+    crate::raise_nofile_limit(true);
     crate::log_policy(
         &run.proxy,
         setup.rules.as_deref(),

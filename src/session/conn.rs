@@ -277,8 +277,9 @@ impl Conn {
 
 /// The client as events show it: its address, and its uid and pid where known.
 fn peer_fields(peer: &Peer) -> (String, Option<u32>, Option<u32>) {
-    match peer {
-        Peer::Tcp(addr) => (addr.to_string(), None, None),
-        Peer::Unix(uid) => ("unix".to_string(), *uid, None),
-    }
+    let client = match peer.addr {
+        crate::client::PeerAddr::Tcp(addr) => addr.to_string(),
+        crate::client::PeerAddr::Unix => "unix".to_string(),
+    };
+    (client, peer.uid, peer.pid)
 }

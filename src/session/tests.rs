@@ -74,7 +74,7 @@ impl Harness {
         })));
         let stream = Stream::Unix(mio::net::UnixStream::from_std(theirs));
         let (session, effects) = h.with_ctx(|ctx| {
-            Session::accept(7, stream, Peer::Unix(Some(0)), protocol, None, ctx).unwrap()
+            Session::accept(7, stream, Peer::unix(Some(0), None), protocol, None, ctx).unwrap()
         });
         h.session = Some(session);
         (h, effects)
