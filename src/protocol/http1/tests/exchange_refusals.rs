@@ -267,6 +267,21 @@ fn a_host_naming_another_target_is_421() {
     }
 }
 
+/// IDNA maps these onto `origin.test`, but an origin routes on the raw
+/// bytes (to its default site): a Host must be ASCII.
+#[test]
+fn a_non_ascii_host_is_400_not_the_target() {
+    for host in ["ｏｒｉｇｉｎ.test", "ori\u{AD}gin.test", "origin.tést"] {
+        let client = format!("GET /v1/x HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        let out = run(
+            &api(),
+            &Script::new(&client, vec![Reply::on("/v1/x", ok("x"))]),
+        );
+        assert_eq!(out.statuses(&["GET"]), [400], "{host}");
+        assert!(out.to_upstream.is_empty(), "{host}");
+    }
+}
+
 #[test]
 fn an_absolute_uri_naming_another_target_is_421() {
     for (target, status) in [
