@@ -109,11 +109,14 @@ fn no_spelling_of_a_path_slips_past_a_deny() {
         let out = run(&api(), &Script::new(get(path), vec![]));
         assert_eq!(out.statuses(&["GET"]), [403], "{path}");
         assert!(out.to_upstream.is_empty(), "{path}");
-        assert_eq!(
-            out.records[0].path.as_deref(),
-            Some("/v1/admin/x"),
-            "{path}"
-        );
+        // A leading `//` stays in the canonical path (it is also read as
+        // `//host/path`).
+        let want = if path.starts_with("//") {
+            "//v1/admin/x"
+        } else {
+            "/v1/admin/x"
+        };
+        assert_eq!(out.records[0].path.as_deref(), Some(want), "{path}");
     }
 }
 
