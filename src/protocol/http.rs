@@ -240,6 +240,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
         407 => "Proxy Authentication Required",
         408 => "Request Timeout",
         413 => "Content Too Large",
+        421 => "Misdirected Request",
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",

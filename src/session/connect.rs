@@ -20,7 +20,7 @@ use super::state::State;
 use crate::io::Io;
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
-use crate::policy::{Denial, Host, NameVerdict, RequestRules, Route, Target, Verdict};
+use crate::policy::{Allowed, Denial, Host, NameVerdict, RequestRules, Route, Target, Verdict};
 use crate::protocol::parent::{ParentHandshake, ParentProxy, Progress};
 use crate::protocol::{http, socks5};
 
@@ -196,6 +196,24 @@ pub(crate) struct Connecting {
     upstream: Endpoint,
     plan: Plan,
     stage: Dial,
+}
+
+impl Connecting {
+    /// A reloaded policy still allows the target: the plan takes its request
+    /// rules and idle timeout. Returns false when the new policy inspects (or
+    /// terminates) a tunnel this plan would relay raw (or without
+    /// terminating): the session must close instead.
+    pub(crate) fn reload(&mut self, allowed: &Allowed) -> bool {
+        let tunnel = matches!(self.plan.request.dialect, Dialect::Http | Dialect::Socks5);
+        let stricter = (allowed.is_inspected() && self.plan.inspect.is_none())
+            || (allowed.terminates_tls() && !self.plan.terminate);
+        if tunnel && stricter {
+            return false;
+        }
+        self.plan.inspect = allowed.inspect.clone();
+        self.plan.idle = allowed.idle_timeout;
+        true
+    }
 }
 
 /// How far the connect is.

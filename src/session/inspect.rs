@@ -50,6 +50,9 @@ pub(crate) struct Inspect {
     waiting: Option<(u64, Instant)>,
     /// What the session's deadline is set for now.
     armed: Option<Wait>,
+    /// A terminated client must finish its TLS handshake by then: one that
+    /// stops after its ClientHello is not held for ever.
+    handshake_until: Option<Instant>,
     /// The client's first bytes are still to be looked at (a plaintext
     /// tunnel: a TLS ClientHello there means the rule should terminate).
     first_bytes: bool,
@@ -60,6 +63,7 @@ pub(crate) struct Inspect {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wait {
+    ClientHandshake,
     Response(u64),
     Idle,
 }
@@ -107,6 +111,9 @@ impl Inspect {
         s.cout.extend(to_client);
         s.own = to_client.len();
         s.first_bytes = plain;
+        if !plain {
+            s.handshake_until = Some(ctx.now + ctx.settings.timeouts.handshake);
+        }
         s
     }
 
@@ -163,6 +170,7 @@ impl Inspect {
             last_active: ctx.now,
             waiting: None,
             armed: None,
+            handshake_until: None,
             first_bytes: false,
             own: 0,
         }
@@ -185,6 +193,7 @@ impl Inspect {
         ) {
             (Some(_), ..) => "awaiting-response",
             (None, true, true) => "http",
+            (None, ..) if self.client.is_handshaking() => "tls-handshake",
             (None, ..) => "https",
         }
     }
@@ -513,9 +522,13 @@ impl Inspect {
     /// Keeps the one session deadline on what the session waits for: a
     /// response head (504 when it does not come) or, if set, idleness.
     fn rearm(&mut self, conn: &mut Conn, ctx: &Ctx) {
-        let want = match self.waiting {
-            Some((id, _)) => Some(Wait::Response(id)),
-            None => self.idle.map(|_| Wait::Idle),
+        if !self.client.is_handshaking() {
+            self.handshake_until = None;
+        }
+        let want = match (self.handshake_until, self.waiting) {
+            (Some(_), _) => Some(Wait::ClientHandshake),
+            (None, Some((id, _))) => Some(Wait::Response(id)),
+            (None, None) => self.idle.map(|_| Wait::Idle),
         };
         if want == self.armed {
             return;
@@ -525,6 +538,7 @@ impl Inspect {
         // traffic) only makes the timer fire early, and `on_timer` then sets
         // it again for what is left.
         conn.deadline = match want {
+            Some(Wait::ClientHandshake) => self.handshake_until,
             Some(Wait::Response(_)) => self
                 .waiting
                 .map(|(_, since)| since + ctx.settings.timeouts.response),
@@ -536,6 +550,15 @@ impl Inspect {
     pub(crate) fn on_timer(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
         self.unpark(ctx);
         self.armed = None;
+        if let Some(until) = self.handshake_until {
+            if ctx.now >= until && self.client.is_handshaking() {
+                log::info!(
+                    "conn={} the client did not complete its TLS handshake in time",
+                    conn.id
+                );
+                return State::Done(CloseReason::HandshakeTimeout);
+            }
+        }
         if let Some((_, since)) = self.waiting {
             let due = ctx.now >= since + ctx.settings.timeouts.response;
             if due && self.upstream.is_handshaking() {

@@ -144,7 +144,7 @@ impl Session {
     pub(crate) fn on_reload(&mut self, ctx: &mut Ctx) {
         if !matches!(
             self.state,
-            State::Connecting(_) | State::Passthrough(_) | State::Inspect(_)
+            State::Connecting(_) | State::Securing(_) | State::Passthrough(_) | State::Inspect(_)
         ) {
             return self.report(ctx);
         }
@@ -174,8 +174,35 @@ impl Session {
                 self.step(ctx, |_, _, _| State::Done(CloseReason::PolicyReload));
             }
             Recheck::Keep(allowed) => {
-                if let State::Inspect(inspect) = &mut self.state {
-                    inspect.set_rules(allowed.inspect);
+                let kept = match &mut self.state {
+                    State::Inspect(inspect) => {
+                        inspect.set_rules(allowed.inspect.clone());
+                        true
+                    }
+                    State::Connecting(c) => c.reload(&allowed),
+                    State::Securing(s) => {
+                        s.reload(&allowed);
+                        true
+                    }
+                    _ => true,
+                };
+                if !kept {
+                    // Not yet relaying: closing costs the client one retry,
+                    // while going on would relay it raw where the policy
+                    // now inspects.
+                    log::info!(
+                        "conn={} {target}: closed by policy reload: rule {} now {}",
+                        self.conn.id,
+                        allowed.rule,
+                        if allowed.terminates_tls() {
+                            "terminates its TLS"
+                        } else {
+                            "inspects it"
+                        }
+                    );
+                    self.conn.log.decision = Decision::Allowed(allowed.rule);
+                    self.conn.log.error = Some("policy now requires inspection".into());
+                    self.step(ctx, |_, _, _| State::Done(CloseReason::PolicyReload));
                 }
             }
         }

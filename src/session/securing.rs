@@ -17,7 +17,7 @@ use super::inspect::Inspect;
 use super::state::State;
 use crate::io::Io;
 use crate::lifecycle::{CloseReason, Side};
-use crate::policy::{RequestRules, Target};
+use crate::policy::{Allowed, RequestRules, Target};
 use crate::protocol::http;
 use crate::tls::accept::{HelloPoll, TlsAccept};
 use crate::tls::layer::{LayerLimits, TlsLayer};
@@ -64,6 +64,13 @@ impl Securing {
             rules,
             idle,
         }
+    }
+
+    /// A reloaded policy still allows the target: its request rules apply
+    /// from the first request (nothing can be stricter than the termination
+    /// already planned).
+    pub(crate) fn reload(&mut self, allowed: &Allowed) {
+        self.rules = allowed.inspect.clone();
     }
 
     pub(crate) fn endpoint(&mut self, side: Side) -> &mut Endpoint {

@@ -241,6 +241,11 @@ fn a_host_naming_another_target_is_421() {
         let out = run_split(&api(), &script);
         let r = responses(&out.to_client, &["GET", "GET"]);
         assert_eq!(r[0].status, 421, "{host}");
+        assert!(
+            out.to_client
+                .starts_with(b"HTTP/1.1 421 Misdirected Request\r\n"),
+            "{host}"
+        );
         assert_eq!(
             r[0].header("X-Proxy-Error").as_deref(),
             Some("host-mismatch")
