@@ -230,9 +230,18 @@ pub struct Limits {
 
 impl Default for Limits {
     /// The defaults for this process's open-file limit, read now: see
-    /// [`Limits::for_open_files`].
+    /// [`Limits::for_open_files`]. `PORTCULLIS_SPLICE=off` (or `0`, `false`)
+    /// in the environment makes the read/write path the default, so a whole
+    /// test suite or benchmark runs the portable path without a rebuild; an
+    /// explicit `splice` setting still wins.
     fn default() -> Self {
-        Limits::for_open_files(crate::fd_budget::nofile_limit())
+        let mut limits = Limits::for_open_files(crate::fd_budget::nofile_limit());
+        if let Ok(v) = std::env::var("PORTCULLIS_SPLICE") {
+            if matches!(v.trim(), "off" | "0" | "false" | "no") {
+                limits.splice = false;
+            }
+        }
+        limits
     }
 }
 

@@ -135,7 +135,7 @@ fn a_uid_binding_more_loopback_addresses_is_still_one_client() {
         proxy
             .log()
             .into_iter()
-            .filter(|l| l.contains("access ") && l.contains(&needle) && l.contains(close))
+            .filter(|l| l.contains("event=session ") && l.contains(&needle) && l.contains(close))
             .count()
     };
     wait_for("the refused attacker's access lines", PROMPTLY, || {
@@ -147,7 +147,7 @@ fn a_uid_binding_more_loopback_addresses_is_still_one_client() {
     let victim = proxy
         .log()
         .into_iter()
-        .find(|l| l.contains("access ") && l.contains("client_uid=0 "))
+        .find(|l| l.contains("event=session ") && l.contains("client_uid=0 "))
         .unwrap();
     assert!(victim.contains("client=127.0.0.2:"), "{victim}");
     assert_eq!(uid_line(NOBODY, "decision=allow"), 0);
@@ -204,13 +204,13 @@ fn unix_peers_are_their_uid_and_pid_and_share_the_tcp_count() {
         proxy
             .log()
             .iter()
-            .any(|l| l.contains("access ") && l.contains(&me))
+            .any(|l| l.contains("event=session ") && l.contains(&me))
     });
     drop(other);
     let nobody = format!("client_uid={NOBODY} ");
     wait_for("nobody's access line", PROMPTLY, || {
         proxy.log().iter().any(|l| {
-            l.contains("access ") && l.contains("client=127.0.0.9:") && l.contains(&nobody)
+            l.contains("event=session ") && l.contains("client=127.0.0.9:") && l.contains(&nobody)
         })
     });
 }

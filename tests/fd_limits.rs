@@ -337,7 +337,7 @@ fn out_of_fds_the_heaviest_clients_oldest_handshakes_make_room() {
     let shed_lines = proxy
         .log()
         .into_iter()
-        .filter(|l| l.contains("access ") && l.contains("close=shed"))
+        .filter(|l| l.contains("event=session ") && l.contains("close=shed"))
         .collect::<Vec<_>>();
     assert_eq!(shed_lines.len(), 2, "{shed_lines:?}");
     assert!(

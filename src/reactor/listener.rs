@@ -164,12 +164,34 @@ impl Listener {
     }
 }
 
+impl Listener {
+    /// Whether a connection waits in the accept queue. Out of fds, accept
+    /// fails with EMFILE before it looks at the queue, so that error alone
+    /// does not say a client waits: shedding sessions for nobody would be
+    /// wrong. One poll(2), only on that path.
+    pub(crate) fn has_pending(&self) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let fd = match &self.socket {
+            Socket::Tcp(l) => l.as_fd(),
+            Socket::Unix { listener, .. } => listener.as_fd(),
+        };
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        loop {
+            match poll(&mut fds, PollTimeout::ZERO) {
+                Ok(n) => return n > 0,
+                Err(nix::errno::Errno::EINTR) => continue,
+                // Cannot tell: assume one waits (the old behaviour).
+                Err(_) => return true,
+            }
+        }
+    }
+}
+
 /// Accept-queue depth. std and mio use 128, which a burst of sandboxed
 /// clients overflows (the kernel then drops or resets connections we would
 /// have answered); the kernel caps it at `net.core.somaxconn`.
 const BACKLOG: i32 = 1024;
 
-/// Listens, non-blocking, close-on-exec.
 /// Sets TCP_NODELAY on a listener, for its accepted sockets to inherit.
 fn set_nodelay_inherited(s: &socket2::Socket) -> io::Result<()> {
     if crate::io::NODELAY_INHERITED {
@@ -178,6 +200,7 @@ fn set_nodelay_inherited(s: &socket2::Socket) -> io::Result<()> {
     Ok(())
 }
 
+/// Listens, non-blocking, close-on-exec.
 fn listen(s: socket2::Socket) -> io::Result<socket2::Socket> {
     s.listen(BACKLOG)?;
     s.set_nonblocking(true)?;

@@ -511,6 +511,10 @@ impl Reactor {
                         e.kind(),
                         io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
                     ) => {}
+                // Out of fds with nobody waiting (accept takes an fd before
+                // it looks at the queue): nothing to make room for; the next
+                // client raises a new edge.
+                Err(e) if out_of_fds(&e) && !listener.has_pending() => return,
                 // Out of fds: make room by shedding, then accept again.
                 Err(e) if out_of_fds(&e) && sheds < MAX_SHED_ROUNDS && self.shed(&e) => {
                     sheds += 1;
