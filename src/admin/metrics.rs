@@ -267,8 +267,10 @@ mod tests {
             events: 6,
             ..StatsSnapshot::default()
         };
-        let mut w = WorkerStats::default();
-        w.accepted = 5;
+        let w = WorkerStats {
+            accepted: 5,
+            ..WorkerStats::default()
+        };
         let text = render(&s, &rules, &[WorkerStats::default(), w], Some(9));
         assert!(text.contains("portcullis_workers 2\n"));
         assert!(text.contains("portcullis_worker_accepted_total{worker=\"0\"} 0\n"));
