@@ -16,8 +16,8 @@ use crate::events::{Callback, Event, EventSink};
 use crate::io::Stream;
 use crate::policy::{Policy, RuleConfig};
 use crate::reactor::listener::Listener;
-use crate::reactor::{Control, Hooks, Reactor, Remote};
-use crate::stats::{RuleCounts, StatsSnapshot};
+use crate::reactor::{Control, Hooks, Remote, Workers};
+use crate::stats::{RuleCounts, StatsSnapshot, WorkerStats};
 
 /// A proxy with its listeners bound, ready to [`run`](Proxy::run) or [`spawn`](Proxy::spawn).
 ///
@@ -36,7 +36,7 @@ use crate::stats::{RuleCounts, StatsSnapshot};
 /// running.join().expect("clean exit");
 /// ```
 pub struct Proxy {
-    reactor: Reactor,
+    workers: Workers,
     handle: ProxyHandle,
 }
 
@@ -59,9 +59,9 @@ impl Proxy {
 
     /// Binds the listeners in `config` and adds the already-bound `adopted` ones after them.
     fn with_listeners(config: Config, adopted: Vec<Listener>, hooks: Hooks) -> io::Result<Proxy> {
-        let (reactor, shared) = Reactor::new(config, adopted, hooks)?;
+        let (workers, shared) = Workers::new(config, adopted, hooks)?;
         Ok(Proxy {
-            reactor,
+            workers,
             handle: ProxyHandle { shared },
         })
     }
@@ -77,11 +77,14 @@ impl Proxy {
     }
 
     /// Runs the reactor on the calling thread until [`ProxyHandle::shutdown`].
+    /// With [`Limits::workers`] above 1, worker 0 runs on the calling thread
+    /// and the others on threads of their own; this returns once all have
+    /// exited.
     pub fn run(self) -> io::Result<()> {
-        self.reactor.run()
+        self.workers.run()
     }
 
-    /// Runs the reactor on a new thread.
+    /// Runs the reactor (every worker) on new threads.
     pub fn spawn(self) -> io::Result<SpawnedProxy> {
         let handle = self.handle.clone();
         let thread = std::thread::Builder::new()
@@ -186,6 +189,14 @@ impl ProxyBuilder {
     /// Sets the limits.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.config.limits = limits;
+        self
+    }
+    /// Runs `n` reactors (at least 1), as [`Limits::workers`]: each on its
+    /// own thread, with its own event loop and its own copy of every
+    /// listener; the limits, the counters and the policy are the whole
+    /// proxy's. Set it after [`limits`](Self::limits), which replaces it.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.config.limits.workers = n.max(1);
         self
     }
     /// Requires proxy credentials.
@@ -317,6 +328,11 @@ impl ProxyHandle {
     /// A copy of the counters.
     pub fn stats(&self) -> StatsSnapshot {
         self.shared.stats.snapshot()
+    }
+    /// Each worker's own counters (connections accepted, wakeups), worker
+    /// 0 first; [`stats`](Self::stats) has their sums.
+    pub fn worker_stats(&self) -> Vec<WorkerStats> {
+        self.shared.stats.workers()
     }
     /// Decisions counted by rule name (sessions, and inspected requests by
     /// request rule); `-` for those no rule made.

@@ -130,6 +130,13 @@ pub struct Args {
     /// `upstream_proxy`; a rule's own `upstream_proxy` still wins.
     #[arg(long, value_name = "URL", value_parser = parse_parent)]
     pub upstream_proxy: Option<std::sync::Arc<portcullis::protocol::parent::ParentProxy>>,
+    /// Reactor threads: a number, or auto (one per available core). Each
+    /// accepts on its own socket (SO_REUSEPORT on Linux) and runs its own
+    /// event loop; limits and stats stay global. Overrides the file's
+    /// [limits] workers. [default: 1]
+    #[arg(long, value_name = "N|auto", value_parser = config::parse_workers)]
+    pub workers: Option<usize>,
+
     /// Log lines on stderr as text (logfmt: key=value) or json (one object
     /// per line), same keys. Overrides the file's log_format. [default: text]
     #[arg(long, value_name = "FORMAT", value_parser = parse_log_format)]
@@ -264,6 +271,9 @@ impl Args {
         t.idle = self.idle_timeout.map_or(t.idle, |i| i.0);
         t.half_close = self.half_close_timeout.unwrap_or(t.half_close);
         t.close = self.close_timeout.unwrap_or(t.close);
+        if let Some(n) = self.workers {
+            file.limits.workers = n;
+        }
         if let Some(p) = &self.upstream_proxy {
             file.upstream_proxy = Some(p.clone());
         }
@@ -571,6 +581,21 @@ mod tests {
             .err()
             .expect("invalid");
         assert_eq!(e.key_name(), Some("tls.ca_cert"));
+    }
+
+    #[test]
+    fn workers_flag_overrides_the_file() {
+        assert_eq!(parse(&[]).unwrap().load().unwrap().config.limits.workers, 1);
+        let s = parse(&["--workers", "2"]).unwrap().load().unwrap();
+        assert_eq!(s.config.limits.workers, 2);
+        let s = parse(&["--workers", "auto"]).unwrap().load().unwrap();
+        assert_eq!(
+            s.config.limits.workers,
+            portcullis::config::available_workers()
+        );
+        for bad in ["0", "x", "-2"] {
+            assert!(parse(&["--workers", bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -212,8 +212,12 @@ pub struct Limits {
     pub max_head_bytes: usize,
     /// Relay buffer per direction, in bytes.
     pub buffer_size: usize,
-    /// Resolver threads.
+    /// Resolver threads (one pool shared by every worker).
     pub resolver_threads: usize,
+    /// Reactor threads (`workers`): each runs its own event loop and
+    /// accepts on its own listening sockets; 1 is the single-threaded proxy.
+    /// See [`parse_workers`] for `"auto"`.
+    pub workers: usize,
     /// Open sessions overall; past it new clients are refused (503 / SOCKS 0x01).
     pub max_sessions: usize,
     /// Open sessions per client address (or per Unix-socket peer uid).
@@ -260,6 +264,7 @@ impl Limits {
             max_head_bytes: 32 * 1024,
             buffer_size: 64 * 1024,
             resolver_threads: 2,
+            workers: 1,
             max_sessions: sessions,
             max_sessions_per_client: (sessions / 4).max(1),
             splice: cfg!(all(target_os = "linux", feature = "splice")),
@@ -366,6 +371,34 @@ pub const MAX_BUFFER_SIZE: usize = 16 * 1024 * 1024;
 pub const MIN_HEAD_BYTES: usize = 1024;
 /// Largest accepted `limits.resolver_threads`.
 pub const MAX_RESOLVER_THREADS: usize = 64;
+/// Largest accepted `limits.workers`.
+pub const MAX_WORKERS: usize = 256;
+
+/// Parses a worker count: a number (1 ..= [`MAX_WORKERS`]) or `auto`, the
+/// number of cores this process may run on
+/// ([`std::thread::available_parallelism`], 1 if unknown).
+pub fn parse_workers(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("auto") {
+        return Ok(available_workers());
+    }
+    match t.parse::<usize>() {
+        Ok(n) if (1..=MAX_WORKERS).contains(&n) => Ok(n),
+        Ok(n) => Err(format!(
+            "{n} workers is out of range: must be between 1 and {MAX_WORKERS}, or auto"
+        )),
+        Err(_) => Err(format!(
+            "invalid worker count {s:?}: expected a number or auto"
+        )),
+    }
+}
+
+/// `workers = "auto"`: the cores available to this process, at most [`MAX_WORKERS`].
+pub fn available_workers() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(MAX_WORKERS)
+}
 
 /// Parses a listener address: `unix:/path/to.sock`, or a socket address such
 /// as `127.0.0.1:3128` or `[::1]:3128` (port 0 picks an ephemeral port).
@@ -440,6 +473,15 @@ impl Config {
                 format!(
                     "{} is out of range: must be between 1 and {MAX_RESOLVER_THREADS}",
                     l.resolver_threads
+                ),
+            ));
+        }
+        if !(1..=MAX_WORKERS).contains(&l.workers) {
+            return Err(ConfigError::key(
+                "limits.workers",
+                format!(
+                    "{} is out of range: must be between 1 and {MAX_WORKERS}, or auto",
+                    l.workers
                 ),
             ));
         }

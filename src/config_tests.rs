@@ -759,3 +759,36 @@ fn session_limits_default_to_what_the_fd_limit_holds() {
         Limits::default().max_sessions_per_client
     );
 }
+
+#[test]
+fn workers_is_a_count_or_auto() {
+    let auto = crate::config::available_workers();
+    assert!(auto >= 1);
+    for (text, want) in [
+        ("", 1),
+        ("[limits]\nworkers = 2\n", 2),
+        ("[limits]\nworkers = \"3\"\n", 3),
+        ("[limits]\nworkers = \"auto\"\n", auto),
+        ("[limits]\nworkers = \"AUTO\"\n", auto),
+    ] {
+        let c = ConfigFile::parse(text).unwrap().compile().unwrap();
+        assert_eq!(c.limits.workers, want, "{text}");
+    }
+    for (text, why) in [
+        ("[limits]\nworkers = 0\n", "out of range"),
+        ("[limits]\nworkers = -1\n", "expected a number or auto"),
+        ("[limits]\nworkers = 257\n", "out of range"),
+        (
+            "[limits]\nworkers = \"many\"\n",
+            "expected a number or auto",
+        ),
+    ] {
+        let e = ConfigFile::parse(text).unwrap_err();
+        assert_eq!(e.key_name(), Some("limits.workers"), "{text}");
+        let e = e.to_string();
+        assert!(e.contains(why) && e.contains("line 2"), "{text}: {e}");
+    }
+    let mut c = Config::default();
+    c.limits.workers = 0;
+    assert_eq!(invalid_key(&c), "limits.workers");
+}

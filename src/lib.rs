@@ -95,4 +95,4 @@ pub use config::{
 pub use control::{ControlError, SessionInfo};
 pub use events::Event;
 pub use policy::Policy;
-pub use stats::{CloseReason, StatsSnapshot};
+pub use stats::{CloseReason, StatsSnapshot, WorkerStats};

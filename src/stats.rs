@@ -1,6 +1,6 @@
 //! Counters the reactor keeps and any thread may read.
 //!
-//! The reactor is the only writer; readers (a [`crate::ProxyHandle`], the
+//! The reactors (one per worker) are the only writers; readers (a [`crate::ProxyHandle`], the
 //! binary's SIGUSR1 handler, tests) take a [`StatsSnapshot`]. Counters are
 //! relaxed atomics: each is exact on its own, a snapshot is not a transaction.
 
@@ -32,11 +32,43 @@ pub struct Stats {
     resolver_queue: AtomicU64,
     /// Decisions by rule.
     pub(crate) rules: RuleStats,
+    /// Each worker's own counters (empty when built with `default()`).
+    workers: Box<[WorkerCounters]>,
+}
+
+/// One worker's counters, on a cache line of their own: each is written by
+/// its worker only, so workers never contend for them.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct WorkerCounters {
+    accepted: AtomicU64,
+    wakeups: AtomicU64,
+}
+
+/// One worker's counters, as [`Stats::workers`] copies them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerStats {
+    /// Connections this worker accepted on the proxy listeners.
+    pub accepted: u64,
+    /// Times this worker's reactor returned from `poll`.
+    pub wakeups: u64,
 }
 
 impl Stats {
-    pub(crate) fn accepted(&self) {
+    /// Counters for a proxy of `workers` reactors.
+    pub(crate) fn for_workers(workers: usize) -> Stats {
+        Stats {
+            workers: (0..workers).map(|_| WorkerCounters::default()).collect(),
+            ..Stats::default()
+        }
+    }
+    /// Worker `worker` accepted a connection.
+    pub(crate) fn accepted(&self, worker: usize) {
         self.accepted.fetch_add(1, Relaxed);
+        if let Some(w) = self.workers.get(worker) {
+            w.accepted.fetch_add(1, Relaxed);
+        }
     }
     pub(crate) fn allowed(&self) {
         self.allowed.fetch_add(1, Relaxed);
@@ -62,9 +94,13 @@ impl Stats {
     pub(crate) fn bytes_down(&self, n: usize) {
         self.bytes_down.fetch_add(n as u64, Relaxed);
     }
-    pub(crate) fn wakeup(&self, events: usize) {
+    /// Worker `worker` returned from `poll` with `events` events.
+    pub(crate) fn wakeup(&self, worker: usize, events: usize) {
         self.wakeups.fetch_add(1, Relaxed);
         self.events.fetch_add(events as u64, Relaxed);
+        if let Some(w) = self.workers.get(worker) {
+            w.wakeups.fetch_add(1, Relaxed);
+        }
     }
     pub(crate) fn accept_paused(&self) {
         self.accept_pauses.fetch_add(1, Relaxed);
@@ -96,6 +132,18 @@ impl Stats {
     /// decided (and requests refused before the rules) are under `-`.
     pub fn rules(&self) -> Vec<(String, RuleCounts)> {
         self.rules.snapshot()
+    }
+
+    /// Each worker's own counters, in worker order (their sums are in
+    /// [`snapshot`](Stats::snapshot)).
+    pub fn workers(&self) -> Vec<WorkerStats> {
+        self.workers
+            .iter()
+            .map(|w| WorkerStats {
+                accepted: w.accepted.load(Relaxed),
+                wakeups: w.wakeups.load(Relaxed),
+            })
+            .collect()
     }
 
     /// A copy of every counter.
@@ -222,5 +270,31 @@ impl fmt::Display for StatsSnapshot {
             write!(f, " {r}={n}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_counters_add_up_to_the_totals() {
+        let s = Stats::for_workers(2);
+        s.accepted(0);
+        s.accepted(1);
+        s.accepted(1);
+        s.wakeup(1, 3);
+        let w = s.workers();
+        assert_eq!(w.len(), 2);
+        assert_eq!((w[0].accepted, w[1].accepted), (1, 2));
+        assert_eq!((w[0].wakeups, w[1].wakeups), (0, 1));
+        let snap = s.snapshot();
+        assert_eq!(snap.accepted, 3);
+        assert_eq!((snap.wakeups, snap.events), (1, 3));
+        // Counters without workers still count the totals.
+        let d = Stats::default();
+        d.accepted(0);
+        assert_eq!(d.snapshot().accepted, 1);
+        assert!(d.workers().is_empty());
     }
 }

@@ -63,10 +63,11 @@ pub fn render(setup: &Setup, args: &Args) -> String {
     let l = &c.limits;
     let _ = writeln!(
         s,
-        "limits: max_head_bytes {}, buffer_size {}, resolver_threads {}, splice {}",
+        "limits: max_head_bytes {}, buffer_size {}, resolver_threads {}, workers {}, splice {}",
         l.max_head_bytes,
         l.buffer_size,
         l.resolver_threads,
+        l.workers,
         if l.splice { "on" } else { "off" },
     );
     let _ = writeln!(s, "{}", session_limits(l));
@@ -163,7 +164,7 @@ mod tests {
             "log_format: text",
             "timeouts: handshake 10s, connect 10s, idle off, half_close 30s, close 5s, drain 30s, response 1m",
             &format!(
-                "limits: max_head_bytes 32768, buffer_size 65536, resolver_threads 2, splice {}",
+                "limits: max_head_bytes 32768, buffer_size 65536, resolver_threads 2, workers 1, splice {}",
                 if cfg!(all(target_os = "linux", feature = "splice")) { "on" } else { "off" }
             ),
             "policy: 1 rule (from built-in default), mode enforce",

@@ -6,15 +6,17 @@
 use std::fmt::Write;
 
 use crate::lifecycle::CloseReason;
-use crate::stats::{RuleCounts, StatsSnapshot};
+use crate::stats::{RuleCounts, StatsSnapshot, WorkerStats};
 
 /// The content type of the exposition format.
 pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Renders every metric. `open_fds` when known.
+/// Renders every metric: the proxy's totals, then each worker's own
+/// counters (`workers`, summing to the totals). `open_fds` when known.
 pub(crate) fn render(
     s: &StatsSnapshot,
     rules: &[(String, RuleCounts)],
+    workers: &[WorkerStats],
     open_fds: Option<u64>,
 ) -> String {
     let mut m = Metrics(String::with_capacity(4096));
@@ -170,6 +172,29 @@ pub(crate) fn render(
         "Names waiting for a resolver thread.",
         s.resolver_queue,
     );
+    m.single(
+        "portcullis_workers",
+        "gauge",
+        "Reactor threads (workers) the proxy runs.",
+        workers.len() as u64,
+    );
+    for (family, help, value) in [
+        (
+            "portcullis_worker_accepted_total",
+            "Connections accepted, by worker.",
+            (|w: &WorkerStats| w.accepted) as fn(&WorkerStats) -> u64,
+        ),
+        (
+            "portcullis_worker_wakeups_total",
+            "Times each worker's reactor returned from poll.",
+            |w: &WorkerStats| w.wakeups,
+        ),
+    ] {
+        m.family(family, "counter", help);
+        for (i, w) in workers.iter().enumerate() {
+            m.sample(family, &[("worker", &i.to_string())], value(w));
+        }
+    }
     if let Some(n) = open_fds {
         m.single(
             "portcullis_open_fds",
@@ -242,7 +267,14 @@ mod tests {
             events: 6,
             ..StatsSnapshot::default()
         };
-        let text = render(&s, &rules, Some(9));
+        let w = WorkerStats {
+            accepted: 5,
+            ..WorkerStats::default()
+        };
+        let text = render(&s, &rules, &[WorkerStats::default(), w], Some(9));
+        assert!(text.contains("portcullis_workers 2\n"));
+        assert!(text.contains("portcullis_worker_accepted_total{worker=\"0\"} 0\n"));
+        assert!(text.contains("portcullis_worker_accepted_total{worker=\"1\"} 5\n"));
         assert!(text.contains(
             "portcullis_rule_sessions_total{rule=\"we\\\"ird\\\\rule\\nname\",decision=\"allow\"} 2\n"
         ), "{text}");
@@ -260,6 +292,6 @@ mod tests {
                 assert!(types.contains(name), "{name} sampled before its TYPE");
             }
         }
-        assert!(!render(&s, &[], None).contains("open_fds"));
+        assert!(!render(&s, &[], &[], None).contains("open_fds"));
     }
 }

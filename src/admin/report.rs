@@ -4,12 +4,14 @@
 use serde_json::{json, Map, Value};
 
 use crate::lifecycle::CloseReason;
-use crate::stats::{RuleCounts, StatsSnapshot};
+use crate::stats::{RuleCounts, StatsSnapshot, WorkerStats};
 
-/// The counters as one JSON object; `open_fds` when known.
+/// The counters as one JSON object; each worker's own counters under
+/// `workers` when given; `open_fds` when known.
 pub(crate) fn stats_value(
     s: &StatsSnapshot,
     rules: &[(String, RuleCounts)],
+    workers: &[WorkerStats],
     open_fds: Option<u64>,
 ) -> Value {
     let o = &s.open;
@@ -58,6 +60,13 @@ pub(crate) fn stats_value(
         "resolver_queue": s.resolver_queue,
         "rules": by_rule,
     });
+    if let (false, Value::Object(m)) = (workers.is_empty(), &mut v) {
+        let list: Vec<Value> = workers
+            .iter()
+            .map(|w| json!({"accepted": w.accepted, "wakeups": w.wakeups}))
+            .collect();
+        m.insert("workers".into(), Value::Array(list));
+    }
     if let (Some(n), Value::Object(m)) = (open_fds, &mut v) {
         m.insert("open_fds".into(), json!(n));
     }
@@ -83,14 +92,16 @@ mod tests {
         let v = stats_value(
             &StatsSnapshot::default(),
             &[("web".into(), RuleCounts::default())],
+            &[WorkerStats::default(); 2],
             Some(7),
         );
         assert_eq!(v["open_fds"], 7);
+        assert_eq!(v["workers"][1]["accepted"], 0);
         assert_eq!(v["open"]["total"], 0);
         assert_eq!(v["rules"]["web"]["allowed"], 0);
         let closed = v["closed"].as_object().unwrap();
         assert_eq!(closed.len(), CloseReason::ALL.len());
-        assert!(stats_value(&StatsSnapshot::default(), &[], None)
+        assert!(stats_value(&StatsSnapshot::default(), &[], &[], None)
             .get("open_fds")
             .is_none());
     }

@@ -138,6 +138,24 @@ impl RawListen {
     }
 }
 
+/// `workers` as written: a number, or `"auto"` (or a number in a string).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawWorkers {
+    Count(i64),
+    Text(String),
+}
+
+impl RawWorkers {
+    fn parse(&self) -> Result<usize, ConfigError> {
+        let parsed = match self {
+            RawWorkers::Count(n) => super::parse_workers(&n.to_string()),
+            RawWorkers::Text(s) => super::parse_workers(s),
+        };
+        parsed.map_err(|e| ConfigError::key("limits.workers", e))
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAuth {
@@ -201,6 +219,8 @@ struct RawLimits {
     splice: Option<bool>,
     #[serde(default)]
     resolver_threads: Option<usize>,
+    #[serde(default)]
+    workers: Option<RawWorkers>,
     #[serde(default)]
     max_sessions: Option<usize>,
     #[serde(default)]
@@ -342,6 +362,10 @@ impl ConfigFile {
             buffer_size: raw.limits.buffer_size.unwrap_or(d.buffer_size),
             splice: raw.limits.splice.unwrap_or(d.splice),
             resolver_threads: raw.limits.resolver_threads.unwrap_or(d.resolver_threads),
+            workers: match &raw.limits.workers {
+                Some(w) => w.parse()?,
+                None => d.workers,
+            },
             max_sessions: raw.limits.max_sessions.unwrap_or(d.max_sessions),
             max_sessions_per_client: raw
                 .limits

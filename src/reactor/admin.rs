@@ -319,6 +319,7 @@ fn answer(route: Route, remote: &Remote) -> Vec<u8> {
             let text = metrics::render(
                 &remote.stats.snapshot(),
                 &remote.stats.rules(),
+                &remote.stats.workers(),
                 report::open_fds(),
             );
             http::response(200, metrics::CONTENT_TYPE, text.as_bytes())
@@ -327,6 +328,7 @@ fn answer(route: Route, remote: &Remote) -> Vec<u8> {
             let mut body = report::stats_value(
                 &remote.stats.snapshot(),
                 &remote.stats.rules(),
+                &remote.stats.workers(),
                 report::open_fds(),
             )
             .to_string();

@@ -69,6 +69,12 @@ impl Admission {
         }
     }
 
+    /// Counts `base_fds` as open before any session (set once every
+    /// worker has opened what it needs).
+    pub(crate) fn set_base_fds(&mut self, base_fds: usize) {
+        self.base_fds = base_fds;
+    }
+
     /// The fds the proxy holds, as counted (an upper bound for sessions).
     pub(crate) fn held_fds(&self) -> usize {
         self.base_fds + 2 * self.sessions + self.refusing

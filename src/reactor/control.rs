@@ -108,34 +108,39 @@ impl Reactor {
         }
     }
 
-    /// Runs a control command against this reactor. An error changes nothing.
+    /// Runs a control command against this reactor (and, on worker 0 of
+    /// several, the other workers: see `workers`). An error changes nothing.
     pub(super) fn execute(&mut self, cmd: Command) -> Result<Reply, String> {
         match cmd {
             Command::ReplacePolicy(policy) => {
-                self.apply_policy(policy, "replaced over control");
+                self.put_in_force(policy, "replaced over control");
                 Ok(self.policy_reply())
             }
             Command::AddRule(rule) => {
                 let policy = edit::add_rule(&self.env.policy, &rule)?;
-                self.apply_policy(policy, "rule added over control");
+                self.put_in_force(policy, "rule added over control");
                 Ok(self.policy_reply())
             }
             Command::RemoveRule(name) => {
                 let policy = edit::remove_rule(&self.env.policy, &name)?;
-                self.apply_policy(policy, "rule removed over control");
+                self.put_in_force(policy, "rule removed over control");
                 Ok(self.policy_reply())
             }
             Command::ListSessions => {
                 let now = self.now;
-                Ok(Reply::Sessions(
-                    self.sessions
-                        .iter()
-                        .filter(|(_, s)| !s.session.is_done())
-                        .map(|(_, s)| s.session.info(now))
-                        .collect(),
-                ))
+                let mut list: Vec<_> = self
+                    .sessions
+                    .iter()
+                    .filter(|(_, s)| !s.session.is_done())
+                    .map(|(_, s)| s.session.info(now))
+                    .collect();
+                list.extend(self.peer_sessions());
+                Ok(Reply::Sessions(list))
             }
             Command::CloseSession(id) => {
+                if let Some(answer) = self.close_elsewhere(id) {
+                    return answer;
+                }
                 let key = self
                     .sessions
                     .iter()
@@ -150,6 +155,18 @@ impl Reactor {
                 Box::new(self.env.remote.stats.snapshot()),
                 self.env.remote.stats.rules(),
             )),
+        }
+    }
+
+    /// Applies `policy` here and then on the other workers, returning once
+    /// every worker has it in force.
+    fn put_in_force(&mut self, policy: Policy, how: &str) {
+        if self.peers().is_empty() {
+            self.apply_policy(policy, how);
+        } else {
+            let copy = policy.clone();
+            self.apply_policy(policy, how);
+            self.share_policy(&copy);
         }
     }
 

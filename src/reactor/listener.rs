@@ -1,7 +1,15 @@
 //! Listening sockets: TCP and Unix-domain, each with the protocols it serves.
+//!
+//! With several workers each has its own copy of every listener
+//! ([`Listener::replicate`]): on Linux a TCP listener the proxy binds is
+//! bound once per worker with `SO_REUSEPORT`, so the kernel spreads new
+//! connections over the workers' sockets; any other listener (Unix, adopted,
+//! other systems) is shared as a `dup` of one socket, registered with every
+//! worker's poll, and whoever accepts first takes the connection (the
+//! others get `WouldBlock`).
 
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
 use mio::net::{TcpListener, UnixListener};
@@ -21,6 +29,8 @@ pub(crate) struct Listener {
     /// Its clients' sockets are visible to our socket diagnostics (it lives
     /// in our network namespace): loopback clients are identified by uid.
     identify: bool,
+    /// Bound with `SO_REUSEPORT`: copies are bound afresh on its address.
+    reuse_port: bool,
 }
 
 enum Socket {
@@ -37,18 +47,13 @@ enum Socket {
 }
 
 impl Listener {
-    pub(crate) fn bind(config: &ListenerConfig) -> io::Result<Listener> {
+    /// Binds `config`'s address. `shared`: other workers will bind copies
+    /// (TCP on Linux: with `SO_REUSEPORT`; see [`Listener::replicate`]).
+    pub(crate) fn bind(config: &ListenerConfig, shared: bool) -> io::Result<Listener> {
+        let reuse_port = shared && REUSE_PORT && matches!(config.addr, ListenAddr::Tcp(_));
         let (socket, local) = match &config.addr {
             ListenAddr::Tcp(addr) => {
-                let s = socket2::Socket::new(
-                    socket2::Domain::for_address(*addr),
-                    socket2::Type::STREAM,
-                    None,
-                )?;
-                s.set_reuse_address(true)?;
-                set_nodelay_inherited(&s)?;
-                s.bind(&(*addr).into())?;
-                let l = TcpListener::from_std(listen(s)?.into());
+                let l = bind_tcp(*addr, reuse_port)?;
                 let local = l.local_addr()?;
                 (Socket::Tcp(l), ListenAddr::Tcp(local))
             }
@@ -69,6 +74,33 @@ impl Listener {
             protocol: config.protocol,
             local,
             identify: true,
+            reuse_port,
+        })
+    }
+
+    /// Another worker's copy: a socket of its own bound to the same address
+    /// (its port resolved) with `SO_REUSEPORT`, when this one was bound so;
+    /// otherwise a `dup` of this one, and the workers' polls share it.
+    pub(crate) fn replicate(&self) -> io::Result<Listener> {
+        let socket = match (&self.socket, &self.local) {
+            (Socket::Tcp(_), ListenAddr::Tcp(addr)) if self.reuse_port => {
+                Socket::Tcp(bind_tcp(*addr, true)?)
+            }
+            (Socket::Tcp(l), _) => {
+                Socket::Tcp(TcpListener::from_std(OwnedFd::from(dup(l)?).into()))
+            }
+            (Socket::Unix { listener, .. }, _) => Socket::Unix {
+                // The socket file stays the first copy's to remove.
+                _file: None,
+                listener: UnixListener::from_std(OwnedFd::from(dup(listener)?).into()),
+            },
+        };
+        Ok(Listener {
+            socket,
+            protocol: self.protocol,
+            local: self.local.clone(),
+            identify: self.identify,
+            reuse_port: self.reuse_port,
         })
     }
 
@@ -116,6 +148,8 @@ impl Listener {
             protocol,
             local,
             identify,
+            // The caller's socket: copies are dups of it.
+            reuse_port: false,
         })
     }
 
@@ -185,6 +219,38 @@ impl Listener {
             }
         }
     }
+}
+
+/// Whether workers' TCP listeners are bound with `SO_REUSEPORT` (Linux
+/// spreads connections over such a group; elsewhere the option does not
+/// balance, so workers share one socket instead).
+const REUSE_PORT: bool = cfg!(target_os = "linux");
+
+/// A listening TCP socket on `addr`, optionally in a `SO_REUSEPORT` group
+/// (every member is this process's: the kernel lets only the same user
+/// join, and the port is already ours).
+fn bind_tcp(addr: std::net::SocketAddr, reuse_port: bool) -> io::Result<TcpListener> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    s.set_reuse_address(true)?;
+    #[cfg(target_os = "linux")]
+    if reuse_port {
+        s.set_reuse_port(true)?;
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = reuse_port;
+    set_nodelay_inherited(&s)?;
+    s.bind(&addr.into())?;
+    Ok(TcpListener::from_std(listen(s)?.into()))
+}
+
+/// A second descriptor on `socket`'s listening socket, close-on-exec; it
+/// shares the non-blocking flag (one open file).
+fn dup(socket: &impl AsFd) -> io::Result<socket2::Socket> {
+    socket2::SockRef::from(socket).try_clone()
 }
 
 /// Accept-queue depth. std and mio use 128, which a burst of sandboxed

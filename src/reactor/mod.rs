@@ -1,4 +1,7 @@
-//! The event loop: one thread, one `mio::Poll`, sessions in a slab.
+//! The event loop: one thread, one `mio::Poll`, sessions in a slab. A
+//! proxy runs one such reactor per worker (`workers`, built and run by
+//! [`Workers`]); each owns its sessions, and they share only the
+//! admission counts, the counters and the resolver pool.
 //!
 //! Each iteration: poll (sleeping until the next timer deadline, or forever
 //! when none is armed), dispatch readiness events, run sessions that used up
@@ -22,20 +25,21 @@ mod shed;
 mod socket_file;
 pub mod timer;
 pub(crate) mod token;
+mod workers;
 
 use std::io;
-use std::sync::mpsc::{self, Receiver};
-use std::sync::Arc;
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use mio::{Events, Poll, Registry, Waker};
+use mio::{Events, Poll, Registry};
 use slab::Slab;
 
 use crate::buffer::BufPool;
 use crate::client::{ClientKey, Identify, Peer};
-use crate::config::{Config, ListenerConfig, ListenerProtocol};
+use crate::config::ListenerProtocol;
 use crate::events::EventSink;
-use crate::fd_budget::{self, FdBudget};
+use crate::fd_budget;
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::Policy;
@@ -47,6 +51,7 @@ pub(crate) use remote::{Control, Remote};
 use resolver::{Answer, Asker, Job, Resolver};
 use timer::{TimerId, TimerWheel};
 use token::Owner;
+pub(crate) use workers::Workers;
 
 /// What a timer in the wheel is for.
 #[derive(Debug, Clone, Copy)]
@@ -157,6 +162,8 @@ struct Slot {
 }
 
 pub(crate) struct Reactor {
+    /// This reactor's index among the workers (0 coordinates; see `workers`).
+    worker: usize,
     poll: Poll,
     events: Events,
     /// Indexed by listener token; `None` once closed for shutdown.
@@ -167,12 +174,18 @@ pub(crate) struct Reactor {
     env: Env,
     timers: TimerWheel<Timer>,
     resolver: Resolver,
-    admission: Admission,
+    /// Shared by every worker, so that limits hold for the whole proxy;
+    /// locked at accept, handshake end and close only.
+    admission: Arc<Mutex<Admission>>,
     /// Who owns loopback clients' sockets.
     identify: Identify,
     control: Receiver<Control>,
     answers: Receiver<Answer>,
+    /// The next session id. Worker `w` of `n` hands out `w + 1`, `w + 1 + n`,
+    /// ...: ids are unique across workers and name their worker.
     next_id: u64,
+    /// The number of workers.
+    id_step: u64,
     /// Sessions that stopped at their per-call budget with work left.
     requeue: Vec<usize>,
     reap: Vec<usize>,
@@ -189,121 +202,6 @@ pub(crate) struct Reactor {
 }
 
 impl Reactor {
-    /// Binds `config`'s listeners, then registers the `adopted` (already bound) ones after them.
-    pub(crate) fn new(
-        config: Config,
-        adopted: Vec<Listener>,
-        hooks: Hooks,
-    ) -> io::Result<(Reactor, Arc<Remote>)> {
-        if config.listeners.is_empty() && adopted.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "no listeners configured",
-            ));
-        }
-        let poll = Poll::new()?;
-        let waker = Arc::new(Waker::new(poll.registry(), token::WAKER)?);
-        let mut listeners = Vec::with_capacity(config.listeners.len());
-        for (i, lc) in config.listeners.iter().enumerate() {
-            let mut l = Listener::bind(lc).map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot listen on {}: {e}", lc.addr))
-            })?;
-            l.register(poll.registry(), token::listener(i))?;
-            listeners.push(l);
-        }
-        for mut l in adopted {
-            l.register(poll.registry(), token::listener(listeners.len()))?;
-            listeners.push(l);
-        }
-        let identify = Identify::new(listeners.iter().any(Listener::identifies));
-        let local_addrs = listeners.iter().map(|l| l.local.clone()).collect();
-        let listeners = listeners.into_iter().map(Some).collect();
-        let admin_listener = match &config.admin {
-            Some(a) => {
-                let lc = ListenerConfig::new(a.listen.clone(), ListenerProtocol::Auto);
-                let mut l = Listener::bind(&lc).map_err(|e| {
-                    io::Error::new(
-                        e.kind(),
-                        format!("cannot listen on {} (admin): {e}", a.listen),
-                    )
-                })?;
-                l.register(poll.registry(), token::ADMIN_LISTENER)?;
-                Some(l)
-            }
-            None => None,
-        };
-        let admin_addr = admin_listener.as_ref().map(|l| l.local.clone());
-        let (control_tx, control) = mpsc::channel();
-        let (answers_tx, answers) = mpsc::channel();
-        let remote = Arc::new(Remote::new(
-            local_addrs,
-            admin_addr,
-            control_tx,
-            Arc::clone(&waker),
-        ));
-        let resolver = Resolver::new(
-            config.limits.resolver_threads,
-            answers_tx,
-            waker,
-            Arc::clone(&remote),
-        )?;
-        let mut admin = match (admin_listener, &hooks.control) {
-            (None, None) => None,
-            (listener, _) => {
-                let control = config.admin.as_ref().is_some_and(|a| a.control);
-                Some(Admin::new(listener, control, Arc::clone(&remote)))
-            }
-        };
-        if let (Some(admin), Some(stream)) = (&mut admin, hooks.control) {
-            admin.adopt_control(stream, poll.registry())?;
-        }
-        let now = Instant::now();
-        let fds = FdBudget::current();
-        let env = Env {
-            registry: poll.registry().try_clone()?,
-            pool: BufPool::new(config.limits.buffer_size, POOL_IDLE),
-            #[cfg(target_os = "linux")]
-            pipes: crate::session::PipeBudget::new(fds.pipes, PIPE_SIZE, config.limits.splice),
-            settings: Settings {
-                timeouts: config.timeouts,
-                limits: config.limits,
-                auth: config.auth,
-                upstream_proxy: config.upstream_proxy,
-            },
-            policy: config.policy,
-            remote: Arc::clone(&remote),
-            tls: TlsEnv::new(config.tls),
-            events: hooks.events,
-        };
-        let mut env = env;
-        env.prepare_tls()?;
-        let reactor = Reactor {
-            poll,
-            events: Events::with_capacity(1024),
-            listeners,
-            admin,
-            sessions: Slab::new(),
-            env,
-            timers: TimerWheel::new(TICK, SLOTS, now),
-            resolver,
-            // Counted last: everything the reactor opened is in the base.
-            admission: Admission::new(fds, fd_budget::open_fds()),
-            identify,
-            control,
-            answers,
-            next_id: 1,
-            requeue: Vec::new(),
-            reap: Vec::new(),
-            expired: Vec::new(),
-            accepting: Accepting::Open,
-            exhausted: false,
-            draining: false,
-            now,
-            pins_resolved: None,
-        };
-        Ok((reactor, remote))
-    }
-
     pub(crate) fn run(mut self) -> io::Result<()> {
         self.env.remote.running_on(std::thread::current().id());
         for l in self.listeners.iter().flatten() {
@@ -324,7 +222,10 @@ impl Reactor {
                 return Err(e);
             }
             self.now = Instant::now();
-            self.env.remote.stats.wakeup(self.events.iter().count());
+            self.env
+                .remote
+                .stats
+                .wakeup(self.worker, self.events.iter().count());
             if self.dispatch() {
                 break;
             }
@@ -365,7 +266,7 @@ impl Reactor {
         if effects.left_handshake && slot.handshaking {
             slot.handshaking = false;
             if slot.admitted {
-                self.admission.left_handshake(slot.client);
+                lock(&self.admission).left_handshake(slot.client);
             }
         }
         if let Some(host) = effects.resolve {
@@ -390,11 +291,13 @@ impl Reactor {
             }
         }
         if effects.closed.is_some() {
+            let mut admission = lock(&self.admission);
             if slot.handshaking && slot.admitted {
-                self.admission.left_handshake(slot.client);
+                admission.left_handshake(slot.client);
             }
             slot.handshaking = false;
-            self.admission.ended(slot.client, slot.admitted);
+            admission.ended(slot.client, slot.admitted);
+            drop(admission);
             self.reap.push(key);
         } else if effects.again && !slot.queued {
             slot.queued = true;
@@ -426,7 +329,10 @@ impl Reactor {
             match msg {
                 Control::Shutdown { graceful: false } => stop = true,
                 Control::Shutdown { graceful: true } => self.start_draining(),
-                Control::Reload(policy) => self.apply_policy(policy, "reloaded"),
+                Control::Reload(policy) => {
+                    self.forward_reload(&policy);
+                    self.apply_policy(policy, "reloaded");
+                }
                 Control::Command { cmd, reply } => {
                     let answer = self.execute(cmd);
                     // The asker may have given up; nothing to do then.
@@ -500,7 +406,7 @@ impl Reactor {
                     if stale {
                         self.refresh_pins();
                     }
-                    self.env.remote.stats.accepted();
+                    self.env.remote.stats.accepted(self.worker);
                     self.admit(stream, peer, protocol);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -532,11 +438,14 @@ impl Reactor {
     /// Starts a session for an accepted connection, or refuses it at a limit.
     fn admit(&mut self, stream: Stream, peer: Peer, protocol: ListenerProtocol) {
         let client = peer.key();
-        if self.admission.under_pressure() {
+        let mut admission = lock(&self.admission);
+        if admission.under_pressure() {
             // The limit may have been raised (or lowered) meanwhile.
-            self.admission.set_fd_limit(fd_budget::nofile_limit());
+            admission.set_fd_limit(fd_budget::nofile_limit());
         }
-        let refusing = match self.admission.admit(client, &self.env.settings.limits) {
+        let admit = admission.admit(client, &self.env.settings.limits);
+        drop(admission);
+        let refusing = match admit {
             Admit::Yes => None,
             Admit::Refuse(limit) => {
                 log::warn!("{peer}{}: refused, at the {limit} limit", peer.ids());
@@ -551,7 +460,7 @@ impl Reactor {
         let admitted = refusing.is_none();
         let key = self.sessions.vacant_key();
         let id = self.next_id;
-        self.next_id += 1;
+        self.next_id += self.id_step;
         let mut ctx = self.env.ctx(key, self.now);
         match Session::accept(id, stream, peer, protocol, refusing, &mut ctx) {
             Ok(session) => {
@@ -568,10 +477,11 @@ impl Reactor {
             }
             Err(e) => {
                 log::warn!("could not register an accepted connection: {e}");
+                let mut admission = lock(&self.admission);
                 if admitted {
-                    self.admission.left_handshake(client);
+                    admission.left_handshake(client);
                 }
-                self.admission.ended(client, admitted);
+                admission.ended(client, admitted);
             }
         }
     }
@@ -596,8 +506,11 @@ impl Reactor {
     /// lowered) and closes sessions in the shedding order. Returns whether
     /// any was closed.
     fn shed(&mut self, e: &io::Error) -> bool {
-        self.admission.set_fd_limit(fd_budget::nofile_limit());
-        let heaviest = self.admission.heaviest();
+        let heaviest = {
+            let mut admission = lock(&self.admission);
+            admission.set_fd_limit(fd_budget::nofile_limit());
+            admission.heaviest()
+        };
         let candidates = self
             .sessions
             .iter()
@@ -729,6 +642,12 @@ impl Reactor {
         self.sessions.clear();
         self.listeners.clear();
     }
+}
+
+/// The shared admission, locked. A poisoned lock means another worker
+/// panicked, which stops the proxy anyway: the counts are still usable.
+fn lock(admission: &Mutex<Admission>) -> MutexGuard<'_, Admission> {
+    admission.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// EMFILE or ENFILE: the process (or the system) is out of file descriptors.

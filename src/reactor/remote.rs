@@ -1,6 +1,13 @@
-//! What other threads share with the reactor: the counters, the bound
-//! addresses, and a way to send it control messages (woken through its
-//! `mio::Waker`). The embedding API wraps this in `ProxyHandle`.
+//! What other threads share with the reactors: the counters, the bound
+//! addresses, and a way to send each worker control messages (woken
+//! through its `mio::Waker`). The embedding API wraps this in `ProxyHandle`.
+//!
+//! With several workers, worker 0 coordinates: handles send it every
+//! control message but shutdown (which goes to all), and it forwards policy
+//! changes to the others and asks them for their sessions (see
+//! `reactor::workers`). Only worker 0 and threads outside the proxy ever
+//! wait for a worker's answer, and worker 0 waits only for the others, so
+//! no two threads wait for each other.
 
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
@@ -26,44 +33,22 @@ pub(crate) enum Control {
     },
 }
 
-/// The reactor's side shared with its handles.
-pub(crate) struct Remote {
-    pub(crate) stats: Stats,
-    pub(crate) local_addrs: Vec<ListenAddr>,
-    /// The admin endpoint's bound address, when it has one.
-    pub(crate) admin_addr: Option<ListenAddr>,
-    /// The thread running the reactor, once it runs.
-    reactor_thread: Mutex<Option<ThreadId>>,
+/// The way to one worker: its control channel and its waker.
+pub(crate) struct Door {
     control: Mutex<Sender<Control>>,
     waker: Arc<mio::Waker>,
 }
 
-impl Remote {
-    pub(crate) fn new(
-        local_addrs: Vec<ListenAddr>,
-        admin_addr: Option<ListenAddr>,
-        control: Sender<Control>,
-        waker: Arc<mio::Waker>,
-    ) -> Self {
-        Remote {
-            stats: Stats::default(),
-            local_addrs,
-            admin_addr,
-            reactor_thread: Mutex::new(None),
+impl Door {
+    pub(crate) fn new(control: Sender<Control>, waker: Arc<mio::Waker>) -> Door {
+        Door {
             control: Mutex::new(control),
             waker,
         }
     }
 
-    /// Records the reactor's thread (called as it starts running).
-    pub(crate) fn running_on(&self, thread: ThreadId) {
-        if let Ok(mut t) = self.reactor_thread.lock() {
-            *t = Some(thread);
-        }
-    }
-
-    /// Delivers `msg` and wakes the reactor. False once the reactor has exited.
-    pub(crate) fn send(&self, msg: Control) -> bool {
+    /// Delivers `msg` and wakes the worker. False once it has exited.
+    fn send(&self, msg: Control) -> bool {
         // A send fails only once the reactor has exited; then there is nothing to steer.
         let sent = self
             .control
@@ -78,25 +63,96 @@ impl Remote {
         sent
     }
 
-    /// Runs `cmd` on the reactor thread and waits for its answer. Blocks
-    /// until the reactor runs, if it has not started yet.
+    /// Runs `cmd` on this worker and waits for its answer (`None`: the
+    /// worker has exited).
+    fn ask(&self, cmd: Command) -> Option<Result<Reply, String>> {
+        let (reply, answer) = mpsc::channel();
+        if !self.send(Control::Command { cmd, reply }) {
+            return None;
+        }
+        // The reactor drops the message unanswered only when it exits.
+        answer.recv().ok()
+    }
+}
+
+/// The reactors' side shared with their handles.
+pub(crate) struct Remote {
+    pub(crate) stats: Stats,
+    pub(crate) local_addrs: Vec<ListenAddr>,
+    /// The admin endpoint's bound address, when it has one.
+    pub(crate) admin_addr: Option<ListenAddr>,
+    /// The threads running the reactors, as they start.
+    reactor_threads: Mutex<Vec<ThreadId>>,
+    /// One per worker, worker 0 first.
+    doors: Vec<Door>,
+}
+
+impl Remote {
+    pub(crate) fn new(
+        local_addrs: Vec<ListenAddr>,
+        admin_addr: Option<ListenAddr>,
+        doors: Vec<Door>,
+    ) -> Self {
+        Remote {
+            stats: Stats::for_workers(doors.len()),
+            local_addrs,
+            admin_addr,
+            reactor_threads: Mutex::new(Vec::new()),
+            doors,
+        }
+    }
+
+    /// How many workers the proxy runs.
+    pub(crate) fn workers(&self) -> usize {
+        self.doors.len()
+    }
+
+    /// Records a reactor's thread (called as it starts running).
+    pub(crate) fn running_on(&self, thread: ThreadId) {
+        if let Ok(mut t) = self.reactor_threads.lock() {
+            t.push(thread);
+        }
+    }
+
+    /// Delivers `msg`: a shutdown to every worker, anything else to worker
+    /// 0 (which passes policy changes on). False once they have exited.
+    pub(crate) fn send(&self, msg: Control) -> bool {
+        match msg {
+            Control::Shutdown { graceful } => self.doors.iter().fold(false, |sent, d| {
+                d.send(Control::Shutdown { graceful }) | sent
+            }),
+            msg => self.doors[0].send(msg),
+        }
+    }
+
+    /// Sends `msg` to worker `worker` only.
+    pub(crate) fn send_to(&self, worker: usize, msg: Control) -> bool {
+        self.doors.get(worker).is_some_and(|d| d.send(msg))
+    }
+
+    /// Runs `cmd` on worker `worker` and waits for its answer; `None` when
+    /// that worker has exited. Called by worker 0 about the others only.
+    pub(crate) fn ask(&self, worker: usize, cmd: Command) -> Option<Result<Reply, String>> {
+        self.doors.get(worker).and_then(|d| d.ask(cmd))
+    }
+
+    /// Runs `cmd` on the reactor (worker 0, which asks the others as it
+    /// needs) and waits for its answer. Blocks until the reactor runs, if
+    /// it has not started yet.
     pub(crate) fn request(&self, cmd: Command) -> Result<Reply, ControlError> {
+        // From a reactor thread (an event callback) the wait could never
+        // end: worker 0 may be waiting for that very thread.
         let on_reactor = self
-            .reactor_thread
+            .reactor_threads
             .lock()
-            .is_ok_and(|t| *t == Some(std::thread::current().id()));
+            .is_ok_and(|t| t.contains(&std::thread::current().id()));
         if on_reactor {
             return Err(ControlError::OnReactorThread);
         }
-        let (reply, answer) = mpsc::channel();
-        if !self.send(Control::Command { cmd, reply }) {
-            return Err(ControlError::NotRunning);
-        }
-        // The reactor drops the message unanswered only when it exits.
-        match answer.recv() {
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(why)) => Err(ControlError::Refused(why)),
-            Err(_) => Err(ControlError::NotRunning),
+        match self.doors[0].ask(cmd) {
+            Some(Ok(reply)) => Ok(reply),
+            Some(Err(why)) => Err(ControlError::Refused(why)),
+            None => Err(ControlError::NotRunning),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! DNS off the reactor thread.
 //!
-//! `getaddrinfo` blocks, so a small pool of threads runs it and hands answers
-//! back through a channel and the reactor's Waker. Requests carry the
+//! `getaddrinfo` blocks, so a small pool of threads (one pool for every
+//! worker) runs it and hands answers back through the asking worker's
+//! channel and Waker. Requests carry the
 //! session's `(key, id)`; the reactor drops answers whose session is gone.
 
 use std::io;
@@ -33,65 +34,87 @@ pub(crate) struct Answer {
     pub(crate) result: io::Result<Vec<IpAddr>>,
 }
 
+/// Where an answer goes: the asking worker's channel, and its waker.
+struct Replier {
+    answers: Sender<Answer>,
+    waker: Arc<mio::Waker>,
+}
+
+/// A job on its way to the pool, with where its answer goes.
+type Queued = (Job, Arc<Replier>);
+
+/// The resolver threads, shared by every worker of a proxy.
+pub(crate) struct ResolverPool {
+    jobs: Sender<Queued>,
+    remote: Arc<Remote>,
+}
+
+impl ResolverPool {
+    /// Starts `threads` resolver threads; they end when every
+    /// [`Resolver`] made from this pool (and the pool) is gone.
+    pub(crate) fn new(threads: usize, remote: Arc<Remote>) -> io::Result<Self> {
+        let (jobs, rx) = mpsc::channel::<Queued>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads.max(1) {
+            let rx = Arc::clone(&rx);
+            let remote = Arc::clone(&remote);
+            std::thread::Builder::new()
+                .name(format!("portcullis-dns-{i}"))
+                .spawn(move || work(&rx, &remote))?;
+        }
+        Ok(ResolverPool { jobs, remote })
+    }
+
+    /// A worker's way into the pool: its answers come back on `answers`,
+    /// and `waker` wakes it.
+    pub(crate) fn resolver(&self, answers: Sender<Answer>, waker: Arc<mio::Waker>) -> Resolver {
+        Resolver {
+            jobs: self.jobs.clone(),
+            replier: Arc::new(Replier { answers, waker }),
+            remote: Arc::clone(&self.remote),
+        }
+    }
+}
+
+/// One worker's handle on the resolver pool.
 pub(crate) struct Resolver {
-    jobs: Sender<Job>,
+    jobs: Sender<Queued>,
+    replier: Arc<Replier>,
     /// The counters: the queue depth gauge.
     remote: Arc<Remote>,
 }
 
 impl Resolver {
-    pub(crate) fn new(
-        threads: usize,
-        answers: Sender<Answer>,
-        waker: Arc<mio::Waker>,
-        remote: Arc<Remote>,
-    ) -> io::Result<Self> {
-        let (jobs, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        for i in 0..threads.max(1) {
-            let rx = Arc::clone(&rx);
-            let answers = answers.clone();
-            let waker = Arc::clone(&waker);
-            let remote = Arc::clone(&remote);
-            std::thread::Builder::new()
-                .name(format!("portcullis-dns-{i}"))
-                .spawn(move || work(&rx, &answers, &waker, &remote))?;
-        }
-        Ok(Resolver { jobs, remote })
-    }
-
     pub(crate) fn resolve(&self, job: Job) {
         // Fails only if every worker died; the session's connect timer still
         // bounds it, so there is nothing more to do here.
         // Counted before it is sent, so a worker never takes it off an empty gauge.
         self.remote.stats.resolve_queued();
-        if self.jobs.send(job).is_err() {
+        if self.jobs.send((job, Arc::clone(&self.replier))).is_err() {
             self.remote.stats.resolve_started();
         }
     }
 }
 
-fn work(rx: &Mutex<Receiver<Job>>, answers: &Sender<Answer>, waker: &mio::Waker, remote: &Remote) {
+fn work(rx: &Mutex<Receiver<Queued>>, remote: &Remote) {
     loop {
         // The lock is held only while waiting for the next job.
         let job = match rx.lock() {
             Ok(rx) => rx.recv(),
             Err(_) => return,
         };
-        let Ok(job) = job else { return };
+        let Ok((job, to)) = job else { return };
         remote.stats.resolve_started();
         let result = lookup(&job.host);
-        if answers
-            .send(Answer {
-                asker: job.asker,
-                host: job.host,
-                result,
-            })
-            .is_err()
-        {
-            return;
+        let answer = Answer {
+            asker: job.asker,
+            host: job.host,
+            result,
+        };
+        // A worker that has exited takes no answers; the others still may.
+        if to.answers.send(answer).is_ok() {
+            let _ = to.waker.wake();
         }
-        let _ = waker.wake();
     }
 }
 
