@@ -260,6 +260,7 @@ fn valid() -> Config {
         timeouts: Timeouts::default(),
         limits: Limits::default(),
         auth: None,
+        users: Vec::new(),
         tls: TlsConfig::default(),
         upstream_proxy: None,
         admin: None,
