@@ -30,6 +30,12 @@ pub struct Stats {
     upgrades: AtomicU64,
     /// Names waiting for a resolver thread.
     resolver_queue: AtomicU64,
+    /// Logins refused: a wrong password, an unknown name, malformed credentials.
+    auth_failures: AtomicU64,
+    /// Passwords verified with argon2 on the verifier pool.
+    auth_verifications: AtomicU64,
+    /// Logins refused because the verifier's queue was full.
+    auth_busy: AtomicU64,
     /// Decisions by rule.
     pub(crate) rules: RuleStats,
 }
@@ -92,6 +98,19 @@ impl Stats {
         self.resolver_queue.fetch_sub(1, Relaxed);
     }
 
+    /// A login was refused (wrong password, unknown name, malformed).
+    pub(crate) fn login_rejected(&self) {
+        self.auth_failures.fetch_add(1, Relaxed);
+    }
+    /// A password went to the verifier pool.
+    pub(crate) fn login_verifying(&self) {
+        self.auth_verifications.fetch_add(1, Relaxed);
+    }
+    /// A login was refused unverified: the verifier's queue was full.
+    pub(crate) fn login_busy(&self) {
+        self.auth_busy.fetch_add(1, Relaxed);
+    }
+
     /// Decisions counted by rule name, sorted by name. Connections no rule
     /// decided (and requests refused before the rules) are under `-`.
     pub fn rules(&self) -> Vec<(String, RuleCounts)> {
@@ -123,6 +142,9 @@ impl Stats {
             requests_denied: self.requests_denied.load(Relaxed),
             upgrades: self.upgrades.load(Relaxed),
             resolver_queue: self.resolver_queue.load(Relaxed),
+            auth_failures: self.auth_failures.load(Relaxed),
+            auth_verifications: self.auth_verifications.load(Relaxed),
+            auth_busy: self.auth_busy.load(Relaxed),
         }
     }
 }
@@ -205,6 +227,13 @@ pub struct StatsSnapshot {
     pub upgrades: u64,
     /// Names waiting for a resolver thread now.
     pub resolver_queue: u64,
+    /// Logins refused: wrong password, unknown user, malformed credentials.
+    pub auth_failures: u64,
+    /// Passwords verified with argon2 (remembered logins and plaintext
+    /// users need none).
+    pub auth_verifications: u64,
+    /// Logins refused unverified because the verifier's queue was full.
+    pub auth_busy: u64,
 }
 
 impl fmt::Display for StatsSnapshot {

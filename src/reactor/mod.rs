@@ -22,6 +22,7 @@ mod shed;
 mod socket_file;
 pub mod timer;
 pub(crate) mod token;
+mod verifier;
 
 use std::io;
 use std::sync::mpsc::{self, Receiver};
@@ -47,6 +48,7 @@ pub(crate) use remote::{Control, Remote};
 use resolver::{Answer, Asker, Job, Resolver};
 use timer::{TimerId, TimerWheel};
 use token::Owner;
+use verifier::Verifier;
 
 /// What a timer in the wheel is for.
 #[derive(Debug, Clone, Copy)]
@@ -104,6 +106,8 @@ struct Env {
     /// What TLS needs (the CA and leaves once a rule terminates).
     tls: TlsEnv,
     events: EventSink,
+    /// Logins the verifier pool accepted.
+    logins: crate::auth::cache::LoginCache,
 }
 
 impl Env {
@@ -133,6 +137,7 @@ impl Env {
             settings: &self.settings,
             tls: &mut self.tls,
             policy: &self.policy,
+            logins: &self.logins,
             stats: &self.remote.stats,
             events: &self.events,
             now,
@@ -167,6 +172,8 @@ pub(crate) struct Reactor {
     env: Env,
     timers: TimerWheel<Timer>,
     resolver: Resolver,
+    /// Verifies hashed passwords off this thread.
+    verifier: Verifier,
     admission: Admission,
     /// Who owns loopback clients' sockets.
     identify: Identify,
@@ -241,6 +248,7 @@ impl Reactor {
             control_tx,
             Arc::clone(&waker),
         ));
+        let verifier = Verifier::new(verifier::THREADS, verifier::QUEUE, Arc::clone(&waker))?;
         let resolver = Resolver::new(
             config.limits.resolver_threads,
             answers_tx,
@@ -267,13 +275,14 @@ impl Reactor {
             settings: Settings {
                 timeouts: config.timeouts,
                 limits: config.limits,
-                auth: config.auth,
+                auth: crate::auth::Users::new(config.auth.as_ref(), &config.users).map(Arc::new),
                 upstream_proxy: config.upstream_proxy,
             },
             policy: config.policy,
             remote: Arc::clone(&remote),
             tls: TlsEnv::new(config.tls),
             events: hooks.events,
+            logins: verifier::login_cache(),
         };
         let mut env = env;
         env.prepare_tls()?;
@@ -286,6 +295,7 @@ impl Reactor {
             env,
             timers: TimerWheel::new(TICK, SLOTS, now),
             resolver,
+            verifier,
             // Counted last: everything the reactor opened is in the base.
             admission: Admission::new(fds, fd_budget::open_fds()),
             identify,
@@ -377,6 +387,7 @@ impl Reactor {
                 host,
             });
         }
+        let verify = effects.verify.map(|job| (slot.session.id(), job));
         if slot.timer.map(|(_, at)| at) != effects.deadline {
             if let Some((id, _)) = slot.timer.take() {
                 self.timers.cancel(id);
@@ -399,6 +410,9 @@ impl Reactor {
         } else if effects.again && !slot.queued {
             slot.queued = true;
             self.requeue.push(key);
+        }
+        if let Some((id, job)) = verify {
+            self.verify_login(key, id, job);
         }
     }
 
@@ -426,7 +440,10 @@ impl Reactor {
             match msg {
                 Control::Shutdown { graceful: false } => stop = true,
                 Control::Shutdown { graceful: true } => self.start_draining(),
-                Control::Reload(policy) => self.apply_policy(policy, "reloaded"),
+                Control::Reload(policy) => match self.check_users(&policy) {
+                    Ok(()) => self.apply_policy(policy, "reloaded"),
+                    Err(e) => log::error!("reload refused, keeping the current policy: {e}"),
+                },
                 Control::Command { cmd, reply } => {
                     let answer = self.execute(cmd);
                     // The asker may have given up; nothing to do then.
@@ -452,6 +469,7 @@ impl Reactor {
                 },
             }
         }
+        self.deliver_logins();
         stop
     }
 
