@@ -241,11 +241,12 @@ impl fmt::Display for StatsSnapshot {
         let o = &self.open;
         write!(
             f,
-            "accepted={} allowed={} denied={} open={} (handshake={} resolving={} connecting={} established={} closing={}) bytes_up={} bytes_down={} wakeups={} events={} accept_pauses={} requests={} requests_allowed={} requests_denied={} upgrades={} closed:",
+            "accepted={} allowed={} denied={} open={} (handshake={} resolving={} connecting={} established={} closing={}) bytes_up={} bytes_down={} wakeups={} events={} accept_pauses={} requests={} requests_allowed={} requests_denied={} upgrades={} auth_failures={} auth_verifications={} auth_busy={} closed:",
             self.accepted, self.allowed, self.denied, o.total(), o.handshake, o.resolving,
             o.connecting, o.established, o.closing, self.bytes_up, self.bytes_down,
             self.wakeups, self.events, self.accept_pauses, self.requests,
-            self.requests_allowed, self.requests_denied, self.upgrades
+            self.requests_allowed, self.requests_denied, self.upgrades, self.auth_failures,
+            self.auth_verifications, self.auth_busy
         )?;
         for (r, n) in self.closed.iter() {
             write!(f, " {r}={n}")?;
