@@ -179,7 +179,10 @@ fn the_forward_proxy_judges_as_the_user_too() {
     let proxy_url = |u: &str| format!("http://{u}@{p}");
     let out = curl(&["-sS", "-x", &proxy_url("alice:pw-alice"), &url]);
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello from the origin");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello from the origin"
+    );
     let out = curl(&[
         "-sS",
         "-o",
@@ -195,7 +198,10 @@ fn the_forward_proxy_judges_as_the_user_too() {
     let socks = format!("socks5h://alice:pw-alice@{p}");
     let out = curl(&["-sS", "-x", &socks, &url]);
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello from the origin");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello from the origin"
+    );
 }
 
 #[test]
@@ -389,9 +395,14 @@ fn auth_env_keeps_the_password_out_of_the_command_line() {
     let upstream = echo_server();
     let secret = "s3cret-from-the-env";
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_portcullis"));
-    cmd.args(["--listen", "127.0.0.1:0", "--auth-env", "PORTCULLIS_TEST_AUTH"])
-        .args(["--allow", &upstream.target()])
-        .env("PORTCULLIS_TEST_AUTH", format!("agent:{secret}"));
+    cmd.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--auth-env",
+        "PORTCULLIS_TEST_AUTH",
+    ])
+    .args(["--allow", &upstream.target()])
+    .env("PORTCULLIS_TEST_AUTH", format!("agent:{secret}"));
     let proxy = ChildProxy::start_command(cmd);
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", proxy.pid())).unwrap();
     let cmdline = String::from_utf8_lossy(&cmdline);
