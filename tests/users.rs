@@ -480,3 +480,37 @@ fn check_lists_user_names_never_hashes() {
         "{stderr}"
     );
 }
+
+#[test]
+fn control_refuses_rules_for_users_the_proxy_does_not_have() {
+    let upstream = echo_server();
+    let target = upstream.target();
+    let (proxy, _) = users_proxy(&target, cheap);
+    let p = proxy_addr(&proxy);
+    let carol = portcullis::policy::RuleConfig::allow("127.0.0.1")
+        .name("carol-only")
+        .user("carol")
+        .build();
+    let e = proxy.add_rule(carol).expect_err("carol is no user here");
+    assert!(e.to_string().contains("names user \"carol\""), "{e}");
+    // bob's own rule is fine, and takes effect for new connections.
+    let bobs = portcullis::policy::RuleConfig::allow("127.0.0.1")
+        .name("bob-too")
+        .user("bob")
+        .build();
+    proxy.add_rule(bobs).expect("bob is a user");
+    let (mut s, head) = connect_as(p, &target, "bob", "pw-bob");
+    assert_eq!(head.status, 200, "{}", head.raw);
+    echoes(&mut s, b"bob now");
+    // Removing it: bob's open tunnel is re-checked as bob, and closed.
+    proxy.remove_rule("bob-too").expect("remove");
+    let mut buf = [0u8; 1];
+    assert!(
+        matches!(s.read(&mut buf), Ok(0) | Err(_)),
+        "closed by the reload"
+    );
+    // alice's tunnel opened now stays.
+    let (mut a, head) = connect_as(p, &target, "alice", "pw-alice");
+    assert_eq!(head.status, 200, "{}", head.raw);
+    echoes(&mut a, b"alice still");
+}

@@ -248,7 +248,12 @@ impl Reactor {
             control_tx,
             Arc::clone(&waker),
         ));
-        let verifier = Verifier::new(verifier::THREADS, verifier::QUEUE, Arc::clone(&waker))?;
+        let threads = if config.users.is_empty() {
+            0
+        } else {
+            verifier::THREADS
+        };
+        let verifier = Verifier::new(threads, verifier::QUEUE, Arc::clone(&waker))?;
         let resolver = Resolver::new(
             config.limits.resolver_threads,
             answers_tx,

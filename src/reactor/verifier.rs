@@ -57,12 +57,13 @@ pub(crate) struct Answer {
 
 impl Verifier {
     /// Starts `threads` verifier threads with a queue of `queue` jobs;
-    /// each verdict wakes the reactor through `waker`.
+    /// each verdict wakes the reactor through `waker`. With no hashed
+    /// users there is nothing to verify: pass 0 and no thread starts.
     pub(crate) fn new(threads: usize, queue: usize, waker: Arc<mio::Waker>) -> io::Result<Self> {
         let (jobs, rx) = mpsc::sync_channel::<Verify>(queue);
         let (done_tx, done) = mpsc::channel();
         let rx = Arc::new(Mutex::new(rx));
-        for i in 0..threads.max(1) {
+        for i in 0..threads {
             let rx = Arc::clone(&rx);
             let done_tx = done_tx.clone();
             let waker = Arc::clone(&waker);
