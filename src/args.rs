@@ -656,6 +656,50 @@ mod tests {
     }
 
     #[test]
+    fn auth_env_and_auth_file_replace_the_files_auth() {
+        std::env::set_var("PORTCULLIS_ARGS_TEST_AUTH", "agent:pa:ss");
+        let s = parse(&["--auth-env", "PORTCULLIS_ARGS_TEST_AUTH"])
+            .unwrap()
+            .load()
+            .unwrap();
+        let auth = s.config.auth.unwrap();
+        assert_eq!(
+            (auth.username.as_str(), auth.password.as_str()),
+            ("agent", "pa:ss")
+        );
+        assert!(parse(&["--auth", "a:b", "--auth-env", "X"]).is_err());
+        let e = parse(&["--auth-env", "PORTCULLIS_ARGS_TEST_UNSET"])
+            .unwrap()
+            .load()
+            .err()
+            .expect("unset");
+        assert!(e.to_string().contains("PORTCULLIS_ARGS_TEST_UNSET"), "{e}");
+
+        let dir = std::env::temp_dir().join(format!("portcullis-args-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("users.txt");
+        let hash = portcullis::auth::hash_password_with(b"pw", 64, 1, 1).unwrap();
+        std::fs::write(&file, format!("# users\nalice:{hash}\n")).unwrap();
+        let s = parse(&["--auth-file", file.to_str().unwrap(), "--auth", "agent:x"])
+            .unwrap()
+            .load()
+            .unwrap();
+        assert_eq!(s.config.user_names(), ["agent", "alice"]);
+        std::fs::write(&file, "alice:plaintext\n").unwrap();
+        let e = parse(&["--auth-file", file.to_str().unwrap()])
+            .unwrap()
+            .load()
+            .err()
+            .expect("not a hash");
+        assert!(
+            e.to_string()
+                .contains("line 1: user \"alice\": not an argon2"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn rule_flag_mistakes_read_plainly() {
         for (args, want) in [
             (
