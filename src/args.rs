@@ -101,9 +101,21 @@ pub struct Args {
     pub upstream_ca: Vec<PathBuf>,
 
     /// Require proxy credentials (HTTP Basic and SOCKS5 username/password).
+    /// Visible to every user in `ps`: prefer --auth-env or --auth-file.
     /// Overrides the file's [auth].
     #[arg(long, value_name = "USER:PASS", value_parser = parse_auth)]
     pub auth: Option<Credentials>,
+
+    /// Like --auth, reading USER:PASS from the environment variable VAR (so
+    /// the password never shows in `ps`). Overrides the file's [auth].
+    #[arg(long, value_name = "VAR", conflicts_with = "auth")]
+    pub auth_env: Option<String>,
+
+    /// Users with hashed passwords: lines NAME:HASH (a PHC argon2id string
+    /// from `portcullis hash-password`), # comments. Read at start and on
+    /// SIGHUP. Overrides the file's [auth]; combines with --auth/--auth-env.
+    #[arg(long, value_name = "FILE")]
+    pub auth_file: Option<PathBuf>,
 
     /// Time to read and answer a client's request, e.g. 10s. [default: 10s]
     #[arg(long, value_name = "DURATION", value_parser = portcullis::duration::parse_required)]
@@ -262,9 +274,7 @@ impl Args {
                     .collect(),
             );
         }
-        if let Some(auth) = &self.auth {
-            file.auth = Some(auth.clone());
-        }
+        self.apply_auth(&mut file)?;
         let t = &mut file.timeouts;
         t.handshake = self.handshake_timeout.unwrap_or(t.handshake);
         t.connect = self.connect_timeout.unwrap_or(t.connect);
@@ -334,6 +344,45 @@ impl Args {
             config,
             rules: Some(rules),
         })
+    }
+}
+
+impl Args {
+    /// `--auth`, `--auth-env` and `--auth-file`: any of them replaces the
+    /// file's `[auth]` (its plaintext user and its `[[auth.users]]`).
+    fn apply_auth(&self, file: &mut ConfigFile) -> Result<(), ConfigError> {
+        let plain = match (&self.auth, &self.auth_env) {
+            (Some(c), _) => {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    log::warn!("--auth puts the password on the command line, where any local user can read it (ps, /proc): prefer --auth-env VAR or --auth-file FILE");
+                });
+                Some(c.clone())
+            }
+            (None, Some(var)) => {
+                let value = std::env::var(var)
+                    .map_err(|e| ConfigError::key("--auth-env", format!("{var}: {e}")))?;
+                Some(
+                    parse_auth(&value)
+                        .map_err(|e| ConfigError::key("--auth-env", format!("{var}: {e}")))?,
+                )
+            }
+            (None, None) => None,
+        };
+        let users = match &self.auth_file {
+            Some(path) => {
+                let in_file =
+                    |e: String| ConfigError::other(format!("--auth-file {}: {e}", path.display()));
+                let text = std::fs::read_to_string(path).map_err(|e| in_file(e.to_string()))?;
+                Some(portcullis::auth::parse_auth_file(&text).map_err(in_file)?)
+            }
+            None => None,
+        };
+        if plain.is_some() || users.is_some() {
+            file.auth = plain;
+            file.users = users.unwrap_or_default();
+        }
+        Ok(())
     }
 }
 
@@ -629,6 +678,50 @@ mod tests {
         assert!(parse(&["--log-format", "xml"]).is_err());
         assert!(parse(&["--admin", "nowhere"]).is_err());
         assert_eq!(parse(&[]).unwrap().load().unwrap().config.admin, None);
+    }
+
+    #[test]
+    fn auth_env_and_auth_file_replace_the_files_auth() {
+        std::env::set_var("PORTCULLIS_ARGS_TEST_AUTH", "agent:pa:ss");
+        let s = parse(&["--auth-env", "PORTCULLIS_ARGS_TEST_AUTH"])
+            .unwrap()
+            .load()
+            .unwrap();
+        let auth = s.config.auth.unwrap();
+        assert_eq!(
+            (auth.username.as_str(), auth.password.as_str()),
+            ("agent", "pa:ss")
+        );
+        assert!(parse(&["--auth", "a:b", "--auth-env", "X"]).is_err());
+        let e = parse(&["--auth-env", "PORTCULLIS_ARGS_TEST_UNSET"])
+            .unwrap()
+            .load()
+            .err()
+            .expect("unset");
+        assert!(e.to_string().contains("PORTCULLIS_ARGS_TEST_UNSET"), "{e}");
+
+        let dir = std::env::temp_dir().join(format!("portcullis-args-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("users.txt");
+        let hash = portcullis::auth::hash_password_with(b"pw", 64, 1, 1).unwrap();
+        std::fs::write(&file, format!("# users\nalice:{hash}\n")).unwrap();
+        let s = parse(&["--auth-file", file.to_str().unwrap(), "--auth", "agent:x"])
+            .unwrap()
+            .load()
+            .unwrap();
+        assert_eq!(s.config.user_names(), ["agent", "alice"]);
+        std::fs::write(&file, "alice:plaintext\n").unwrap();
+        let e = parse(&["--auth-file", file.to_str().unwrap()])
+            .unwrap()
+            .load()
+            .err()
+            .expect("not a hash");
+        assert!(
+            e.to_string()
+                .contains("line 1: user \"alice\": not an argon2"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

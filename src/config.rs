@@ -316,8 +316,13 @@ pub struct Config {
     pub timeouts: Timeouts,
     /// Limits.
     pub limits: Limits,
-    /// Required credentials, if any.
+    /// The plaintext user (`[auth] username/password`, `--auth`,
+    /// `--auth-env`), if any: compared inline.
     pub auth: Option<Credentials>,
+    /// Users with argon2-hashed passwords (`[[auth.users]]`, `--auth-file`),
+    /// verified off the reactor thread. Credentials are required when this
+    /// or [`auth`](Config::auth) is set.
+    pub users: Vec<crate::auth::HashedUser>,
     /// TLS termination: the CA and upstream trust anchors.
     pub tls: TlsConfig,
     /// A parent proxy every allowed connection goes through (a rule's own
@@ -347,6 +352,7 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             limits: Limits::default(),
             auth: None,
+            users: Vec::new(),
             tls: TlsConfig::default(),
             upstream_proxy: None,
             admin: None,
@@ -583,6 +589,58 @@ impl Config {
                 ));
             }
         }
+        self.validate_users()
+    }
+
+    /// Whether clients must authenticate.
+    pub fn auth_required(&self) -> bool {
+        self.auth.is_some() || !self.users.is_empty()
+    }
+
+    /// Every user name, the plaintext user first.
+    pub fn user_names(&self) -> Vec<&str> {
+        let plain = self.auth.iter().map(|a| a.username.as_str());
+        plain
+            .chain(self.users.iter().map(|u| u.name.as_str()))
+            .collect()
+    }
+
+    /// Users: valid, unique names; and every rule's `users` names only
+    /// them (and needs auth on at all).
+    fn validate_users(&self) -> Result<(), ConfigError> {
+        for (i, u) in self.users.iter().enumerate() {
+            let key = format!("auth.users[{i}].name");
+            crate::auth::check_name(&u.name).map_err(|e| ConfigError::key(&key, e))?;
+            let plain = self.auth.as_ref().is_some_and(|a| a.username == u.name);
+            if plain || self.users[..i].iter().any(|o| o.name == u.name) {
+                return Err(ConfigError::key(
+                    key,
+                    format!("user {:?} is defined twice", u.name),
+                ));
+            }
+        }
+        let names = self.user_names();
+        for (i, rule, users) in self.policy.rule_users() {
+            if names.is_empty() {
+                return Err(ConfigError::key(
+                    format!("rules[{i}].users"),
+                    format!(
+                        "rule {rule:?} names users but auth is off: define them in [[auth.users]] (or --auth-file), or remove users"
+                    ),
+                ));
+            }
+            for (j, user) in users.iter().enumerate() {
+                if !names.contains(&&**user) {
+                    return Err(ConfigError::key(
+                        format!("rules[{i}].users[{j}]"),
+                        format!(
+                            "rule {rule:?} names user {user:?}, who is not defined (users: {})",
+                            names.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -590,3 +648,7 @@ impl Config {
 #[cfg(test)]
 #[path = "config_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "config_users_tests.rs"]
+mod users_tests;

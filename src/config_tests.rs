@@ -260,6 +260,7 @@ fn valid() -> Config {
         timeouts: Timeouts::default(),
         limits: Limits::default(),
         auth: None,
+        users: Vec::new(),
         tls: TlsConfig::default(),
         upstream_proxy: None,
         admin: None,
@@ -374,6 +375,7 @@ fn readme_example_parses() {
             "python-packages",
             "build-cache",
             "mirror",
+            "deploy-api",
             "api",
             "api-tls",
             "trial",
@@ -387,7 +389,10 @@ fn readme_example_parses() {
         f.admin.as_ref().map(|a| (a.listen.to_string(), a.control)),
         Some(("127.0.0.1:9090".to_string(), false))
     );
+    assert_eq!(f.users.len(), 1);
+    assert!(f.users[0].hash.verify(b"correct horse battery staple"));
     let c = f.compile().expect("README example compiles");
+    assert_eq!(c.user_names(), ["agent", "alice"]);
     assert_eq!(c.policy.inspected_names(), ["api.example.com"]);
     assert!(c.policy.warnings().is_empty(), "{:?}", c.policy.warnings());
 }

@@ -69,6 +69,7 @@
 
 pub(crate) mod admin;
 pub mod api;
+pub mod auth;
 pub(crate) mod buffer;
 pub(crate) mod client;
 pub mod config;

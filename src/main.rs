@@ -30,7 +30,7 @@ fn main() -> ExitCode {
         Some(cli::Command::Run(run)) => &run.proxy,
         Some(cli::Command::Env(env)) => &env.proxy,
         Some(cli::Command::Ca(ca)) => &ca.proxy,
-        None => &cli.args,
+        Some(cli::Command::HashPassword(_)) | None => &cli.args,
     };
     if proxy_args.control_fd.is_some() && cli.command.is_some() {
         eprintln!("portcullis: --control-fd is for the proxy itself, not for run or env");
@@ -96,7 +96,7 @@ fn main() -> ExitCode {
         }
     };
     for (addr, l) in proxy.local_addrs().iter().zip(&running.listeners) {
-        log_listener(addr, l.protocol, running.auth.is_some());
+        log_listener(addr, l.protocol, running.auth_required());
     }
     log_policy(&args, setup.rules.as_deref(), running.policy.is_audit());
     if let Some(addr) = proxy.handle().admin_addr() {
@@ -194,10 +194,11 @@ fn reload(args: &Args, running: &Config, handle: &ProxyHandle) {
         || new.timeouts != running.timeouts
         || new.limits != running.limits
         || new.auth != running.auth
+        || new.users != running.users
         || new.tls != running.tls
         || new.admin != running.admin
     {
-        warn!("reload applies the policy only; listener, auth, timeout, limit, tls and admin changes need a restart");
+        warn!("reload applies the policy only; listener, auth (users), timeout, limit, tls and admin changes need a restart");
     }
     let n = setup.rules.as_ref().map_or(0, Vec::len);
     handle.reload(setup.config.policy);

@@ -30,6 +30,12 @@ pub struct Stats {
     upgrades: AtomicU64,
     /// Names waiting for a resolver thread.
     resolver_queue: AtomicU64,
+    /// Logins refused: a wrong password, an unknown name, malformed credentials.
+    auth_failures: AtomicU64,
+    /// Passwords verified with argon2 on the verifier pool.
+    auth_verifications: AtomicU64,
+    /// Logins refused because the verifier's queue was full.
+    auth_busy: AtomicU64,
     /// Decisions by rule.
     pub(crate) rules: RuleStats,
     /// Each worker's own counters (empty when built with `default()`).
@@ -128,6 +134,19 @@ impl Stats {
         self.resolver_queue.fetch_sub(1, Relaxed);
     }
 
+    /// A login was refused (wrong password, unknown name, malformed).
+    pub(crate) fn login_rejected(&self) {
+        self.auth_failures.fetch_add(1, Relaxed);
+    }
+    /// A password went to the verifier pool.
+    pub(crate) fn login_verifying(&self) {
+        self.auth_verifications.fetch_add(1, Relaxed);
+    }
+    /// A login was refused unverified: the verifier's queue was full.
+    pub(crate) fn login_busy(&self) {
+        self.auth_busy.fetch_add(1, Relaxed);
+    }
+
     /// Decisions counted by rule name, sorted by name. Connections no rule
     /// decided (and requests refused before the rules) are under `-`.
     pub fn rules(&self) -> Vec<(String, RuleCounts)> {
@@ -171,6 +190,9 @@ impl Stats {
             requests_denied: self.requests_denied.load(Relaxed),
             upgrades: self.upgrades.load(Relaxed),
             resolver_queue: self.resolver_queue.load(Relaxed),
+            auth_failures: self.auth_failures.load(Relaxed),
+            auth_verifications: self.auth_verifications.load(Relaxed),
+            auth_busy: self.auth_busy.load(Relaxed),
         }
     }
 }
@@ -253,6 +275,13 @@ pub struct StatsSnapshot {
     pub upgrades: u64,
     /// Names waiting for a resolver thread now.
     pub resolver_queue: u64,
+    /// Logins refused: wrong password, unknown user, malformed credentials.
+    pub auth_failures: u64,
+    /// Passwords verified with argon2 (remembered logins and plaintext
+    /// users need none).
+    pub auth_verifications: u64,
+    /// Logins refused unverified because the verifier's queue was full.
+    pub auth_busy: u64,
 }
 
 impl fmt::Display for StatsSnapshot {
@@ -260,11 +289,12 @@ impl fmt::Display for StatsSnapshot {
         let o = &self.open;
         write!(
             f,
-            "accepted={} allowed={} denied={} open={} (handshake={} resolving={} connecting={} established={} closing={}) bytes_up={} bytes_down={} wakeups={} events={} accept_pauses={} requests={} requests_allowed={} requests_denied={} upgrades={} closed:",
+            "accepted={} allowed={} denied={} open={} (handshake={} resolving={} connecting={} established={} closing={}) bytes_up={} bytes_down={} wakeups={} events={} accept_pauses={} requests={} requests_allowed={} requests_denied={} upgrades={} auth_failures={} auth_verifications={} auth_busy={} closed:",
             self.accepted, self.allowed, self.denied, o.total(), o.handshake, o.resolving,
             o.connecting, o.established, o.closing, self.bytes_up, self.bytes_down,
             self.wakeups, self.events, self.accept_pauses, self.requests,
-            self.requests_allowed, self.requests_denied, self.upgrades
+            self.requests_allowed, self.requests_denied, self.upgrades, self.auth_failures,
+            self.auth_verifications, self.auth_busy
         )?;
         for (r, n) in self.closed.iter() {
             write!(f, " {r}={n}")?;

@@ -34,9 +34,23 @@ pub fn render(setup: &Setup, args: &Args) -> String {
             let _ = writeln!(s, "  socket file: mode {:04o}, group {group}", l.unix.mode);
         }
     }
-    let _ = match &c.auth {
-        Some(a) => writeln!(s, "auth: on (user {:?}; password not shown)", a.username),
-        None => writeln!(s, "auth: off"),
+    // Names only: neither a password nor a hash is ever printed.
+    let _ = match (&c.auth, c.users.len()) {
+        (None, 0) => writeln!(s, "auth: off"),
+        (Some(a), 0) => writeln!(s, "auth: on (user {:?}; password not shown)", a.username),
+        (plain, _) => {
+            let names: Vec<String> = c.user_names().iter().map(|n| format!("{n:?}")).collect();
+            let plain = match plain {
+                Some(a) => format!(", {:?} with a plaintext password", a.username),
+                None => String::new(),
+            };
+            writeln!(
+                s,
+                "auth: on (users {}{plain}; argon2 hashes not shown, verified on {} threads)",
+                names.join(", "),
+                portcullis::auth::VERIFIER_THREADS
+            )
+        }
     };
     let _ = match &c.admin {
         Some(a) => writeln!(

@@ -195,6 +195,24 @@ pub(crate) fn render(
             m.sample(family, &[("worker", &i.to_string())], value(w));
         }
     }
+    m.single(
+        "portcullis_auth_failures_total",
+        "counter",
+        "Logins refused: wrong password, unknown user, malformed credentials.",
+        s.auth_failures,
+    );
+    m.single(
+        "portcullis_auth_verifications_total",
+        "counter",
+        "Passwords verified with argon2 on the verifier pool.",
+        s.auth_verifications,
+    );
+    m.single(
+        "portcullis_auth_busy_total",
+        "counter",
+        "Logins refused unverified because the verifier queue was full.",
+        s.auth_busy,
+    );
     if let Some(n) = open_fds {
         m.single(
             "portcullis_open_fds",

@@ -58,6 +58,9 @@ pub(crate) fn stats_value(
         "requests_denied": s.requests_denied,
         "upgrades": s.upgrades,
         "resolver_queue": s.resolver_queue,
+        "auth_failures": s.auth_failures,
+        "auth_verifications": s.auth_verifications,
+        "auth_busy": s.auth_busy,
         "rules": by_rule,
     });
     if let (false, Value::Object(m)) = (workers.is_empty(), &mut v) {

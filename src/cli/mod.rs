@@ -5,6 +5,7 @@
 
 pub mod ca;
 pub mod env;
+pub mod hash;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -38,6 +39,9 @@ pub enum Command {
     /// Print where the CA that signs terminated-TLS leaves is, and how to
     /// make programs trust it (generating it first if needed).
     Ca(CaArgs),
+    /// Read a password (the first line of stdin) and print its argon2id
+    /// hash, for [[auth.users]] password_hash or an --auth-file line.
+    HashPassword(hash::HashArgs),
 }
 
 /// `portcullis ca [proxy options]`
@@ -123,6 +127,7 @@ pub fn main(command: Command) -> ExitCode {
         Command::Run(run) => crate::run::main(run),
         Command::Env(env) => env::main(&env),
         Command::Ca(ca) => ca::main(&ca.proxy),
+        Command::HashPassword(h) => hash::main(&h),
     }
 }
 
@@ -174,6 +179,16 @@ mod tests {
         assert!(parse(&["run", "--"]).is_err());
         // Proxy flags go after the subcommand, not before it.
         assert!(parse(&["--allow", "a.example", "run", "--", "true"]).is_err());
+    }
+
+    #[test]
+    fn hash_password_takes_an_optional_user() {
+        let cli = parse(&["hash-password", "--user", "alice"]).unwrap();
+        let Some(Command::HashPassword(h)) = cli.command else {
+            panic!("not hash-password")
+        };
+        assert_eq!(h.user.as_deref(), Some("alice"));
+        assert!(parse(&["hash-password", "--allow", "a.test"]).is_err());
     }
 
     #[test]

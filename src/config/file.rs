@@ -15,6 +15,7 @@ use super::{
     ConfigError, Credentials, Limits, ListenAddr, ListenerConfig, ListenerProtocol, LogFormat,
     Timeouts, TlsConfig, UnixAccess, UnixGroup,
 };
+use crate::auth::{HashedUser, PhcHash};
 use crate::policy::{builtin_default_rule, Policy, PolicyError, RuleConfig, RuleMode};
 
 #[derive(Debug, Default, Deserialize)]
@@ -156,11 +157,93 @@ impl RawWorkers {
     }
 }
 
+/// `[auth]`: the plaintext user (`username`, `password`) and/or
+/// `[[auth.users]]` with hashed passwords.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAuth {
-    username: String,
-    password: String,
+    #[serde(default)]
+    username: Option<String>,
+    #[serde(default)]
+    password: Option<String>,
+    #[serde(default)]
+    users: Vec<RawUser>,
+}
+
+/// One `[[auth.users]]` table: a name and exactly one of `password_hash`
+/// (a PHC string) or `password_file` (a file holding one).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUser {
+    name: String,
+    #[serde(default)]
+    password_hash: Option<String>,
+    #[serde(default)]
+    password_file: Option<String>,
+}
+
+impl RawAuth {
+    /// The plaintext user and the hashed users; `password_file` paths are
+    /// relative to `base` (the file's directory) and read now.
+    fn compile(
+        self,
+        base: Option<&Path>,
+    ) -> Result<(Option<Credentials>, Vec<HashedUser>), ConfigError> {
+        let plain = match (self.username, self.password) {
+            (Some(u), Some(p)) => Some(Credentials::new(u, p)),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(ConfigError::key(
+                    "auth.username",
+                    "needs auth.password too (or use [[auth.users]] with a password_hash)",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::key("auth.password", "needs auth.username too"))
+            }
+        };
+        if plain.is_none() && self.users.is_empty() {
+            return Err(ConfigError::key(
+                "auth",
+                "names no user: give username and password, or [[auth.users]] tables",
+            ));
+        }
+        let mut users = Vec::with_capacity(self.users.len());
+        for (i, u) in self.users.into_iter().enumerate() {
+            let key = |k: &str| format!("auth.users[{i}].{k}");
+            let hash = match (&u.password_hash, &u.password_file) {
+                (Some(h), None) => {
+                    PhcHash::parse(h).map_err(|e| ConfigError::key(key("password_hash"), e))?
+                }
+                (None, Some(f)) => {
+                    let path = match base {
+                        Some(dir) => dir.join(f),
+                        None => PathBuf::from(f),
+                    };
+                    let text = std::fs::read_to_string(&path).map_err(|e| {
+                        ConfigError::key(key("password_file"), format!("{}: {e}", path.display()))
+                    })?;
+                    PhcHash::parse(&text).map_err(|e| {
+                        ConfigError::key(key("password_file"), format!("{}: {e}", path.display()))
+                    })?
+                }
+                (Some(_), Some(_)) => {
+                    return Err(ConfigError::key(
+                        key("password_file"),
+                        "give password_hash or password_file, not both",
+                    ))
+                }
+                (None, None) => {
+                    return Err(ConfigError::key(
+                        key("name"),
+                        "needs password_hash (a PHC string from `portcullis hash-password`) or password_file",
+                    ))
+                }
+            };
+            users.push(HashedUser::new(u.name, hash));
+        }
+        Ok((plain, users))
+    }
 }
 
 /// A duration as written: `"10s"`, `"off"`, or a bare number of seconds.
@@ -240,8 +323,10 @@ pub struct ConfigFile {
     pub path: Option<PathBuf>,
     /// `[[listen]]` tables; `None` when the file has none (the default listener applies).
     pub listeners: Option<Vec<ListenerConfig>>,
-    /// `[auth]`.
+    /// `[auth]` `username` and `password`: the plaintext user.
     pub auth: Option<Credentials>,
+    /// `[[auth.users]]`, `password_file`s read.
+    pub users: Vec<HashedUser>,
     /// `[timeouts]`, defaults filled in.
     pub timeouts: Timeouts,
     /// `[limits]`, defaults filled in.
@@ -280,8 +365,13 @@ impl fmt::Debug for Source {
 impl ConfigFile {
     /// Parses TOML text. Unknown keys are errors.
     pub fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
+        ConfigFile::parse_in(text, None)
+    }
+
+    /// Parses TOML text whose relative `password_file` paths are relative to `base`.
+    fn parse_in(text: &str, base: Option<&Path>) -> Result<ConfigFile, ConfigError> {
         let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::from_toml(&e, text))?;
-        let mut file = ConfigFile::from_raw(raw).map_err(|e| e.locate(text))?;
+        let mut file = ConfigFile::from_raw(raw, base).map_err(|e| e.locate(text))?;
         file.source = Some(Source(text.into()));
         Ok(file)
     }
@@ -291,7 +381,7 @@ impl ConfigFile {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError::other(format!("cannot read: {e}")).in_file(path))?;
-        let mut file = ConfigFile::parse(&text).map_err(|e| e.in_file(path))?;
+        let mut file = ConfigFile::parse_in(&text, path.parent()).map_err(|e| e.in_file(path))?;
         file.path = Some(path.to_path_buf());
         if let Some(dir) = path.parent() {
             file.tls.rebase(dir);
@@ -299,7 +389,7 @@ impl ConfigFile {
         Ok(file)
     }
 
-    fn from_raw(raw: RawFile) -> Result<ConfigFile, ConfigError> {
+    fn from_raw(raw: RawFile, base: Option<&Path>) -> Result<ConfigFile, ConfigError> {
         let listeners = match raw.listen {
             None => None,
             Some(list) => Some(
@@ -415,13 +505,15 @@ impl ConfigFile {
             None => LogFormat::default(),
         };
         let file_rules = raw.rules.len();
+        let (auth, users) = match raw.auth {
+            Some(a) => a.compile(base)?,
+            None => (None, Vec::new()),
+        };
         Ok(ConfigFile {
             path: None,
             listeners,
-            auth: raw.auth.map(|a| Credentials {
-                username: a.username,
-                password: a.password,
-            }),
+            auth,
+            users,
             timeouts,
             limits,
             rules: raw.rules,
@@ -497,6 +589,7 @@ impl ConfigFile {
             timeouts: self.timeouts,
             limits: self.limits,
             auth: self.auth.clone(),
+            users: self.users.clone(),
             tls: self.tls.clone(),
             upstream_proxy: self.upstream_proxy.clone(),
             admin: self.admin.clone(),

@@ -72,6 +72,16 @@ impl RuleBuilder {
         self
     }
 
+    /// Adds a user the rule is for (`users`): with any, only those users
+    /// match the rule.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.rule
+            .users
+            .get_or_insert_with(Vec::new)
+            .push(user.into());
+        self
+    }
+
     /// Adds a CIDR (`cidrs`), e.g. `10.20.0.0/16`.
     pub fn cidr(mut self, cidr: impl Into<String>) -> Self {
         self.rule.cidrs.push(cidr.into());

@@ -26,7 +26,12 @@ use super::{Action, Allowed, Denial, Host, MatchMode, NameVerdict, Target, Verdi
 pub(crate) type Seen<'a> = dyn Fn(IpAddr) -> Vec<Arc<str>> + 'a;
 
 /// Before DNS: refuse on the name alone when we can, else ask to resolve.
-pub(crate) fn check_name(rules: &[Rule], audit: bool, target: &Target) -> NameVerdict {
+pub(crate) fn check_name(
+    rules: &[Rule],
+    audit: bool,
+    target: &Target,
+    user: Option<&str>,
+) -> NameVerdict {
     if matches!(target.host, Host::Ip(_)) {
         return NameVerdict::Resolve;
     }
@@ -36,22 +41,42 @@ pub(crate) fn check_name(rules: &[Rule], audit: bool, target: &Target) -> NameVe
         r.action == Action::Deny
             && !r.audit
             && r.match_mode == MatchMode::Either
+            && r.user_matches(user)
             && r.port_matches(port)
             && r.host_matches(&target.host)
     });
     if let (Some(r), false) = (deny, audit) {
         return NameVerdict::Deny(Denial::Rule(r.name.clone()));
     }
-    let maybe = rules.iter().any(|r| {
+    let could_match = |r: &&Rule| {
         r.action == Action::Allow
             && r.port_matches(port)
             && (r.host_matches(&target.host)
                 || (r.match_mode == MatchMode::Either && !r.cidrs.is_empty()))
-    });
+    };
+    let maybe = rules
+        .iter()
+        .filter(could_match)
+        .any(|r| r.user_matches(user));
     if maybe || audit {
-        NameVerdict::Resolve
-    } else {
-        NameVerdict::Deny(Denial::NoRule)
+        return NameVerdict::Resolve;
+    }
+    // A rule for other users names this host: say so rather than "no rule".
+    let theirs = rules
+        .iter()
+        .filter(could_match)
+        .find(|r| r.host_matches(&target.host));
+    NameVerdict::Deny(match theirs {
+        Some(r) => user_denial(user, r),
+        None => Denial::NoRule,
+    })
+}
+
+/// `user` is not among the users of rule `r`.
+fn user_denial(user: Option<&str>, r: &Rule) -> Denial {
+    Denial::User {
+        user: user.map(Arc::from),
+        rule: r.name.clone(),
     }
 }
 
@@ -77,12 +102,13 @@ fn check_addr<'a>(
     rules: &'a [Rule],
     audit: bool,
     target: &Target,
+    user: Option<&str>,
     addr: IpAddr,
     seen: &Seen<'_>,
     inspecting: &mut Vec<usize>,
 ) -> Outcome<'a> {
     let port = target.port;
-    let matching = |r: &&Rule| r.matches(&target.host, addr, port);
+    let matching = |r: &&Rule| r.user_matches(user) && r.matches(&target.host, addr, port);
     let deny = |audit_rule: bool| {
         rules
             .iter()
@@ -92,8 +118,14 @@ fn check_addr<'a>(
     let sp = special(addr);
     let mut any_allow = false;
     let mut chosen: Option<&Rule> = None;
+    // The first allow rule that matches but is for other users.
+    let mut theirs: Option<&Rule> = None;
     for (i, r) in rules.iter().enumerate() {
         if r.action != Action::Allow || !r.matches(&target.host, addr, port) {
+            continue;
+        }
+        if !r.user_matches(user) {
+            theirs.get_or_insert(r);
             continue;
         }
         any_allow = true;
@@ -115,6 +147,7 @@ fn check_addr<'a>(
         for (i, r) in rules.iter().enumerate() {
             if r.action == Action::Allow
                 && r.inspect.is_some()
+                && r.user_matches(user)
                 && r.matches(&as_name, addr, port)
                 && !inspecting.contains(&i)
             {
@@ -132,8 +165,9 @@ fn check_addr<'a>(
                 audit: audited,
             }
         }
-        (None, None) => match sp {
-            Some(sp) if any_allow => Denial::SpecialAddress(addr, sp.name),
+        (None, None) => match (sp, theirs) {
+            (Some(sp), _) if any_allow => Denial::SpecialAddress(addr, sp.name),
+            (_, Some(r)) => user_denial(user, r),
             _ => Denial::NoRule,
         },
     };
@@ -153,6 +187,7 @@ pub(crate) fn check_resolved(
     rules: &[Rule],
     audit: bool,
     target: &Target,
+    user: Option<&str>,
     addrs: &[IpAddr],
     seen: &Seen<'_>,
 ) -> Verdict {
@@ -164,7 +199,7 @@ pub(crate) fn check_resolved(
     for &addr in addrs {
         let addr = canonical_ip(addr);
         let mut inspecting = Vec::new();
-        match check_addr(rules, audit, target, addr, seen, &mut inspecting) {
+        match check_addr(rules, audit, target, user, addr, seen, &mut inspecting) {
             Outcome::Allowed { rule, audit: None } => clean.push((addr, rule, inspecting)),
             Outcome::Allowed {
                 rule,

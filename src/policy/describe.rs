@@ -57,6 +57,9 @@ pub(crate) fn rule(r: &Rule) -> String {
         "rule {:?}: {action}, hosts {hosts}, cidrs {cidrs}, ports {ports}, match {matching}, mode {mode}",
         r.name
     );
+    if let Some(users) = &r.users {
+        let _ = write!(s, ", users {}", list(users.iter().map(|u| u.to_string())));
+    }
     if r.action == Action::Allow {
         match &r.inspect {
             None => s.push_str(", inspect none (raw tunnel), tls passthrough"),

@@ -205,6 +205,14 @@ pub enum Denial {
     /// A resolved or literal address is private/loopback/link-local/CGNAT/
     /// multicast/unspecified and no rule names it. The `&str` names the range.
     SpecialAddress(IpAddr, &'static str),
+    /// An allow rule matched the destination, but names other users:
+    /// `user` (`None`: the client did not authenticate) is not among them.
+    User {
+        /// The client's user.
+        user: Option<Arc<str>>,
+        /// The first allow rule that would have matched.
+        rule: Arc<str>,
+    },
 }
 
 /// How an allowed connection leaves: straight to its destination, or
@@ -378,6 +386,16 @@ impl Policy {
         })
     }
 
+    /// The rules that name users: `(index, rule name, users)`, in order.
+    /// A configuration checks them against the users it defines.
+    pub fn rule_users(&self) -> Vec<(usize, Arc<str>, Vec<Arc<str>>)> {
+        self.rules
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| Some((i, r.name.clone(), r.users.clone()?)))
+            .collect()
+    }
+
     /// Rule names in order, for logs and diagnostics.
     pub fn rule_names(&self) -> Vec<Arc<str>> {
         self.rules.iter().map(|r| r.name.clone()).collect()
@@ -393,33 +411,64 @@ impl Policy {
         self.rules.is_empty()
     }
 
-    /// Checks a domain target before resolving it; an address-literal target
-    /// always gets [`NameVerdict::Resolve`] (pass the literal to
-    /// [`Policy::check_resolved_at`]).
+    /// Checks a domain target before resolving it, for an anonymous client
+    /// (see [`Policy::check_name_as`]).
     pub fn check_name(&self, target: &Target) -> NameVerdict {
-        check::check_name(&self.rules, self.audit, target)
+        self.check_name_as(target, None)
     }
 
-    /// Checks a target against its resolved addresses (or its literal
-    /// address) at `now`: remembered addresses of inspected names count
-    /// until they expire. Judging the addresses, not just the name, defeats
-    /// DNS rebinding.
+    /// Checks a domain target before resolving it, for `user` (`None`:
+    /// anonymous; a rule with `users` matches only those users); an
+    /// address-literal target always gets [`NameVerdict::Resolve`] (pass
+    /// the literal to [`Policy::check_resolved_as`]).
+    pub fn check_name_as(&self, target: &Target, user: Option<&str>) -> NameVerdict {
+        check::check_name(&self.rules, self.audit, target, user)
+    }
+
+    /// [`Policy::check_resolved_as`] for an anonymous client.
     pub fn check_resolved_at(&self, target: &Target, addrs: &[IpAddr], now: Instant) -> Verdict {
+        self.check_resolved_as(target, None, addrs, now)
+    }
+
+    /// Checks a target for `user` (`None`: anonymous) against its resolved
+    /// addresses (or its literal address) at `now`: remembered addresses of
+    /// inspected names count until they expire. Judging the addresses, not
+    /// just the name, defeats DNS rebinding. Rules naming other users do
+    /// not match; when one would have, the denial is [`Denial::User`].
+    pub fn check_resolved_as(
+        &self,
+        target: &Target,
+        user: Option<&str>,
+        addrs: &[IpAddr],
+        now: Instant,
+    ) -> Verdict {
         let seen = |a| self.memory.names_at(a, Some(now));
-        check::check_resolved(&self.rules, self.audit, target, addrs, &seen)
+        check::check_resolved(&self.rules, self.audit, target, user, addrs, &seen)
     }
 
     /// [`Policy::check_resolved_at`] without a clock: every remembered
     /// address not yet pruned counts (stricter, never looser).
     pub fn check_resolved(&self, target: &Target, addrs: &[IpAddr]) -> Verdict {
         let seen = |a| self.memory.names_at(a, None);
-        check::check_resolved(&self.rules, self.audit, target, addrs, &seen)
+        check::check_resolved(&self.rules, self.audit, target, None, addrs, &seen)
     }
 
-    /// Re-checks an open session to `ip` after a reload. `raw` says whether
-    /// it is a raw tunnel (not inspected). See [`Recheck`].
+    /// Re-checks an anonymous client's open session (see [`Policy::recheck_as`]).
     pub fn recheck(&self, target: &Target, ip: IpAddr, raw: bool, now: Instant) -> Recheck {
-        match self.check_resolved_at(target, &[ip], now) {
+        self.recheck_as(target, None, ip, raw, now)
+    }
+
+    /// Re-checks `user`'s open session to `ip` after a reload. `raw` says
+    /// whether it is a raw tunnel (not inspected). See [`Recheck`].
+    pub fn recheck_as(
+        &self,
+        target: &Target,
+        user: Option<&str>,
+        ip: IpAddr,
+        raw: bool,
+        now: Instant,
+    ) -> Recheck {
+        match self.check_resolved_as(target, user, &[ip], now) {
             Verdict::Deny(d) => Recheck::Deny(d),
             Verdict::Allow(a) if raw && a.is_inspected() => Recheck::NeedsInspection(a),
             Verdict::Allow(a) => Recheck::Keep(a),
@@ -484,6 +533,13 @@ impl fmt::Display for Denial {
             Denial::NoRule => f.write_str("no rule allows this destination"),
             Denial::SpecialAddress(a, range) => {
                 write!(f, "{a} is a {range} address and no rule names it")
+            }
+            Denial::User {
+                user: Some(user),
+                rule,
+            } => write!(f, "user {user:?} not in rule {rule:?}"),
+            Denial::User { user: None, rule } => {
+                write!(f, "rule {rule:?} names users and the client gave none")
             }
         }
     }

@@ -105,6 +105,8 @@ pub(crate) struct Rule {
     pub(crate) inspect: Option<Arc<RuleRequests>>,
     /// How the rule's connections leave (`None`: the global setting).
     pub(crate) route: Option<Route>,
+    /// Only these users match (`None`: anyone).
+    pub(crate) users: Option<Vec<Arc<str>>>,
 }
 
 impl Rule {
@@ -126,6 +128,15 @@ impl Rule {
     /// Whether a CIDR (or address-literal host) contains `addr`.
     pub(crate) fn cidr_matches(&self, addr: IpAddr) -> bool {
         self.cidrs.iter().any(|c| c.contains(addr))
+    }
+
+    /// Whether `user` (`None`: anonymous) may match this rule at all.
+    pub(crate) fn user_matches(&self, user: Option<&str>) -> bool {
+        match (&self.users, user) {
+            (None, _) => true,
+            (Some(list), Some(u)) => list.iter().any(|n| &**n == u),
+            (Some(_), None) => false,
+        }
     }
 
     /// Whether the rule matches `host` connecting to `addr` (canonical) on
@@ -243,7 +254,27 @@ impl Rule {
                 ParentProxy::parse(s).map_err(|e| fail("upstream_proxy".into(), e))?,
             ))),
         };
+        let users = match &cfg.users {
+            None => None,
+            Some(list) if list.is_empty() => return Err(fail(
+                "users".into(),
+                "names no user: list the users this rule is for, or remove users to match anyone"
+                    .into(),
+            )),
+            Some(list) => {
+                let mut out: Vec<Arc<str>> = Vec::with_capacity(list.len());
+                for (i, u) in list.iter().enumerate() {
+                    crate::auth::check_name(u)
+                        .map_err(|e| fail(format!("users[{i}]"), format!("{u:?}: {e}")))?;
+                    if !out.iter().any(|o| &**o == u) {
+                        out.push(u.as_str().into());
+                    }
+                }
+                Some(out)
+            }
+        };
         Ok(Rule {
+            users,
             name,
             action: cfg.action,
             hosts,

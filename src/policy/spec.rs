@@ -146,6 +146,11 @@ pub struct RuleConfig {
     /// bypass the global `upstream_proxy`.
     #[serde(default)]
     pub upstream_proxy: Option<String>,
+    /// Only these proxy users match the rule (`None`: anyone, authenticated
+    /// or, with auth off, anonymous). A connection by another user does not
+    /// match it and falls through to the other rules.
+    #[serde(default)]
+    pub users: Option<Vec<String>>,
 }
 
 impl RuleConfig {
@@ -169,6 +174,7 @@ impl RuleConfig {
             upgrades: None,
             requests: Vec::new(),
             upstream_proxy: None,
+            users: None,
         }
     }
 }

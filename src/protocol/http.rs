@@ -107,15 +107,7 @@ fn malformed_cause(e: httparse::Error) -> &'static str {
 /// are ignored. Anything malformed is `false`. The decoded credentials are
 /// compared in time independent of where they differ.
 pub fn basic_auth_matches(value: &[u8], username: &str, password: &str) -> bool {
-    let value = trim_end_ows(value);
-    let Some((scheme, rest)) = value.split_at_checked(5) else {
-        return false;
-    };
-    if !scheme.eq_ignore_ascii_case(b"Basic") || rest.first() != Some(&b' ') {
-        return false;
-    }
-    let start = rest.iter().position(|&b| b != b' ').unwrap_or(rest.len());
-    let Some(decoded) = base64_decode(&rest[start..]) else {
+    let Some(decoded) = basic_auth_decoded(value) else {
         return false;
     };
     let mut expected = Vec::with_capacity(username.len() + 1 + password.len());
@@ -123,6 +115,28 @@ pub fn basic_auth_matches(value: &[u8], username: &str, password: &str) -> bool 
     expected.push(b':');
     expected.extend_from_slice(password.as_bytes());
     constant_time_eq(&decoded, &expected)
+}
+
+/// The user and password of a `Proxy-Authorization: Basic` value, split
+/// at the first `:` (a user name cannot hold one; a password can). `None`
+/// when it is not Basic or not well-formed base64.
+pub fn basic_auth_credentials(value: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let mut decoded = basic_auth_decoded(value)?;
+    let colon = decoded.iter().position(|&b| b == b':')?;
+    let password = decoded.split_off(colon + 1);
+    decoded.truncate(colon);
+    Some((decoded, password))
+}
+
+/// The decoded `USER:PASS` of a Basic credential.
+fn basic_auth_decoded(value: &[u8]) -> Option<Vec<u8>> {
+    let value = trim_end_ows(value);
+    let (scheme, rest) = value.split_at_checked(5)?;
+    if !scheme.eq_ignore_ascii_case(b"Basic") || rest.first() != Some(&b' ') {
+        return None;
+    }
+    let start = rest.iter().position(|&b| b != b' ').unwrap_or(rest.len());
+    base64_decode(&rest[start..])
 }
 
 /// `value` without trailing spaces and tabs.

@@ -328,3 +328,21 @@ fn error_response_cannot_be_injected() {
     assert!(body.ends_with(b"\n"));
     assert!(!bytes.iter().any(|&b| b == 0 || b == 0x7f));
 }
+
+#[test]
+fn basic_auth_credentials_split_at_the_first_colon() {
+    let v = format!("Basic {}", b64("alice:pa:ss w"));
+    assert_eq!(
+        basic_auth_credentials(v.as_bytes()),
+        Some((b"alice".to_vec(), b"pa:ss w".to_vec()))
+    );
+    let v = format!("basic  {}", b64(":"));
+    assert_eq!(
+        basic_auth_credentials(v.as_bytes()),
+        Some((Vec::new(), Vec::new()))
+    );
+    let v = format!("Basic {}", b64("nocolon"));
+    assert_eq!(basic_auth_credentials(v.as_bytes()), None);
+    assert_eq!(basic_auth_credentials(b"Bearer YTpi"), None);
+    assert_eq!(basic_auth_credentials(b"Basic YT!i"), None);
+}

@@ -113,11 +113,13 @@ impl Reactor {
     pub(super) fn execute(&mut self, cmd: Command) -> Result<Reply, String> {
         match cmd {
             Command::ReplacePolicy(policy) => {
+                self.check_users(&policy)?;
                 self.put_in_force(policy, "replaced over control");
                 Ok(self.policy_reply())
             }
             Command::AddRule(rule) => {
                 let policy = edit::add_rule(&self.env.policy, &rule)?;
+                self.check_users(&policy)?;
                 self.put_in_force(policy, "rule added over control");
                 Ok(self.policy_reply())
             }
@@ -168,6 +170,22 @@ impl Reactor {
             self.apply_policy(policy, how);
             self.share_policy(&copy);
         }
+    }
+
+    /// Refuses a policy whose rules name users this proxy does not have
+    /// (or any user, with auth off): such a rule could never match.
+    pub(super) fn check_users(&self, policy: &Policy) -> Result<(), String> {
+        for (_, rule, users) in policy.rule_users() {
+            let Some(known) = &self.env.settings.auth else {
+                return Err(format!("rule {rule:?} names users but auth is off"));
+            };
+            if let Some(u) = users.iter().find(|u| !known.contains(u)) {
+                return Err(format!(
+                    "rule {rule:?} names user {u:?}, who is not defined (users are read at start only)"
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn policy_reply(&self) -> Reply {

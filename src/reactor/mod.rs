@@ -26,6 +26,7 @@ mod socket_file;
 pub mod timer;
 pub(crate) mod token;
 mod workers;
+mod verifier;
 
 use std::io;
 use std::sync::mpsc::Receiver;
@@ -52,6 +53,7 @@ use resolver::{Answer, Asker, Job, Resolver};
 use timer::{TimerId, TimerWheel};
 use token::Owner;
 pub(crate) use workers::Workers;
+use verifier::Verifier;
 
 /// What a timer in the wheel is for.
 #[derive(Debug, Clone, Copy)]
@@ -109,6 +111,8 @@ struct Env {
     /// What TLS needs (the CA and leaves once a rule terminates).
     tls: TlsEnv,
     events: EventSink,
+    /// Logins the verifier pool accepted.
+    logins: crate::auth::cache::LoginCache,
 }
 
 impl Env {
@@ -138,6 +142,7 @@ impl Env {
             settings: &self.settings,
             tls: &mut self.tls,
             policy: &self.policy,
+            logins: &self.logins,
             stats: &self.remote.stats,
             events: &self.events,
             now,
@@ -177,6 +182,8 @@ pub(crate) struct Reactor {
     /// Shared by every worker, so that limits hold for the whole proxy;
     /// locked at accept, handshake end and close only.
     admission: Arc<Mutex<Admission>>,
+    /// Verifies hashed passwords off this thread.
+    verifier: Verifier,
     /// Who owns loopback clients' sockets.
     identify: Identify,
     control: Receiver<Control>,
@@ -278,6 +285,7 @@ impl Reactor {
                 host,
             });
         }
+        let verify = effects.verify.map(|job| (slot.session.id(), job));
         if slot.timer.map(|(_, at)| at) != effects.deadline {
             if let Some((id, _)) = slot.timer.take() {
                 self.timers.cancel(id);
@@ -302,6 +310,9 @@ impl Reactor {
         } else if effects.again && !slot.queued {
             slot.queued = true;
             self.requeue.push(key);
+        }
+        if let Some((id, job)) = verify {
+            self.verify_login(key, id, job);
         }
     }
 
@@ -329,10 +340,13 @@ impl Reactor {
             match msg {
                 Control::Shutdown { graceful: false } => stop = true,
                 Control::Shutdown { graceful: true } => self.start_draining(),
-                Control::Reload(policy) => {
-                    self.forward_reload(&policy);
-                    self.apply_policy(policy, "reloaded");
-                }
+                Control::Reload(policy) => match self.check_users(&policy) {
+                    Ok(()) => {
+                        self.forward_reload(&policy);
+                        self.apply_policy(policy, "reloaded");
+                    }
+                    Err(e) => log::error!("reload refused, keeping the current policy: {e}"),
+                },
                 Control::Command { cmd, reply } => {
                     let answer = self.execute(cmd);
                     // The asker may have given up; nothing to do then.
@@ -358,6 +372,7 @@ impl Reactor {
                 },
             }
         }
+        self.deliver_logins();
         stop
     }
 

@@ -136,6 +136,14 @@ impl Workers {
         let pipes =
             crate::session::PipeBudget::new(fds.pipes, super::PIPE_SIZE, config.limits.splice);
         let now = Instant::now();
+        let auth = crate::auth::Users::new(config.auth.as_ref(), &config.users).map(Arc::new);
+        // Each worker verifies its own logins (and caches them): threads
+        // only where there are hashed passwords to check.
+        let verifier_threads = if config.users.is_empty() {
+            0
+        } else {
+            super::verifier::THREADS
+        };
         let mut reactors = Vec::with_capacity(n);
         for (w, p) in parts.into_iter().enumerate() {
             let (answers_tx, answers) = mpsc::channel();
@@ -148,18 +156,24 @@ impl Workers {
                 settings: Settings {
                     timeouts: config.timeouts,
                     limits: config.limits,
-                    auth: config.auth.clone(),
+                    auth: auth.clone(),
                     upstream_proxy: config.upstream_proxy.clone(),
                 },
                 policy: config.policy.clone(),
                 remote: Arc::clone(&remote),
                 tls: TlsEnv::new(config.tls.clone()),
                 events: hooks.events.clone(),
+                logins: super::verifier::login_cache(),
             };
             // Workers are built one after another: the first to need a CA
             // generates it, the others load it.
             env.prepare_tls()?;
             let identify = Identify::new(p.listeners.iter().any(Listener::identifies));
+            let verifier = super::verifier::Verifier::new(
+                verifier_threads,
+                super::verifier::QUEUE,
+                Arc::clone(&p.waker),
+            )?;
             reactors.push(Reactor {
                 worker: w,
                 poll: p.poll,
@@ -170,6 +184,7 @@ impl Workers {
                 env,
                 timers: TimerWheel::new(TICK, SLOTS, now),
                 resolver: resolvers.resolver(answers_tx, p.waker),
+                verifier,
                 admission: Arc::clone(&admission),
                 identify,
                 control: p.control,

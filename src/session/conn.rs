@@ -115,7 +115,7 @@ impl Decision {
 fn denial_rule(denial: &Denial) -> Option<Arc<str>> {
     match denial {
         Denial::Rule(rule) => Some(Arc::clone(rule)),
-        Denial::NoRule | Denial::SpecialAddress(..) => None,
+        Denial::NoRule | Denial::SpecialAddress(..) | Denial::User { .. } => None,
     }
 }
 

@@ -50,7 +50,10 @@ pub(crate) fn start(
     };
     match request.target.host.clone() {
         Host::Ip(ip) => decide(client, request, &[ip], conn, ctx),
-        Host::Domain(name) => match ctx.policy.check_name(&request.target) {
+        Host::Domain(name) => match ctx
+            .policy
+            .check_name_as(&request.target, conn.log.user.as_deref())
+        {
             NameVerdict::Deny(denial) => deny(client, denial, request, conn, ctx),
             NameVerdict::Resolve => {
                 ctx.resolve(name);
@@ -67,9 +70,10 @@ fn decide(
     conn: &mut Conn,
     ctx: &mut Ctx,
 ) -> State {
+    let user = conn.log.user.as_deref();
     match ctx
         .policy
-        .check_resolved_at(&request.target, addrs, ctx.now)
+        .check_resolved_as(&request.target, user, addrs, ctx.now)
     {
         Verdict::Deny(denial) => deny(client, denial, request, conn, ctx),
         Verdict::Allow(allowed) => {

@@ -10,8 +10,10 @@ use std::time::Instant;
 
 use mio::{Registry, Token};
 
+use crate::auth::cache::LoginCache;
+use crate::auth::{Users, Verify};
 use crate::buffer::BufPool;
-use crate::config::{Credentials, Limits, Timeouts};
+use crate::config::{Limits, Timeouts};
 use crate::events::EventSink;
 use crate::lifecycle::CloseReason;
 use crate::policy::Policy;
@@ -22,7 +24,8 @@ use crate::stats::Stats;
 pub(crate) struct Settings {
     pub(crate) timeouts: Timeouts,
     pub(crate) limits: Limits,
-    pub(crate) auth: Option<Credentials>,
+    /// The users, when clients must authenticate.
+    pub(crate) auth: Option<std::sync::Arc<Users>>,
     /// The global parent proxy, if any.
     pub(crate) upstream_proxy: Option<std::sync::Arc<crate::protocol::parent::ParentProxy>>,
 }
@@ -46,6 +49,8 @@ pub(crate) struct Ctx<'a> {
     /// TLS: the CA's minter and leaves, and both rustls configs.
     pub(crate) tls: &'a mut super::TlsEnv,
     pub(crate) policy: &'a Policy,
+    /// Logins verified already (the reactor fills it from the verifier's answers).
+    pub(crate) logins: &'a LoginCache,
     pub(crate) stats: &'a Stats,
     /// Where session and request events go (`Conn::access_line`, `Conn::request`).
     pub(crate) events: &'a EventSink,
@@ -56,7 +61,7 @@ pub(crate) struct Ctx<'a> {
 }
 
 /// What a session asks of the reactor after a call.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default)]
 #[must_use]
 pub(crate) struct Effects {
     /// It stopped at its per-call budget with work left: run it again next
@@ -64,6 +69,9 @@ pub(crate) struct Effects {
     pub(crate) again: bool,
     /// Resolve this name off the loop and hand the answer back.
     pub(crate) resolve: Option<String>,
+    /// Verify this login on the verifier pool and hand the verdict back
+    /// ([`super::Session::on_verified`]).
+    pub(crate) verify: Option<Verify>,
     /// It left its handshake (admission's pending-handshake count drops).
     pub(crate) left_handshake: bool,
     /// Its deadline after the call (`None`: no deadline).
@@ -76,6 +84,11 @@ impl Ctx<'_> {
     /// Asks to be run again next iteration (budget spent, work left).
     pub(crate) fn again(&mut self) {
         self.effects.again = true;
+    }
+
+    /// Asks the reactor to verify a login off the loop.
+    pub(crate) fn verify(&mut self, job: Verify) {
+        self.effects.verify = Some(job);
     }
 
     /// Asks the reactor to resolve `host`.

@@ -1,5 +1,12 @@
 //! Handshake: read the client's request (HTTP CONNECT or SOCKS5), answer
 //! what must be answered before a target is known, and hand the target on.
+//!
+//! With users configured, the client's credentials are checked here: a
+//! plaintext user or a remembered login at once, an argon2 hash on the
+//! verifier pool, while the handshake waits in its `authenticating`
+//! sub-stage (the handshake deadline still running).
+
+use std::sync::Arc;
 
 use super::closing::{answer, refuse};
 use super::conn::Conn;
@@ -8,6 +15,7 @@ use super::ctx::Ctx;
 use super::endpoint::Endpoint;
 use super::refusal::{Dialect, Refusal};
 use super::state::State;
+use crate::auth::{Check, Verdict};
 use crate::config::ListenerProtocol;
 use crate::io::Io;
 use crate::lifecycle::CloseReason;
@@ -19,6 +27,9 @@ use crate::protocol::socks5::{self, Parse};
 
 /// How much to read per syscall while the request is incomplete.
 const READ_CHUNK: usize = 4096;
+
+/// The limit named when the verifier pool's queue is full.
+const BUSY: &str = "login verification queue";
 
 pub(crate) struct Handshake {
     client: Endpoint,
@@ -32,6 +43,8 @@ pub(crate) struct Handshake {
     /// Bytes owed to the client (SOCKS5 method and auth replies), flushed
     /// before anything else is parsed.
     owed: Vec<u8>,
+    /// The user the client authenticated as.
+    user: Option<Arc<str>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +53,20 @@ enum Stage {
     Http,
     SocksGreeting,
     SocksAuth,
+    /// Waiting for the verifier pool's verdict on the credentials given
+    /// in this protocol; nothing is read meanwhile.
+    Authenticating(Via),
     SocksRequest,
+}
+
+/// Which protocol's credentials are being verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// `Proxy-Authorization: Basic`: the head is still buffered, and is
+    /// parsed again once the user is known.
+    Http,
+    /// RFC 1929: the auth status is owed once the verdict is in.
+    Socks,
 }
 
 impl Stage {
@@ -50,13 +76,14 @@ impl Stage {
             Stage::Http => "http",
             Stage::SocksGreeting => "socks5-greeting",
             Stage::SocksAuth => "socks5-auth",
+            Stage::Authenticating(_) => "authenticating",
             Stage::SocksRequest => "socks5-request",
         }
     }
 
     fn dialect(self) -> Dialect {
         match self {
-            Stage::Sniff | Stage::Http => Dialect::Http,
+            Stage::Sniff | Stage::Http | Stage::Authenticating(Via::Http) => Dialect::Http,
             _ => Dialect::Socks5,
         }
     }
@@ -103,6 +130,7 @@ impl Handshake {
             stage: Stage::Sniff,
             buf: Vec::new(),
             owed: Vec::new(),
+            user: None,
         }
     }
 
@@ -121,6 +149,11 @@ impl Handshake {
     pub(crate) fn drive(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
         if self.client.failed() {
             return State::Done(CloseReason::ClientGone);
+        }
+        if let Stage::Authenticating(_) = self.stage {
+            // Nothing is read until the verdict: pipelined bytes wait in the kernel.
+            self.client.want(false, false);
+            return State::Handshake(self);
         }
         loop {
             self.client
@@ -175,9 +208,7 @@ impl Handshake {
             Leave::Answer { .. } => self.stage.dialect(),
         };
         conn.log.protocol = Some(dialect.into());
-        if matches!(leave, Leave::To { .. }) {
-            conn.log.user = ctx.settings.auth.as_ref().map(|c| c.username.clone());
-        }
+        conn.log.user = self.user.as_deref().map(str::to_owned);
         match leave {
             Leave::To {
                 target,
@@ -191,7 +222,72 @@ impl Handshake {
         }
     }
 
-    fn parse(&mut self, ctx: &Ctx) -> Parsed {
+    /// The verifier pool's verdict on the credentials given.
+    pub(crate) fn on_verified(mut self, verdict: Verdict, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        let Stage::Authenticating(via) = self.stage else {
+            return State::Handshake(self);
+        };
+        let parsed = self.verdict(verdict, via, ctx);
+        match parsed {
+            Parsed::Leave(leave) => self.leave(leave, conn, ctx),
+            Parsed::More | Parsed::Again => State::Handshake(self),
+        }
+    }
+
+    /// Checks a login: accepted or refused at once, or handed to the
+    /// verifier pool (the handshake then waits, authenticating).
+    fn login(&mut self, user: &[u8], password: &[u8], via: Via, ctx: &mut Ctx) -> Parsed {
+        let Some(users) = &ctx.settings.auth else {
+            return Parsed::Again;
+        };
+        match users.check(user, password, ctx.logins) {
+            Check::Accepted(name) => self.verdict(Verdict::Accepted(name), via, ctx),
+            Check::Rejected => self.verdict(Verdict::Rejected, via, ctx),
+            Check::Verify(job) => {
+                ctx.verify(job);
+                self.stage = Stage::Authenticating(via);
+                Parsed::Again
+            }
+        }
+    }
+
+    /// Acts on a login's verdict.
+    fn verdict(&mut self, verdict: Verdict, via: Via, ctx: &mut Ctx) -> Parsed {
+        match (verdict, via) {
+            (Verdict::Accepted(name), Via::Http) => {
+                self.user = Some(name);
+                self.stage = Stage::Http;
+                Parsed::Again
+            }
+            (Verdict::Accepted(name), Via::Socks) => {
+                self.user = Some(name);
+                self.owed.extend_from_slice(&socks5::auth_status(true));
+                self.stage = Stage::SocksRequest;
+                Parsed::Again
+            }
+            (Verdict::Rejected, via) => {
+                ctx.stats.login_rejected();
+                match via {
+                    Via::Http => Parsed::Leave(Leave::Refuse(Refusal::AuthRequired, Dialect::Http)),
+                    Via::Socks => Parsed::Leave(Leave::Answer {
+                        bytes: socks5::auth_status(false).to_vec(),
+                        reason: CloseReason::AuthFailed,
+                        why: "SOCKS5 credentials rejected".into(),
+                    }),
+                }
+            }
+            (Verdict::Busy, Via::Http) => {
+                Parsed::Leave(Leave::Refuse(Refusal::Limit(BUSY), Dialect::Http))
+            }
+            (Verdict::Busy, Via::Socks) => Parsed::Leave(Leave::Answer {
+                bytes: socks5::auth_status(false).to_vec(),
+                reason: CloseReason::Limit,
+                why: format!("the proxy is at its {BUSY} limit; try again later"),
+            }),
+        }
+    }
+
+    fn parse(&mut self, ctx: &mut Ctx) -> Parsed {
         match self.stage {
             Stage::Sniff => {
                 let Some(&first) = self.buf.first() else {
@@ -225,11 +321,12 @@ impl Handshake {
             Stage::Http => self.parse_http(ctx),
             Stage::SocksGreeting => self.parse_greeting(ctx),
             Stage::SocksAuth => self.parse_auth(ctx),
+            Stage::Authenticating(_) => Parsed::More,
             Stage::SocksRequest => self.parse_request(),
         }
     }
 
-    fn parse_http(&mut self, ctx: &Ctx) -> Parsed {
+    fn parse_http(&mut self, ctx: &mut Ctx) -> Parsed {
         let refuse_http = |r| Parsed::Leave(Leave::Refuse(r, Dialect::Http));
         let (head, n) =
             match http::parse_request_head(&self.buf, ctx.settings.limits.max_head_bytes) {
@@ -238,12 +335,17 @@ impl Handshake {
                 Err(HeadError::TooLarge) => return refuse_http(Refusal::HeadTooLarge),
                 Err(HeadError::Malformed(why)) => return refuse_http(Refusal::Malformed(why)),
             };
-        if let Some(creds) = &ctx.settings.auth {
-            let ok = head
+        if ctx.settings.auth.is_some() && self.user.is_none() {
+            let given = head
                 .header("Proxy-Authorization")
-                .is_some_and(|v| http::basic_auth_matches(v, &creds.username, &creds.password));
-            if !ok {
+                .and_then(http::basic_auth_credentials);
+            let Some((user, password)) = given else {
                 return refuse_http(Refusal::AuthRequired);
+            };
+            match self.login(&user, &password, Via::Http, ctx) {
+                // Accepted at once: on with this head, as the user.
+                Parsed::Again if self.user.is_some() => {}
+                other => return other,
             }
         }
         if head.method != "CONNECT" {
@@ -288,7 +390,7 @@ impl Handshake {
         })
     }
 
-    fn parse_greeting(&mut self, ctx: &Ctx) -> Parsed {
+    fn parse_greeting(&mut self, ctx: &mut Ctx) -> Parsed {
         match socks5::parse_greeting(&self.buf) {
             Parse::Incomplete => Parsed::More,
             Parse::Invalid(e) => Parsed::Leave(Leave::Refuse(
@@ -316,27 +418,15 @@ impl Handshake {
         }
     }
 
-    fn parse_auth(&mut self, ctx: &Ctx) -> Parsed {
-        let ok = match socks5::parse_user_pass(&self.buf) {
-            Parse::Incomplete => return Parsed::More,
-            Parse::Invalid(_) => false,
+    fn parse_auth(&mut self, ctx: &mut Ctx) -> Parsed {
+        match socks5::parse_user_pass(&self.buf) {
+            Parse::Incomplete => Parsed::More,
+            Parse::Invalid(_) => self.verdict(Verdict::Rejected, Via::Socks, ctx),
             Parse::Done(up, n) => {
                 self.buf.drain(..n);
-                ctx.settings.auth.as_ref().is_some_and(|c| {
-                    up.username == c.username.as_bytes() && up.password == c.password.as_bytes()
-                })
+                self.login(&up.username, &up.password, Via::Socks, ctx)
             }
-        };
-        if !ok {
-            return Parsed::Leave(Leave::Answer {
-                bytes: socks5::auth_status(false).to_vec(),
-                reason: CloseReason::AuthFailed,
-                why: "SOCKS5 credentials rejected".into(),
-            });
         }
-        self.owed.extend_from_slice(&socks5::auth_status(true));
-        self.stage = Stage::SocksRequest;
-        Parsed::Again
     }
 
     fn parse_request(&mut self) -> Parsed {

@@ -139,6 +139,19 @@ impl Session {
         }
     }
 
+    /// The verifier pool answered this session's login.
+    pub(crate) fn on_verified(&mut self, verdict: crate::auth::Verdict, ctx: &mut Ctx) {
+        let changed = self.step(ctx, |state, conn, ctx| match state {
+            State::Handshake(h) => h.on_verified(verdict, conn, ctx),
+            other => other,
+        });
+        if changed {
+            self.run(ctx);
+        } else {
+            self.report(ctx);
+        }
+    }
+
     /// A new policy is in force: a tunnel it no longer allows is closed; an
     /// inspected session takes the new request rules.
     pub(crate) fn on_reload(&mut self, ctx: &mut Ctx) {
@@ -152,7 +165,8 @@ impl Session {
             return self.report(ctx);
         };
         let raw = matches!(self.state, State::Passthrough(_)) && !self.conn.log.upgraded;
-        match ctx.policy.recheck(target, ip, raw, ctx.now) {
+        let user = self.conn.log.user.as_deref();
+        match ctx.policy.recheck_as(target, user, ip, raw, ctx.now) {
             Recheck::Deny(d) => {
                 log::info!(
                     "conn={} {target}: closed by policy reload: {d}",

@@ -105,6 +105,9 @@ impl Refusal {
             Refusal::Denied(Denial::SpecialAddress(addr, range)) => {
                 format!("denied; {range}-address={addr}")
             }
+            Refusal::Denied(Denial::User { rule, .. }) => {
+                format!("denied; user-not-in-rule={rule}")
+            }
             Refusal::Resolve(_) => "resolve-failed".into(),
             Refusal::Connect(_) => "connect-failed".into(),
             Refusal::Timeout => "connect-timeout".into(),

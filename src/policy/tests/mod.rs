@@ -10,6 +10,7 @@ mod path;
 mod request;
 mod rules;
 mod special;
+mod users;
 
 use std::net::IpAddr;
 
