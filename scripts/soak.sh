@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Soak test: the release binary under a mixed load for a bounded time.
 #
-#   scripts/soak.sh [--minutes N]        default 10
+#   scripts/soak.sh [--minutes N] [--profile release|dev]   defaults 10, release
+#
+# CI runs it with --profile dev: the binary `cargo test` already built (our
+# crate at opt-level 1, dependencies at 3), with no release build to wait for.
 #
 # Builds the release binary, starts it on loopback with a policy allowing the
 # loopback upstreams the load generator (examples/soak.rs) starts, runs the
@@ -13,12 +16,19 @@
 set -euo pipefail
 
 minutes=10
+profile=release
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --minutes) minutes="${2:-}"; shift 2 || true ;;
-        *) echo "usage: $0 [--minutes N]" >&2; exit 2 ;;
+        --profile) profile="${2:-}"; shift 2 || true ;;
+        *) echo "usage: $0 [--minutes N] [--profile release|dev]" >&2; exit 2 ;;
     esac
 done
+case "$profile" in
+    release) outdir=release ;;
+    dev) outdir=debug ;;
+    *) echo "usage: $0 [--minutes N] [--profile release|dev]" >&2; exit 2 ;;
+esac
 case "$minutes" in
     '' | *[!0-9]*) echo "usage: $0 [--minutes N]" >&2; exit 2 ;;
 esac
@@ -27,9 +37,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 target="${CARGO_TARGET_DIR:-$root/target}"
 
-echo "== building (release)" >&2
-cargo build --release >&2
-cargo build --release --example soak >&2
+echo "== building ($profile)" >&2
+cargo build --profile "$profile" >&2
+cargo build --profile "$profile" --example soak >&2
 
 work="$(mktemp -d)"
 proxy_pid=""
@@ -57,7 +67,7 @@ cidr = "127.0.0.1/32"
 ports = ["1024-65535"]
 TOML
 
-"$target/release/portcullis" --config "$work/soak.toml" --listen 127.0.0.1:0 \
+"$target/$outdir/portcullis" --config "$work/soak.toml" --listen 127.0.0.1:0 \
     2>"$work/proxy.log" &
 proxy_pid=$!
 
@@ -76,7 +86,7 @@ fi
 echo "== proxy pid $proxy_pid on $addr; load for $minutes minute(s)" >&2
 
 set +e
-cargo run --release --example soak -- \
+cargo run --profile "$profile" --example soak -- \
     --proxy "$addr" --minutes "$minutes" --pid "$proxy_pid" --log "$work/proxy.log" \
     2> >(sed 's/^/[soak] /' >&2) > "$work/report.txt"
 rc=$?
