@@ -211,6 +211,8 @@ http_access allow CONNECT bench bench_port
 http_access allow bench bench_port
 http_access deny all
 hosts_file $d/hosts
+# Every name is in hosts_file; should Squid ask DNS anyway, it asks loopback.
+dns_nameservers 127.0.0.1
 cache deny all
 cache_mem 8 MB
 access_log none
@@ -377,13 +379,15 @@ for label in $TLS_PEERS; do
 
     if [ "$PROFILE" = 1 ] && [ "$label" = portcullis-terminate ] && command -v perf >/dev/null; then
         log "profiling $label: perf record during one download"
-        perf record -F 999 -g -o "$WORK/perf-$label.data" -p "$pid" -- sleep 600 >"$WORK/perf-$label.log" 2>&1 &
+        # System-wide, filtered by PID below: attaching with -p records no
+        # samples in this VM (software cpu-clock events only).
+        perf record -e cpu-clock -F 999 -a -o "$WORK/perf-$label.data" -- sleep 600 >"$WORK/perf-$label.log" 2>&1 &
         ppid=$!
         sleep 1
         c -o /dev/null "https://bulk.bench.test:$OPORT/big.bin" || true
         kill -INT "$ppid" 2>/dev/null || true
         wait "$ppid" 2>/dev/null || true
-        perf report -i "$WORK/perf-$label.data" --no-children --sort symbol --stdio 2>/dev/null |
+        perf report -i "$WORK/perf-$label.data" --pid "$pid" --no-children --sort dso,symbol --stdio 2>/dev/null |
             grep -v '^#' | grep '%' | head -25 >"$WORK/perf-$label.top" || true
         log "top functions: $WORK/perf-$label.top"
     fi
