@@ -88,14 +88,14 @@ restore_hosts() {
         sed -i '/# portcullis-bench begin/,/# portcullis-bench end/d' /etc/hosts
     fi
 }
-# with_hosts CMD ARGS...: runs CMD (exec'd: same PID) seeing the bench names.
-with_hosts() {
-    if [ "$HOSTS_MODE" = ns ]; then
-        # shellcheck disable=SC2016 # expanded by the inner sh
-        unshare -m sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$HOSTS" "$@"
-    else
-        "$@"
-    fi
+# "${WITH_HOSTS[@]}" CMD ARGS...: runs CMD seeing the bench names. A plain
+# command prefix, not a function, so `... &` gives CMD's own PID (unshare
+# and sh exec into it).
+WITH_HOSTS=()
+set_with_hosts() {
+    # shellcheck disable=SC2016 # expanded by the inner sh
+    [ "$HOSTS_MODE" = ns ] && WITH_HOSTS=(unshare -m sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$HOSTS")
+    return 0
 }
 
 # ---- certificates -------------------------------------------------------------
@@ -177,14 +177,14 @@ start_tls_peer() {
                 [ "$label" = portcullis-terminate ] && printf 'tls = "terminate"\n'
             } >"$conf"
             # shellcheck disable=SC2086
-            RUST_LOG=$PORTCULLIS_LOG with_hosts "$PORTCULLIS" --listen "127.0.0.1:$port" --config "$conf" \
+            RUST_LOG=$PORTCULLIS_LOG "${WITH_HOSTS[@]}" "$PORTCULLIS" --listen "127.0.0.1:$port" --config "$conf" \
                 ${PORTCULLIS_ARGS:-} >"$WORK/$label.log" 2>&1 &
             pid=$!
             ;;
         mitmproxy)
             # stream_large_bodies: bodies over 1 MiB are streamed, not held
             # whole (the default would buffer each 1 GiB download in memory).
-            with_hosts "$MITM_VENV/bin/mitmdump" --listen-host 127.0.0.1 --listen-port "$port" \
+            "${WITH_HOSTS[@]}" "$MITM_VENV/bin/mitmdump" --listen-host 127.0.0.1 --listen-port "$port" \
                 --set confdir="$WORK/mitm" --set ssl_verify_upstream_trusted_ca="$WORK/pki/origin-ca.pem" \
                 --set stream_large_bodies=1m --set flow_detail=0 --set termlog_verbosity=error \
                 >"$WORK/mitmproxy.log" 2>&1 &
@@ -274,6 +274,7 @@ install_tls_peers
 if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then build_release; fi
 for t in nginx curl openssl; do have "$t" || { log "$t missing: no TLS benchmark"; exit 1; }; done
 make_hosts
+set_with_hosts
 make_certs
 OPORT=$(pick_port)
 start_origin "$OPORT"
@@ -300,7 +301,7 @@ for label in $TLS_PEERS; do
     fi
     read -r -a cargs <<<"$(curl_args "$label" "$port")"
     # curl runs with the bench names, like the proxies.
-    c() { with_hosts "${CURL_BASE[@]}" "${cargs[@]}" "$@"; }
+    c() { "${WITH_HOSTS[@]}" "${CURL_BASE[@]}" "${cargs[@]}" "$@"; }
 
     # 1. One large download, TLS_REPEAT times.
     url="https://bulk.bench.test:$OPORT/big.bin"

@@ -90,7 +90,12 @@ for label in $PEERS; do
     pid=""
     start() { [ "$peer" = none ] || pid=$(start_peer "$peer" "$port" "$sink" "$pargs"); }
     stop() { [ -z "$pid" ] || stop_peer "$pid"; pid=""; }
-    lg() { timeout 300 "$LOADGEN" "$@" | grep '^RESULT' || true; }
+    lg() {
+        local out rc=0
+        out=$(timeout 300 "$LOADGEN" "$@") || rc=$?
+        [ "$rc" = 0 ] || log "loadgen $1 exited with status $rc"
+        grep '^RESULT' <<<"$out" || true
+    }
     vargs=$(via_args "$via" "$port")
     watch=""
 
@@ -150,17 +155,22 @@ for label in $PEERS; do
             if (w > 0) printf "%.1f (%.2f events each)", w / m, e / w; else print "-" }')
     fi
 
-    # 3. Churn, 1 and 8 clients at once.
+    # 3. Churn, 1 and 8 clients at once, REPEAT times each.
     declare -A cps=() cpt=()
     for par in 1 8; do
         cmd="loadgen churn $vargs --sink 127.0.0.1:$sink --count $CHURN --parallel $par${watch:+ --watch-pid PID}"
-        log "$label: $cmd"
+        log "$label: $cmd (x$REPEAT)"
         COMMANDS+=("$label churn: $cmd")
-        # shellcheck disable=SC2086
-        r=$(lg churn $vargs --sink "127.0.0.1:$sink" --count "$CHURN" --parallel "$par" $watch)
-        log "  $r"
-        cps[$par]=$(value conns_per_s <<<"$r")
-        cpt[$par]=$(value proxy_cpu_us_per_conn <<<"$r")
+        rates=() cpus=()
+        for i in $(seq 1 "$REPEAT"); do
+            # shellcheck disable=SC2086
+            r=$(lg churn $vargs --sink "127.0.0.1:$sink" --count "$CHURN" --parallel "$par" $watch)
+            log "  $r"
+            rates+=("$(value conns_per_s <<<"$r")")
+            cpus+=("$(value proxy_cpu_us_per_conn <<<"$r")")
+        done
+        cps[$par]=$(printf '%s\n' "${rates[@]}" | awk NF | median)
+        cpt[$par]=$(printf '%s\n' "${cpus[@]}" | awk NF | median)
     done
 
     # 4. Syscalls under strace: per MiB (a separate, smaller transfer), per tunnel (churn, 1 client).
@@ -192,7 +202,7 @@ echo "## Results ($START to $(date -u +%Y-%m-%dT%H:%MZ))"
 echo
 echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), Linux $(uname -r)."
 echo "Load average (1, 5, 15 min) at the start of each path: $(printf '%s; ' "${LOADS[@]}" | sed 's/; $//')."
-echo "Transfer: $BYTES in all per run (over 1 stream, then over $STREAMS), direction $DIR, median of $REPEAT runs; strace transfer: $STRACE_BYTES; churn: $CHURN tunnels (1 and 8 clients at once), strace churn: $STRACE_CHURN tunnels; idle: $IDLE tunnels for memory, $IDLE_CHECK for the ${IDLE_SECS}-second syscall check."
+echo "Transfer: $BYTES in all per run (over 1 stream, then over $STREAMS), direction $DIR, median of $REPEAT runs; strace transfer: $STRACE_BYTES; churn: $CHURN tunnels (1 and 8 clients at once, median of $REPEAT), strace churn: $STRACE_CHURN tunnels; idle: $IDLE tunnels for memory, $IDLE_CHECK for the ${IDLE_SECS}-second syscall check."
 echo
 echo "| Path | MiB/s, 1 stream | MiB/s, $STREAMS streams | proxy CPU s/GiB (1 / $STREAMS streams) | syscalls/MiB | churn conn/s (1 / 8 clients) | proxy CPU µs/tunnel (1 / 8 clients) | syscalls/tunnel | idle bytes/tunnel | syscalls in ${IDLE_SECS} s, $IDLE_CHECK idle tunnels | peak RSS MiB |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
