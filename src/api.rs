@@ -8,12 +8,16 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::config::{
-    Config, Credentials, Limits, ListenAddr, ListenerConfig, ListenerProtocol, Timeouts,
+    AdminConfig, Config, Credentials, Limits, ListenAddr, ListenerConfig, ListenerProtocol,
+    Timeouts,
 };
-use crate::policy::Policy;
+use crate::control::{Command, ControlError, Reply, SessionInfo};
+use crate::events::{Callback, Event, EventSink};
+use crate::io::Stream;
+use crate::policy::{Policy, RuleConfig};
 use crate::reactor::listener::Listener;
-use crate::reactor::{Control, Reactor, Remote};
-use crate::stats::StatsSnapshot;
+use crate::reactor::{Control, Hooks, Reactor, Remote};
+use crate::stats::{RuleCounts, StatsSnapshot};
 
 /// A proxy with its listeners bound, ready to [`run`](Proxy::run) or [`spawn`](Proxy::spawn).
 ///
@@ -43,17 +47,19 @@ impl Proxy {
             config: Config::default(),
             listeners_set: false,
             adopted: Vec::new(),
+            on_event: None,
+            control: None,
         }
     }
 
     /// Binds every listener in `config`.
     pub fn new(config: Config) -> io::Result<Proxy> {
-        Proxy::with_listeners(config, Vec::new())
+        Proxy::with_listeners(config, Vec::new(), Hooks::default())
     }
 
     /// Binds the listeners in `config` and adds the already-bound `adopted` ones after them.
-    fn with_listeners(config: Config, adopted: Vec<Listener>) -> io::Result<Proxy> {
-        let (reactor, shared) = Reactor::new(config, adopted)?;
+    fn with_listeners(config: Config, adopted: Vec<Listener>, hooks: Hooks) -> io::Result<Proxy> {
+        let (reactor, shared) = Reactor::new(config, adopted, hooks)?;
         Ok(Proxy {
             reactor,
             handle: ProxyHandle { shared },
@@ -89,12 +95,26 @@ impl Proxy {
 }
 
 /// Builds a [`Proxy`]: every setter overrides one part of the default [`Config`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ProxyBuilder {
     config: Config,
     listeners_set: bool,
     /// Listeners bound by the caller; shared so that the builder stays `Clone`.
     adopted: Vec<(Arc<StdListener>, ListenerProtocol)>,
+    on_event: Option<Callback>,
+    /// The control stream; shared so that the builder stays `Clone`.
+    control: Option<Arc<std::os::unix::net::UnixStream>>,
+}
+
+impl std::fmt::Debug for ProxyBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyBuilder")
+            .field("config", &self.config)
+            .field("adopted", &self.adopted)
+            .field("on_event", &self.on_event.is_some())
+            .field("control", &self.control)
+            .finish()
+    }
 }
 
 impl ProxyBuilder {
@@ -112,7 +132,7 @@ impl ProxyBuilder {
         }
         self.config
             .listeners
-            .push(ListenerConfig { addr, protocol });
+            .push(ListenerConfig::new(addr, protocol));
         self
     }
     /// Adds a listener the caller has already bound (and put in the listening
@@ -170,10 +190,50 @@ impl ProxyBuilder {
     }
     /// Requires proxy credentials.
     pub fn auth(mut self, username: &str, password: &str) -> Self {
-        self.config.auth = Some(Credentials {
-            username: username.into(),
-            password: password.into(),
-        });
+        self.config.auth = Some(Credentials::new(username, password));
+        self
+    }
+    /// Serves the admin endpoint (`GET /metrics`, `GET /stats`, and control
+    /// lines when [`AdminConfig::control`] is set) on its own socket.
+    pub fn admin(mut self, admin: AdminConfig) -> Self {
+        self.config.admin = Some(admin);
+        self
+    }
+    /// Calls `callback` with every session event (at each session's close)
+    /// and request event (each inspected request: allowed, denied or
+    /// refused): the same events, with the same fields, as the log.
+    ///
+    /// It runs on the reactor thread, so it must be quick and must not
+    /// block (hand the event to a channel for anything slow); a panic in it
+    /// stops the proxy. [`ProxyHandle`] control methods called from it fail
+    /// with [`ControlError::OnReactorThread`].
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use portcullis::events::{Decision, EventKind};
+    /// use portcullis::{Policy, Proxy};
+    ///
+    /// let denials = Arc::new(Mutex::new(Vec::new()));
+    /// let seen = Arc::clone(&denials);
+    /// let builder = Proxy::builder()
+    ///     .policy(Policy::builtin_default())
+    ///     .on_event(move |e| {
+    ///         if e.kind == EventKind::Session && e.decision == Some(Decision::Deny) {
+    ///             seen.lock().unwrap().push(e.target.clone());
+    ///         }
+    ///     });
+    /// # drop(builder);
+    /// ```
+    pub fn on_event(mut self, callback: impl Fn(&Event) + Send + Sync + 'static) -> Self {
+        self.on_event = Some(Arc::new(callback));
+        self
+    }
+    /// Takes control commands (JSON lines, one answer line each) on a
+    /// connected Unix stream, e.g. one end of a `socketpair` whose other
+    /// end the embedding host keeps (the binary's `--control-fd`). When the
+    /// host closes its end, control over it ends; the proxy carries on.
+    pub fn control(mut self, stream: std::os::unix::net::UnixStream) -> Self {
+        self.control = Some(Arc::new(stream));
         self
     }
     /// Binds the listeners (and takes in the ones given to [`listener`](Self::listener)).
@@ -184,7 +244,20 @@ impl ProxyBuilder {
             let l = Arc::try_unwrap(l).or_else(|shared| shared.try_clone())?;
             adopted.push(Listener::from_std(l, protocol)?);
         }
-        Proxy::with_listeners(self.config, adopted)
+        let control = match self.control {
+            Some(s) => {
+                let s = Arc::try_unwrap(s).or_else(|shared| shared.try_clone())?;
+                s.set_nonblocking(true)?;
+                socket2::SockRef::from(&s).set_cloexec(true)?;
+                Some(Stream::Unix(mio::net::UnixStream::from_std(s)))
+            }
+            None => None,
+        };
+        let hooks = Hooks {
+            events: EventSink::new(self.on_event),
+            control,
+        };
+        Proxy::with_listeners(self.config, adopted, hooks)
     }
 }
 
@@ -237,14 +310,65 @@ impl ProxyHandle {
             ListenAddr::Unix(_) => None,
         })
     }
+    /// The admin endpoint's bound address (its port resolved), if it has one.
+    pub fn admin_addr(&self) -> Option<ListenAddr> {
+        self.shared.admin_addr.clone()
+    }
     /// A copy of the counters.
     pub fn stats(&self) -> StatsSnapshot {
         self.shared.stats.snapshot()
     }
+    /// Decisions counted by rule name (sessions, and inspected requests by
+    /// request rule); `-` for those no rule made.
+    pub fn rule_stats(&self) -> Vec<(String, RuleCounts)> {
+        self.shared.stats.rules()
+    }
     /// Swaps in a new policy: new sessions use it at once; open tunnels it no
     /// longer allows are closed (reason `policy-reload`), the rest carry on.
+    /// Returns at once; [`replace_policy`](Self::replace_policy) waits.
     pub fn reload(&self, policy: Policy) {
         self.shared.send(Control::Reload(policy));
+    }
+
+    // Control: each call runs on the reactor thread and waits for its
+    // answer; it blocks until the proxy runs if it has not started yet.
+
+    /// Replaces the policy, as [`reload`](Self::reload) does, and returns
+    /// once it is in force: a connection made after this returns gets it.
+    pub fn replace_policy(&self, policy: Policy) -> Result<(), ControlError> {
+        self.shared
+            .request(Command::ReplacePolicy(policy))
+            .map(drop)
+    }
+    /// Appends `rule` to the policy in force (then as
+    /// [`replace_policy`](Self::replace_policy)). The rule must have a
+    /// name no rule has yet, and compile; otherwise nothing changes.
+    pub fn add_rule(&self, rule: impl Into<RuleConfig>) -> Result<(), ControlError> {
+        self.shared
+            .request(Command::AddRule(Box::new(rule.into())))
+            .map(drop)
+    }
+    /// Removes the rule named `name` from the policy in force (then as
+    /// [`replace_policy`](Self::replace_policy)); an error if there is none.
+    pub fn remove_rule(&self, name: &str) -> Result<(), ControlError> {
+        self.shared
+            .request(Command::RemoveRule(name.to_owned()))
+            .map(drop)
+    }
+    /// The open sessions, oldest first.
+    pub fn sessions(&self) -> Result<Vec<SessionInfo>, ControlError> {
+        match self.shared.request(Command::ListSessions)? {
+            Reply::Sessions(mut list) => {
+                list.sort_by_key(|s| s.id);
+                Ok(list)
+            }
+            _ => Err(ControlError::Refused("unexpected answer".into())),
+        }
+    }
+    /// Closes the open session `id` now (reason `closed-by-control`); an
+    /// error if there is no such session.
+    pub fn close_session(&self, id: u64) -> Result<(), ControlError> {
+        self.shared.request(Command::CloseSession(id)).map(drop)
     }
     /// Graceful shutdown: listeners close at once (new connects are
     /// refused), open sessions may finish within the drain timeout

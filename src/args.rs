@@ -8,7 +8,10 @@ use portcullis::config::{self, ConfigError, ConfigFile};
 use portcullis::policy::{
     parse_cli_inspect, parse_cli_rule, parse_cli_terminate, Action, RuleConfig,
 };
-use portcullis::{Config, Credentials, ListenAddr, ListenerConfig, ListenerProtocol, Policy};
+use portcullis::{
+    AdminConfig, Config, Credentials, ListenAddr, ListenerConfig, ListenerProtocol, LogFormat,
+    Policy,
+};
 
 const AFTER_HELP: &str = "\
 Policy: with no --config and no rule flag (--allow, --deny, --inspect,
@@ -34,7 +37,8 @@ Examples:
 
 Signals: SIGHUP reloads the policy (--config file plus the rule flags);
 SIGUSR1 logs the counters; SIGTERM/SIGINT shut down.
-Logging: RUST_LOG (default: info).";
+Logging: RUST_LOG (default: info); --log-format text (logfmt) or json.
+Admin: --admin 127.0.0.1:9090 serves GET /metrics (Prometheus) and GET /stats.";
 
 /// portcullis: a sandbox egress proxy for HTTP CONNECT and SOCKS5, deny by default.
 #[derive(Debug, Parser)]
@@ -121,9 +125,39 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", value_parser = portcullis::duration::parse_required)]
     pub close_timeout: Option<Duration>,
 
+    /// Reach every allowed destination through this parent proxy:
+    /// http://[USER:PASS@]HOST:PORT or socks5://... Overrides the file's
+    /// `upstream_proxy`; a rule's own `upstream_proxy` still wins.
+    #[arg(long, value_name = "URL", value_parser = parse_parent)]
+    pub upstream_proxy: Option<std::sync::Arc<portcullis::protocol::parent::ParentProxy>>,
+    /// Log lines on stderr as text (logfmt: key=value) or json (one object
+    /// per line), same keys. Overrides the file's log_format. [default: text]
+    #[arg(long, value_name = "FORMAT", value_parser = parse_log_format)]
+    pub log_format: Option<LogFormat>,
+
+    /// Serve the admin endpoint on ADDR (IP:PORT or unix:/path): GET /metrics
+    /// (Prometheus) and GET /stats (JSON). Overrides the file's [admin] listen.
+    #[arg(long, value_name = "ADDR", value_parser = config::parse_listen_addr)]
+    pub admin: Option<ListenAddr>,
+
+    /// Accept control commands (JSON lines) on the admin socket too: anyone
+    /// who can connect to it can change the policy. Same as [admin] control = true.
+    #[arg(long)]
+    pub admin_control: bool,
+
+    /// Take control commands (JSON lines, one answer line each) on the
+    /// inherited file descriptor FD, a connected Unix stream socket (one end
+    /// of a socketpair the embedding host keeps).
+    #[arg(long, value_name = "FD")]
+    pub control_fd: Option<i32>,
+
     /// Validate the configuration, print a summary and exit: 0 if valid, 2 if not.
     #[arg(long)]
     pub check: bool,
+}
+
+fn parse_log_format(s: &str) -> Result<LogFormat, String> {
+    s.parse()
 }
 
 /// `--protocol`.
@@ -151,6 +185,12 @@ impl From<ProtocolArg> for ListenerProtocol {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdleTimeout(pub Option<Duration>);
 
+fn parse_parent(
+    s: &str,
+) -> Result<std::sync::Arc<portcullis::protocol::parent::ParentProxy>, String> {
+    portcullis::protocol::parent::ParentProxy::parse(s).map(std::sync::Arc::new)
+}
+
 fn parse_idle(s: &str) -> Result<IdleTimeout, String> {
     portcullis::duration::parse(s).map(IdleTimeout)
 }
@@ -173,10 +213,9 @@ fn terminate_rule(s: &str) -> Result<RuleConfig, String> {
 
 fn parse_auth(s: &str) -> Result<Credentials, String> {
     match s.split_once(':') {
-        Some((user, pass)) if !user.is_empty() && !pass.is_empty() => Ok(Credentials {
-            username: user.into(),
-            password: pass.into(),
-        }),
+        Some((user, pass)) if !user.is_empty() && !pass.is_empty() => {
+            Ok(Credentials::new(user, pass))
+        }
         _ => Err("expected USER:PASS, both non-empty".into()),
     }
 }
@@ -212,10 +251,7 @@ impl Args {
             file.listeners = Some(
                 self.listen
                     .iter()
-                    .map(|addr| ListenerConfig {
-                        addr: addr.clone(),
-                        protocol,
-                    })
+                    .map(|addr| ListenerConfig::new(addr.clone(), protocol))
                     .collect(),
             );
         }
@@ -228,6 +264,9 @@ impl Args {
         t.idle = self.idle_timeout.map_or(t.idle, |i| i.0);
         t.half_close = self.half_close_timeout.unwrap_or(t.half_close);
         t.close = self.close_timeout.unwrap_or(t.close);
+        if let Some(p) = &self.upstream_proxy {
+            file.upstream_proxy = Some(p.clone());
+        }
         let tls = &mut file.tls;
         if let Some(c) = &self.ca_cert {
             tls.ca_cert = Some(c.clone());
@@ -237,6 +276,26 @@ impl Args {
         }
         tls.upstream_ca.extend(self.upstream_ca.iter().cloned());
         file.audit |= self.audit;
+        if let Some(f) = self.log_format {
+            file.log_format = f;
+        }
+        if let Some(addr) = &self.admin {
+            let control = file.admin.as_ref().is_some_and(|a| a.control);
+            let mut admin = AdminConfig::new(addr.clone());
+            admin.control = control;
+            file.admin = Some(admin);
+        }
+        if self.admin_control {
+            match &mut file.admin {
+                Some(a) => a.control = true,
+                None => {
+                    return Err(ConfigError::key(
+                        "admin.control",
+                        "--admin-control needs an admin endpoint: --admin ADDR, or [admin] listen in the file",
+                    ))
+                }
+            }
+        }
 
         if self.uses_builtin_policy() {
             let mut policy = Policy::builtin_default();
@@ -385,10 +444,10 @@ mod tests {
         assert!(s.rules.is_none());
         assert_eq!(
             s.config.listeners,
-            vec![ListenerConfig {
-                addr: ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()),
-                protocol: ListenerProtocol::Http,
-            }]
+            vec![ListenerConfig::new(
+                ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+                ListenerProtocol::Http,
+            )]
         );
         assert_eq!(s.config.timeouts.idle, Some(Duration::from_secs(30)));
         assert_eq!(s.config.auth.unwrap().username, "a");
@@ -512,6 +571,39 @@ mod tests {
             .err()
             .expect("invalid");
         assert_eq!(e.key_name(), Some("tls.ca_cert"));
+    }
+
+    #[test]
+    fn admin_log_format_and_control_flags() {
+        let a = parse(&[
+            "--admin",
+            "127.0.0.1:0",
+            "--admin-control",
+            "--log-format",
+            "json",
+            "--control-fd",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(a.log_format, Some(LogFormat::Json));
+        assert_eq!(a.control_fd, Some(3));
+        let s = a.load().unwrap();
+        let admin = s.config.admin.unwrap();
+        assert_eq!(
+            admin.listen,
+            ListenAddr::Tcp("127.0.0.1:0".parse().unwrap())
+        );
+        assert!(admin.control);
+        assert_eq!(s.config.log_format, LogFormat::Json);
+        let e = parse(&["--admin-control"])
+            .unwrap()
+            .load()
+            .err()
+            .expect("needs --admin");
+        assert_eq!(e.key_name(), Some("admin.control"));
+        assert!(parse(&["--log-format", "xml"]).is_err());
+        assert!(parse(&["--admin", "nowhere"]).is_err());
+        assert_eq!(parse(&[]).unwrap().load().unwrap().config.admin, None);
     }
 
     #[test]

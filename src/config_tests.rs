@@ -52,18 +52,18 @@ fn full_example_parses() {
     assert_eq!(
         f.listeners,
         Some(vec![
-            ListenerConfig {
-                addr: ListenAddr::Tcp("127.0.0.1:3128".parse().unwrap()),
-                protocol: ListenerProtocol::Auto,
-            },
-            ListenerConfig {
-                addr: ListenAddr::Tcp("[::1]:3129".parse().unwrap()),
-                protocol: ListenerProtocol::Socks5,
-            },
-            ListenerConfig {
-                addr: ListenAddr::Unix(PathBuf::from("/run/portcullis.sock")),
-                protocol: ListenerProtocol::Http,
-            },
+            ListenerConfig::new(
+                ListenAddr::Tcp("127.0.0.1:3128".parse().unwrap()),
+                ListenerProtocol::Auto
+            ),
+            ListenerConfig::new(
+                ListenAddr::Tcp("[::1]:3129".parse().unwrap()),
+                ListenerProtocol::Socks5
+            ),
+            ListenerConfig::new(
+                ListenAddr::Unix(PathBuf::from("/run/portcullis.sock")),
+                ListenerProtocol::Http
+            ),
         ])
     );
     assert_eq!(
@@ -143,10 +143,10 @@ fn listener_protocol_defaults_to_auto() {
     let f = ConfigFile::parse("[[listen]]\naddress = \"0.0.0.0:8080\"\n").unwrap();
     assert_eq!(
         f.listeners.unwrap(),
-        vec![ListenerConfig {
-            addr: ListenAddr::Tcp("0.0.0.0:8080".parse().unwrap()),
-            protocol: ListenerProtocol::Auto,
-        }]
+        vec![ListenerConfig::new(
+            ListenAddr::Tcp("0.0.0.0:8080".parse().unwrap()),
+            ListenerProtocol::Auto
+        )]
     );
 }
 
@@ -261,6 +261,9 @@ fn valid() -> Config {
         limits: Limits::default(),
         auth: None,
         tls: TlsConfig::default(),
+        upstream_proxy: None,
+        admin: None,
+        log_format: crate::config::LogFormat::Text,
     }
 }
 
@@ -379,9 +382,41 @@ fn readme_example_parses() {
     );
     assert!(!f.default && !f.audit);
     assert_eq!(f.tls.upstream_ca, [PathBuf::from("corp-root.pem")]);
+    assert_eq!(f.log_format, crate::config::LogFormat::Text);
+    assert_eq!(
+        f.admin.as_ref().map(|a| (a.listen.to_string(), a.control)),
+        Some(("127.0.0.1:9090".to_string(), false))
+    );
     let c = f.compile().expect("README example compiles");
     assert_eq!(c.policy.inspected_names(), ["api.example.com"]);
     assert!(c.policy.warnings().is_empty(), "{:?}", c.policy.warnings());
+}
+
+#[test]
+fn admin_and_log_format_keys() {
+    let f = ConfigFile::parse(
+        "log_format = \"json\"\n[admin]\nlisten = \"unix:/tmp/admin.sock\"\ncontrol = true\n",
+    )
+    .unwrap();
+    assert_eq!(f.log_format, crate::config::LogFormat::Json);
+    let c = f.compile().unwrap();
+    let admin = c.admin.unwrap();
+    assert_eq!(admin.listen, ListenAddr::Unix("/tmp/admin.sock".into()));
+    assert!(admin.control);
+    assert_eq!(c.log_format, crate::config::LogFormat::Json);
+    assert!(ConfigFile::parse("").unwrap().admin.is_none());
+    for (text, want) in [
+        ("log_format = \"xml\"", "log_format"),
+        ("[admin]\nlisten = \"nowhere\"", "admin.listen"),
+        ("[admin]\ncontrol = true", "listen"),
+        ("[admin]\nlisten = \"127.0.0.1:1\"\nport = 2", "port"),
+    ] {
+        let e = err(text);
+        assert!(e.contains(want), "{text}: {e}");
+    }
+    let same = "[[listen]]\naddress = \"127.0.0.1:7000\"\n[admin]\nlisten = \"127.0.0.1:7000\"\n";
+    let e = ConfigFile::parse(same).unwrap().compile().unwrap_err();
+    assert_eq!(e.key_name(), Some("admin.listen"));
 }
 
 #[test]
@@ -614,4 +649,113 @@ fn state_dir_default_follows_xdg_then_home() {
     assert_eq!(format_duration(Duration::from_secs(7200)), "2h");
     assert_eq!(format_duration(Duration::from_secs(86400)), "1d");
     assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+}
+
+#[test]
+fn unix_listener_mode_and_group() {
+    let l = |text: &str| ConfigFile::parse(text).map(|f| f.listeners.unwrap().remove(0));
+    // Default: 0600, the process's group.
+    let d = l("[[listen]]\naddress = \"unix:/tmp/p.sock\"\n").unwrap();
+    assert_eq!(d.unix, UnixAccess::default());
+    assert_eq!(d.unix.mode, 0o600);
+    let g = l("[[listen]]\naddress = \"unix:/tmp/p.sock\"\nmode = \"0660\"\ngroup = 0\n").unwrap();
+    assert_eq!(
+        (g.unix.mode, &g.unix.group),
+        (0o660, &Some(UnixGroup::Gid(0)))
+    );
+    // Names are resolved when the socket is made, on the machine it runs on.
+    let n =
+        l("[[listen]]\naddress = \"unix:/p\"\nmode = \"0o640\"\ngroup = \"sandbox\"\n").unwrap();
+    let sandbox = UnixGroup::Name("sandbox".into());
+    assert_eq!((n.unix.mode, &n.unix.group), (0o640, &Some(sandbox)));
+    let digits = l("[[listen]]\naddress = \"unix:/p\"\ngroup = \"100\"\n").unwrap();
+    assert_eq!(digits.unix.group, Some(UnixGroup::Gid(100)));
+    let root = nix::unistd::Group::from_gid(0.into())
+        .unwrap()
+        .unwrap()
+        .name;
+    assert_eq!(UnixGroup::Name(root).gid(), Ok(0));
+    let unknown = UnixGroup::Name("no-such-group-here".into()).gid();
+    assert!(unknown.unwrap_err().contains("no group named"));
+    for (text, key, says) in [
+        (
+            "address = \"unix:/p\"\nmode = \"0999\"",
+            "listen[0].mode",
+            "octal",
+        ),
+        (
+            "address = \"unix:/p\"\nmode = \"1777\"",
+            "listen[0].mode",
+            "octal",
+        ),
+        (
+            "address = \"unix:/p\"\nmode = \"\"",
+            "listen[0].mode",
+            "octal",
+        ),
+        (
+            "address = \"unix:/p\"\ngroup = \" \"",
+            "listen[0].group",
+            "empty group name",
+        ),
+        (
+            "address = \"127.0.0.1:1\"\nmode = \"0600\"",
+            "listen[0].mode",
+            "only a unix: listener",
+        ),
+        (
+            "address = \"127.0.0.1:1\"\ngroup = 0",
+            "listen[0].group",
+            "only a unix: listener",
+        ),
+    ] {
+        let e = l(&format!("[[listen]]\n{text}\n")).unwrap_err();
+        assert_eq!(e.key_name(), Some(key), "{text}: {e}");
+        assert!(e.message().contains(says), "{text}: {e}");
+    }
+    // A decimal number is refused: 600 is not 0600.
+    assert!(l("[[listen]]\naddress = \"unix:/p\"\nmode = 600\n").is_err());
+    // Validation catches an embedder's impossible mode.
+    let mut listener = ListenerConfig::new(ListenAddr::Unix("/p".into()), ListenerProtocol::Auto);
+    listener.unix.mode = 0o4755;
+    let c = Config {
+        listeners: vec![listener],
+        ..Config::default()
+    };
+    assert_eq!(c.validate().unwrap_err().key_name(), Some("listen[0].mode"));
+}
+
+#[test]
+fn session_limits_default_to_what_the_fd_limit_holds() {
+    let l = Limits::for_open_files(Some(20_000));
+    assert_eq!((l.max_sessions, l.max_sessions_per_client), (9_316, 2_329));
+    assert_eq!(
+        (
+            l.max_pending_handshakes,
+            l.max_pending_handshakes_per_client
+        ),
+        (1_024, 256)
+    );
+    let small = Limits::for_open_files(Some(2048));
+    assert_eq!(
+        (small.max_sessions, small.max_sessions_per_client),
+        (864, 216)
+    );
+    assert_eq!(
+        (
+            small.max_pending_handshakes,
+            small.max_pending_handshakes_per_client
+        ),
+        (864, 216)
+    );
+    let tiny = Limits::for_open_files(Some(8));
+    assert_eq!((tiny.max_sessions, tiny.max_sessions_per_client), (1, 1));
+    assert_eq!(tiny.max_pending_handshakes_per_client, 1);
+    // An explicit value in the file wins; the others keep their defaults.
+    let f = ConfigFile::parse("[limits]\nmax_sessions = 5\n").unwrap();
+    assert_eq!(f.limits.max_sessions, 5);
+    assert_eq!(
+        f.limits.max_sessions_per_client,
+        Limits::default().max_sessions_per_client
+    );
 }

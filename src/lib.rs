@@ -67,23 +67,32 @@
 //! ```
 #![warn(missing_docs)]
 
+pub(crate) mod admin;
 pub mod api;
 pub(crate) mod buffer;
 pub(crate) mod client;
 pub mod config;
+pub mod control;
 pub mod duration;
+pub mod events;
+pub(crate) mod fd_budget;
 pub(crate) mod io;
 pub mod lifecycle;
+pub mod logging;
 pub mod policy;
 pub mod protocol;
 pub(crate) mod reactor;
+pub(crate) mod rule_stats;
 pub(crate) mod session;
 pub mod stats;
 pub mod tls;
 
 pub use api::{Proxy, ProxyBuilder, ProxyHandle, SpawnedProxy, StdListener};
 pub use config::{
-    Config, Credentials, Limits, ListenAddr, ListenerConfig, ListenerProtocol, Timeouts,
+    AdminConfig, Config, Credentials, Limits, ListenAddr, ListenerConfig, ListenerProtocol,
+    LogFormat, Timeouts, UnixAccess, UnixGroup,
 };
+pub use control::{ControlError, SessionInfo};
+pub use events::Event;
 pub use policy::Policy;
 pub use stats::{CloseReason, StatsSnapshot};

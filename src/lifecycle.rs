@@ -71,11 +71,16 @@ pub enum CloseReason {
     /// TLS with the client failed: not a ClientHello, a handshake error, or
     /// the client refused our certificate.
     TlsFailed,
+    /// Closed by a control command (`close-session`, `ProxyHandle::close_session`).
+    ClosedByControl,
+    /// Closed in its handshake to make room when the proxy ran out of file
+    /// descriptors (the heaviest client's oldest handshakes go first).
+    Shed,
 }
 
 impl CloseReason {
     /// Every reason, in a fixed order (the order of the tallies).
-    pub const ALL: [CloseReason; 18] = [
+    pub const ALL: [CloseReason; 20] = [
         CloseReason::Done,
         CloseReason::ClientGone,
         CloseReason::UpstreamGone,
@@ -94,6 +99,8 @@ impl CloseReason {
         CloseReason::Limit,
         CloseReason::ResponseTimeout,
         CloseReason::TlsFailed,
+        CloseReason::ClosedByControl,
+        CloseReason::Shed,
     ];
 
     /// The short name used in logs and stats, e.g. `client-gone`.
@@ -117,6 +124,8 @@ impl CloseReason {
             CloseReason::Limit => "limit",
             CloseReason::ResponseTimeout => "response-timeout",
             CloseReason::TlsFailed => "tls-failed",
+            CloseReason::ClosedByControl => "closed-by-control",
+            CloseReason::Shed => "shed",
         }
     }
 

@@ -12,7 +12,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use log::{error, info, warn};
 use nix::sys::signal::{SigSet, Signal};
-use portcullis::{Config, ListenAddr, ListenerProtocol, Proxy, ProxyHandle};
+use portcullis::config::ConfigFile;
+use portcullis::{Config, ListenAddr, ListenerProtocol, LogFormat, Proxy, ProxyHandle};
 
 use args::Args;
 
@@ -25,13 +26,27 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let proxy_args = match &cli.command {
+        Some(cli::Command::Run(run)) => &run.proxy,
+        Some(cli::Command::Env(env)) => &env.proxy,
+        Some(cli::Command::Ca(ca)) => &ca.proxy,
+        None => &cli.args,
+    };
+    if proxy_args.control_fd.is_some() && cli.command.is_some() {
+        eprintln!("portcullis: --control-fd is for the proxy itself, not for run or env");
+        return ExitCode::from(2);
+    }
+    if let Err(e) = portcullis::logging::init(log_format(proxy_args)) {
+        eprintln!("portcullis: cannot set up logging: {e}");
+    }
     let args = match cli.command {
         Some(command) => return cli::main(command),
         None => cli.args,
     };
 
     if args.check {
+        // As a real start would, so that limits sized to it show as they would run.
+        raise_nofile_limit(false);
         return match args.load() {
             Ok(setup) => {
                 print!("{}", summary::render(&setup, &args));
@@ -51,7 +66,7 @@ fn main() -> ExitCode {
         eprintln!("portcullis: cannot block signals: {e}");
         return ExitCode::FAILURE;
     }
-    raise_nofile_limit();
+    raise_nofile_limit(true);
 
     let setup = match args.load() {
         Ok(s) => s,
@@ -60,8 +75,20 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let control = match args.control_fd.map(control_stream) {
+        None => None,
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => {
+            eprintln!("portcullis: --control-fd: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let running = setup.config.clone();
-    let proxy = match Proxy::new(setup.config) {
+    let mut builder = Proxy::builder().config(setup.config);
+    if let Some(stream) = control {
+        builder = builder.control(stream);
+    }
+    let proxy = match builder.build() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("portcullis: cannot start: {e}");
@@ -72,6 +99,20 @@ fn main() -> ExitCode {
         log_listener(addr, l.protocol, running.auth.is_some());
     }
     log_policy(&args, setup.rules.as_deref(), running.policy.is_audit());
+    if let Some(addr) = proxy.handle().admin_addr() {
+        let control = if running.admin.as_ref().is_some_and(|a| a.control) {
+            ", control lines"
+        } else {
+            ""
+        };
+        info!("admin endpoint on {addr}: GET /metrics, GET /stats{control}");
+    }
+    if args.control_fd.is_some() {
+        info!(
+            "taking control commands on fd {}",
+            args.control_fd.unwrap_or_default()
+        );
+    }
 
     let handle = proxy.handle();
     let spawned = std::thread::Builder::new()
@@ -154,16 +195,62 @@ fn reload(args: &Args, running: &Config, handle: &ProxyHandle) {
         || new.limits != running.limits
         || new.auth != running.auth
         || new.tls != running.tls
+        || new.admin != running.admin
     {
-        warn!("reload applies the policy only; listener, auth, timeout, limit and tls changes need a restart");
+        warn!("reload applies the policy only; listener, auth, timeout, limit, tls and admin changes need a restart");
     }
     let n = setup.rules.as_ref().map_or(0, Vec::len);
     handle.reload(setup.config.policy);
     info!("policy reloaded: {n} rules");
 }
 
-/// Raises the soft open-file limit to the hard limit: every tunnel holds two.
-fn raise_nofile_limit() {
+/// The log format: `--log-format`, else the file's `log_format` (read here
+/// once, before logging starts; its errors are reported when it is loaded
+/// for real), else text.
+fn log_format(args: &args::Args) -> LogFormat {
+    args.log_format
+        .or_else(|| {
+            let path = args.config.as_ref()?;
+            ConfigFile::load(path).ok().map(|f| f.log_format)
+        })
+        .unwrap_or_default()
+}
+
+/// Takes the inherited descriptor `fd` as the control stream: it must be
+/// an open stream socket (one end of a socketpair). It is made
+/// close-on-exec at once, so no program the proxy starts inherits it.
+fn control_stream(fd: i32) -> Result<std::os::unix::net::UnixStream, String> {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+    use nix::sys::socket::{getsockopt, sockopt::SockType, SockType as Kind};
+    use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
+    if fd < 3 {
+        return Err(format!(
+            "{fd} is stdin, stdout or stderr: pass the socket on fd 3 or above"
+        ));
+    }
+    // SAFETY: borrowed only for the checks below; fcntl first tells whether it is open.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    fcntl(borrowed, FcntlArg::F_GETFD).map_err(|e| format!("fd {fd} is not open: {e}"))?;
+    match getsockopt(&borrowed, SockType) {
+        Ok(Kind::Stream) => {}
+        Ok(other) => {
+            return Err(format!(
+                "fd {fd} is a {other:?} socket, not a stream socket"
+            ))
+        }
+        Err(e) => return Err(format!("fd {fd} is not a socket: {e}")),
+    }
+    fcntl(borrowed, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
+        .map_err(|e| format!("fd {fd}: cannot set close-on-exec: {e}"))?;
+    // SAFETY: the descriptor is open (checked above), was handed to this
+    // process for this purpose, and nothing else in it owns it.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(std::os::unix::net::UnixStream::from(owned))
+}
+
+/// Raises the soft open-file limit to the hard limit: every tunnel holds
+/// two. Logs the outcome when `log` is set (not for `--check`).
+fn raise_nofile_limit(log: bool) {
     use nix::sys::resource::{getrlimit, setrlimit, Resource, RLIM_INFINITY};
     let show = |n| match n {
         RLIM_INFINITY => "unlimited".to_string(),
@@ -171,19 +258,21 @@ fn raise_nofile_limit() {
     };
     match getrlimit(Resource::RLIMIT_NOFILE) {
         Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-            Ok(()) => info!(
+            Ok(()) if log => info!(
                 "open file limit raised from {} to {}",
                 show(soft),
                 show(hard)
             ),
-            Err(e) => warn!(
+            Err(e) if log => warn!(
                 "open file limit stays {}: raising it to {} failed: {e}",
                 show(soft),
                 show(hard)
             ),
+            _ => {}
         },
-        Ok((soft, _)) => info!("open file limit: {}", show(soft)),
-        Err(e) => warn!("cannot read the open file limit: {e}"),
+        Ok((soft, _)) if log => info!("open file limit: {}", show(soft)),
+        Err(e) if log => warn!("cannot read the open file limit: {e}"),
+        _ => {}
     }
 }
 

@@ -227,10 +227,7 @@ mod tests {
 
     #[test]
     fn credentials_are_percent_encoded() {
-        let creds = Credentials {
-            username: "agent".into(),
-            password: "p@ss:w/rd".into(),
-        };
+        let creds = Credentials::new("agent", "p@ss:w/rd");
         let env = ProxyEnv::new(
             &Endpoint::Tcp("127.0.0.1:3128".parse().unwrap()),
             ListenerProtocol::Auto,
@@ -267,14 +264,14 @@ mod tests {
         use portcullis::ListenerConfig;
         let mut config = Config::default();
         config.listeners = vec![
-            ListenerConfig {
-                addr: ListenAddr::Unix("/tmp/x.sock".into()),
-                protocol: ListenerProtocol::Auto,
-            },
-            ListenerConfig {
-                addr: ListenAddr::Tcp("127.0.0.1:9000".parse().unwrap()),
-                protocol: ListenerProtocol::Auto,
-            },
+            ListenerConfig::new(
+                ListenAddr::Unix("/tmp/x.sock".into()),
+                ListenerProtocol::Auto,
+            ),
+            ListenerConfig::new(
+                ListenAddr::Tcp("127.0.0.1:9000".parse().unwrap()),
+                ListenerProtocol::Auto,
+            ),
         ];
         let env = ProxyEnv::for_config(&config).unwrap();
         assert_eq!(get(&env, "HTTP_PROXY"), Some("http://127.0.0.1:9000"));

@@ -8,6 +8,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 pub use crate::lifecycle::{CloseReason, Phase};
+pub use crate::rule_stats::RuleCounts;
+use crate::rule_stats::RuleStats;
 
 /// Live counters, shared between the reactor and its handles.
 #[derive(Debug, Default)]
@@ -26,6 +28,10 @@ pub struct Stats {
     requests_allowed: AtomicU64,
     requests_denied: AtomicU64,
     upgrades: AtomicU64,
+    /// Names waiting for a resolver thread.
+    resolver_queue: AtomicU64,
+    /// Decisions by rule.
+    pub(crate) rules: RuleStats,
 }
 
 impl Stats {
@@ -77,6 +83,21 @@ impl Stats {
         self.upgrades.fetch_add(1, Relaxed);
     }
 
+    /// A name was handed to the resolver pool.
+    pub(crate) fn resolve_queued(&self) {
+        self.resolver_queue.fetch_add(1, Relaxed);
+    }
+    /// A resolver thread took a name.
+    pub(crate) fn resolve_started(&self) {
+        self.resolver_queue.fetch_sub(1, Relaxed);
+    }
+
+    /// Decisions counted by rule name, sorted by name. Connections no rule
+    /// decided (and requests refused before the rules) are under `-`.
+    pub fn rules(&self) -> Vec<(String, RuleCounts)> {
+        self.rules.snapshot()
+    }
+
     /// A copy of every counter.
     pub fn snapshot(&self) -> StatsSnapshot {
         let open = |p: Phase| self.open[p.index()].load(Relaxed);
@@ -101,6 +122,7 @@ impl Stats {
             requests_allowed: self.requests_allowed.load(Relaxed),
             requests_denied: self.requests_denied.load(Relaxed),
             upgrades: self.upgrades.load(Relaxed),
+            resolver_queue: self.resolver_queue.load(Relaxed),
         }
     }
 }
@@ -151,6 +173,7 @@ impl ClosedByReason {
 
 /// A point-in-time copy of [`Stats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StatsSnapshot {
     /// Connections accepted on any listener.
     pub accepted: u64,
@@ -180,6 +203,8 @@ pub struct StatsSnapshot {
     pub requests_denied: u64,
     /// Inspected sessions that switched to raw passthrough after a 101.
     pub upgrades: u64,
+    /// Names waiting for a resolver thread now.
+    pub resolver_queue: u64,
 }
 
 impl fmt::Display for StatsSnapshot {

@@ -23,11 +23,31 @@ pub fn render(setup: &Setup, args: &Args) -> String {
             ListenerProtocol::Socks5 => "socks5",
         };
         let _ = writeln!(s, "listen: {} (protocol {protocol})", l.addr);
+        if matches!(l.addr, portcullis::ListenAddr::Unix(_)) {
+            let group = match &l.unix.group {
+                None => "the process's".to_string(),
+                Some(g) => match g.gid() {
+                    Ok(gid) => format!("{g} (gid {gid})"),
+                    Err(e) => format!("{g} ({e} here)"),
+                },
+            };
+            let _ = writeln!(s, "  socket file: mode {:04o}, group {group}", l.unix.mode);
+        }
     }
     let _ = match &c.auth {
         Some(a) => writeln!(s, "auth: on (user {:?}; password not shown)", a.username),
         None => writeln!(s, "auth: off"),
     };
+    let _ = match &c.admin {
+        Some(a) => writeln!(
+            s,
+            "admin: {} (GET /metrics, GET /stats; control {})",
+            a.listen,
+            if a.control { "on" } else { "off" }
+        ),
+        None => writeln!(s, "admin: off"),
+    };
+    let _ = writeln!(s, "log_format: {}", c.log_format);
     let t = &c.timeouts;
     let idle = t.idle.map_or_else(|| "off".into(), format_duration);
     let _ = writeln!(
@@ -43,18 +63,13 @@ pub fn render(setup: &Setup, args: &Args) -> String {
     let l = &c.limits;
     let _ = writeln!(
         s,
-        "limits: max_head_bytes {}, buffer_size {}, resolver_threads {}, max_sessions {}, \
-         max_sessions_per_client {}, max_pending_handshakes {}, max_pending_handshakes_per_client {}, \
-         splice {}",
+        "limits: max_head_bytes {}, buffer_size {}, resolver_threads {}, splice {}",
         l.max_head_bytes,
         l.buffer_size,
         l.resolver_threads,
-        l.max_sessions,
-        l.max_sessions_per_client,
-        l.max_pending_handshakes,
-        l.max_pending_handshakes_per_client,
         if l.splice { "on" } else { "off" },
     );
+    let _ = writeln!(s, "{}", session_limits(l));
     let tls = &c.tls;
     let state_dir = tls.state_dir.as_ref().map_or_else(
         || "none (neither XDG_STATE_HOME nor HOME is set)".into(),
@@ -107,6 +122,25 @@ fn paths(list: &[PathBuf]) -> String {
     format!("[{}]", v.join(", "))
 }
 
+/// The session limits in force, and the open-file limit the defaults are
+/// sized to (an explicit value in the file wins over its default).
+fn session_limits(l: &portcullis::Limits) -> String {
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    let nofile = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((RLIM_INFINITY, _)) => "unlimited".to_string(),
+        Ok((soft, _)) => soft.to_string(),
+        Err(e) => format!("unknown ({e})"),
+    };
+    format!(
+        "sessions: max_sessions {}, max_sessions_per_client {}, max_pending_handshakes {}, \
+         max_pending_handshakes_per_client {} (defaults sized to an open file limit of {nofile})",
+        l.max_sessions,
+        l.max_sessions_per_client,
+        l.max_pending_handshakes,
+        l.max_pending_handshakes_per_client
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,11 +159,11 @@ mod tests {
             "config: none (flags and built-in defaults)",
             "listen: 127.0.0.1:3128 (protocol auto)",
             "auth: off",
+            "admin: off",
+            "log_format: text",
             "timeouts: handshake 10s, connect 10s, idle off, half_close 30s, close 5s, drain 30s, response 1m",
             &format!(
-                "limits: max_head_bytes 32768, buffer_size 65536, resolver_threads 2, max_sessions 10000, \
-                 max_sessions_per_client 10000, max_pending_handshakes 1024, max_pending_handshakes_per_client 256, \
-                 splice {}",
+                "limits: max_head_bytes 32768, buffer_size 65536, resolver_threads 2, splice {}",
                 if cfg!(all(target_os = "linux", feature = "splice")) { "on" } else { "off" }
             ),
             "policy: 1 rule (from built-in default), mode enforce",
@@ -139,6 +173,13 @@ mod tests {
         for line in want_lines {
             assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
         }
+        // The session limits are sized to this machine's open-file limit
+        // (config_tests checks the sizing); here only that they are shown.
+        assert!(
+            out.lines().any(|l| l.starts_with("sessions: max_sessions ")
+                && l.contains("(defaults sized to an open file limit of ")),
+            "{out}"
+        );
         assert!(out.contains("\ntls: ca_cert/ca_key none"), "{out}");
         assert!(out.ends_with("\nOK\n"), "{out}");
         assert!(!out.contains("warning:"), "{out}");

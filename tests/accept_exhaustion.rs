@@ -1,8 +1,11 @@
-//! Out of file descriptors: with a low RLIMIT_NOFILE (soft and hard, since the
-//! binary raises soft to hard) the proxy runs out of fds while accepting. It
+//! Out of file descriptors with nothing to shed: the proxy's soft
+//! RLIMIT_NOFILE is lowered under it (with `prlimit`) until every fd below
+//! the limit is taken, while it holds only established tunnels. Accepting
+//! fails with EMFILE and no pending handshake can make room, so the proxy
 //! must stay up, keep serving open tunnels, pause accepting (one log line per
 //! episode, `accept_pauses` counted) without spinning, and accept again once
-//! descriptors free up.
+//! the limit allows. (Shedding, when there is something to shed, is
+//! tests/fd_limits.rs.)
 
 mod support;
 
@@ -14,8 +17,8 @@ use std::time::Duration;
 
 use support::*;
 
-/// The proxy's fd limit, soft and hard.
-const NOFILE: u64 = 64;
+/// The proxy's fd limit at start, soft and hard.
+const NOFILE: u64 = 256;
 
 fn start_low_nofile(args: &[&str]) -> ChildProxy {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_portcullis"));
@@ -64,18 +67,23 @@ fn fd_exhaustion_pauses_accepts_without_spinning_and_recovers() {
         assert_echo(t, b"before");
     }
 
-    // Quiet connections (pending handshakes, one fd each in the proxy) until
-    // the proxy cannot accept any more; the rest wait in the backlog.
+    // Every fd below the limit taken: quiet connections wait in the backlog.
+    let limit = first_free_fd(proxy.pid());
+    set_soft_nofile(proxy.pid(), limit);
     let mut held = Vec::new();
-    for _ in 0..NOFILE as usize + 16 {
+    for _ in 0..16 {
         held.push(TcpStream::connect(proxy.addr).expect("connect (kernel backlog)"));
     }
     wait_for("an accept pause", PROMPTLY, || {
         stat(&proxy.stats(), "accept_pauses") > 0
     });
     let st = proxy.stats();
-    assert!(proxy.fds() >= NOFILE as usize - 1, "{} fds", proxy.fds());
-    eprintln!("exhausted: {} fds, stats {st:?}", proxy.fds());
+    assert_eq!(stat(&st, "open"), 4, "{st:?}");
+    assert_eq!(st.get("closed.shed"), None, "nothing to shed: {st:?}");
+    eprintln!(
+        "exhausted: {} fds below a limit of {limit}, stats {st:?}",
+        proxy.fds()
+    );
 
     // Still alive, still relaying.
     assert!(proxy_alive(&proxy), "the proxy died");
@@ -109,8 +117,9 @@ fn fd_exhaustion_pauses_accepts_without_spinning_and_recovers() {
         "one `accept failed (...); pausing accepts` line per episode: {pausing:?}"
     );
 
-    // Free the descriptors: the proxy accepts again and serves new clients.
-    drop(held);
+    // The limit allows again: the proxy accepts the queued connections and
+    // serves new clients.
+    set_soft_nofile(proxy.pid(), NOFILE);
     let mut fresh = None;
     wait_for(
         "a new tunnel after the fds freed up",
@@ -132,6 +141,7 @@ fn fd_exhaustion_pauses_accepts_without_spinning_and_recovers() {
 
     drop(fresh);
     drop(tunnels);
+    drop(held);
     wait_for("fds back to baseline", PROMPTLY, || {
         proxy.fds() == base_fds && stat(&proxy.stats(), "open") == 0
     });
@@ -143,6 +153,27 @@ fn fd_exhaustion_pauses_accepts_without_spinning_and_recovers() {
         stat(&s2, "wakeups"),
         "idle after recovery, yet woke up: {s1:?} then {s2:?}"
     );
+}
+
+/// The lowest fd number the process does not have open: with the soft
+/// limit set to it, its next open fails with EMFILE.
+fn first_free_fd(pid: u32) -> u64 {
+    let open: std::collections::HashSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    (0..).find(|n| !open.contains(n)).unwrap()
+}
+
+/// Sets a running process's soft RLIMIT_NOFILE (hard stays `NOFILE`) with
+/// util-linux `prlimit`.
+fn set_soft_nofile(pid: u32, soft: u64) {
+    let arg = format!("--nofile={soft}:{NOFILE}");
+    let st = Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), &arg])
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run prlimit ({e}); this test needs it (util-linux)"));
+    assert!(st.success(), "prlimit --pid {pid} {arg}");
 }
 
 fn proxy_alive(p: &ChildProxy) -> bool {

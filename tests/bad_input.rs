@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::Duration;
 
-use portcullis::{CloseReason, ListenAddr, ListenerProtocol, ProxyBuilder, SpawnedProxy, Timeouts};
+use portcullis::{CloseReason, ListenAddr, ListenerProtocol, ProxyBuilder, SpawnedProxy};
 use support::*;
 
 const USER: &str = "alice";
@@ -236,10 +236,9 @@ fn socks5_unknown_address_type_gets_08() {
 fn stalled_handshake_is_closed_by_the_handshake_timer() {
     let f = fixture(
         |b| {
-            b.timeouts(Timeouts {
-                handshake: Duration::from_secs(1),
-                ..test_timeouts()
-            })
+            b.timeouts(timeouts(|t| {
+                t.handshake = Duration::from_secs(1);
+            }))
         },
         false,
     );

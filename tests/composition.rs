@@ -139,9 +139,12 @@ fn audit_mode_lets_through_and_says_would_deny() {
     drop((s, t));
     wait_for("would-deny lines", PROMPTLY, || {
         let log = proxy.log().join("\n");
-        log.contains("GET /v1/admin/secret decision=would-deny")
-            && log
-                .lines()
-                .any(|l| l.contains("access") && l.contains("would-deny"))
+        log.lines().any(|l| {
+            l.contains("event=request")
+                && l.contains("decision=would-deny")
+                && l.contains("path=/v1/admin/secret")
+        }) && log
+            .lines()
+            .any(|l| l.contains("event=session") && l.contains("decision=would-deny"))
     });
 }

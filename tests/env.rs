@@ -68,7 +68,7 @@ impl Fixture {
         self.proxy
             .log()
             .iter()
-            .filter(|l| l.contains("access conn=") && l.contains(&target))
+            .filter(|l| l.contains("event=session") && l.contains(&target))
             .count()
     }
 

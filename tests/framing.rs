@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use portcullis::policy::parse_cli_inspect;
-use portcullis::{CloseReason, Policy, SpawnedProxy, Timeouts};
+use portcullis::{CloseReason, Policy, SpawnedProxy};
 use support::*;
 
 const BOUNDARIES: [usize; 16] = [
@@ -321,10 +321,11 @@ fn upstream_closing_before_answering_is_502() {
 #[test]
 fn no_response_head_in_time_is_504() {
     let origin = origin();
-    let proxy = spawn(proxy_builder(inspect_policy(&origin)).timeouts(Timeouts {
-        response: Duration::from_millis(500),
-        ..test_timeouts()
-    }));
+    let proxy = spawn(
+        proxy_builder(inspect_policy(&origin)).timeouts(timeouts(|t| {
+            t.response = Duration::from_millis(500);
+        })),
+    );
     let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &origin.target()));
     assert_eq!(c.get("127.0.0.1", "/fine").text(), "GET /fine 0");
     let r = c.get("127.0.0.1", "/hang");
@@ -377,10 +378,11 @@ fn malformed_request_is_400() {
 #[test]
 fn slow_upload_is_not_a_response_timeout() {
     let origin = origin();
-    let proxy = spawn(proxy_builder(inspect_policy(&origin)).timeouts(Timeouts {
-        response: Duration::from_millis(300),
-        ..test_timeouts()
-    }));
+    let proxy = spawn(
+        proxy_builder(inspect_policy(&origin)).timeouts(timeouts(|t| {
+            t.response = Duration::from_millis(300);
+        })),
+    );
     let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &origin.target()));
     c.send("POST /fine HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3000\r\n\r\n");
     for _ in 0..10 {
@@ -424,10 +426,9 @@ fn expect_continue_to_a_silent_upstream_is_504() {
         }
     });
     let policy = Policy::from_rules(&[parse_cli_inspect(&target).expect("rule")]).expect("policy");
-    let proxy = spawn(proxy_builder(policy).timeouts(Timeouts {
-        response: Duration::from_millis(500),
-        ..test_timeouts()
-    }));
+    let proxy = spawn(proxy_builder(policy).timeouts(timeouts(|t| {
+        t.response = Duration::from_millis(500);
+    })));
     let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &target));
     c.send(
         "PUT /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n",
@@ -462,10 +463,11 @@ fn unsolicited_upstream_bytes_close_without_an_answer() {
 #[test]
 fn slow_reader_of_pipelined_responses_gets_no_504() {
     let origin = origin();
-    let proxy = spawn(proxy_builder(inspect_policy(&origin)).timeouts(Timeouts {
-        response: Duration::from_millis(300),
-        ..test_timeouts()
-    }));
+    let proxy = spawn(
+        proxy_builder(inspect_policy(&origin)).timeouts(timeouts(|t| {
+            t.response = Duration::from_millis(300);
+        })),
+    );
     let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &origin.target()));
     c.send(
         "GET /chunked/3000000/5/0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /fine HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",

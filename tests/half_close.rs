@@ -146,10 +146,9 @@ fn silent_peer_after_half_close(via: Via) {
     let up = Server::start(move |s| {
         let _ = hold_tx.lock().unwrap().send(s);
     });
-    let timeouts = portcullis::Timeouts {
-        half_close: std::time::Duration::from_millis(300),
-        ..test_timeouts()
-    };
+    let timeouts = timeouts(|t| {
+        t.half_close = std::time::Duration::from_millis(300);
+    });
     assert_eq!(
         timeouts.idle, None,
         "idle timeout off: only half-close applies"

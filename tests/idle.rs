@@ -11,10 +11,9 @@ use portcullis::{CloseReason, Policy, Timeouts};
 use support::*;
 
 fn with_idle(idle: Duration) -> Timeouts {
-    Timeouts {
-        idle: Some(idle),
-        ..test_timeouts()
-    }
+    timeouts(|t| {
+        t.idle = Some(idle);
+    })
 }
 
 #[test]

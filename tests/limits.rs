@@ -1,8 +1,10 @@
 //! Session and handshake limits: past a limit the new client gets a clear
 //! refusal (HTTP 503 `X-Proxy-Error: limit; <which>`, SOCKS5 `[5,0]` then a
 //! reply with code 0x01), the session closes with reason `limit`, and the
-//! sessions already open are untouched. Per-client limits count per source
-//! address: 127.0.0.2 is another client than 127.0.0.1.
+//! sessions already open are untouched. Per-client limits count a loopback
+//! client by the uid owning its socket, whatever source address it binds:
+//! 127.0.0.2 from the same uid is the same client, and a socket of another
+//! uid (made under its fsuid) is another client.
 
 mod load;
 mod support;
@@ -19,8 +21,13 @@ fn proxy_with(echo: &Server, limits: Limits) -> SpawnedProxy {
     spawn(proxy_builder(allow_ports(&[echo.port()])).limits(limits))
 }
 
+/// A client from source address `src`, as `nobody` when `src` ends in `@nobody`.
 fn from(src: &str, p: SocketAddr) -> TcpStream {
-    let s = connect_from(ip(src), p).expect("connect to the proxy");
+    let s = match src.strip_suffix("@nobody") {
+        Some(addr) => connect_as(NOBODY, ip(addr), p),
+        None => connect_from(ip(src), p),
+    }
+    .expect("connect to the proxy");
     s.set_read_timeout(Some(PROMPTLY)).unwrap();
     s
 }
@@ -77,10 +84,9 @@ fn max_sessions_refuses_the_next_client_and_spares_the_rest() {
     let echo = echo_server();
     let proxy = proxy_with(
         &echo,
-        Limits {
-            max_sessions: 3,
-            ..Limits::default()
-        },
+        limits(|t| {
+            t.max_sessions = 3;
+        }),
     );
     let p = proxy_addr(&proxy);
     let mut open: Vec<_> = (0..3).map(|_| tunnel_from("127.0.0.1", p, &echo)).collect();
@@ -89,8 +95,8 @@ fn max_sessions_refuses_the_next_client_and_spares_the_rest() {
     });
 
     expect_http_limit("127.0.0.1", p, &echo, "max_sessions");
-    // max_sessions is global: another source address is refused too.
-    expect_http_limit("127.0.0.2", p, &echo, "max_sessions");
+    // max_sessions is global: another client is refused too.
+    expect_http_limit("127.0.0.2@nobody", p, &echo, "max_sessions");
     expect_socks_limit("127.0.0.1", p);
     echo_all(&mut open, "after the refusals");
 
@@ -119,10 +125,9 @@ fn max_sessions_socks5_refusal_is_method_then_general_failure() {
     let echo = echo_server();
     let proxy = proxy_with(
         &echo,
-        Limits {
-            max_sessions: 1,
-            ..Limits::default()
-        },
+        limits(|t| {
+            t.max_sessions = 1;
+        }),
     );
     let p = proxy_addr(&proxy);
     let mut s = connect_via_socks5(p, "127.0.0.1", echo.port()).expect("first SOCKS5 tunnel");
@@ -140,14 +145,13 @@ fn max_sessions_socks5_refusal_is_method_then_general_failure() {
 }
 
 #[test]
-fn max_sessions_per_client_counts_per_source_address() {
+fn max_sessions_per_client_counts_per_uid_not_per_loopback_address() {
     let echo = echo_server();
     let proxy = proxy_with(
         &echo,
-        Limits {
-            max_sessions_per_client: 2,
-            ..Limits::default()
-        },
+        limits(|t| {
+            t.max_sessions_per_client = 2;
+        }),
     );
     let p = proxy_addr(&proxy);
     let mut open = vec![
@@ -156,17 +160,19 @@ fn max_sessions_per_client_counts_per_source_address() {
     ];
     expect_http_limit("127.0.0.1", p, &echo, "max_sessions_per_client");
     expect_socks_limit("127.0.0.1", p);
-
-    // 127.0.0.2 is another client: it gets its own two.
-    open.push(tunnel_from("127.0.0.2", p, &echo));
-    open.push(tunnel_from("127.0.0.2", p, &echo));
+    // Another loopback address of the same uid is the same client.
     expect_http_limit("127.0.0.2", p, &echo, "max_sessions_per_client");
+
+    // Another uid is another client, from any address: it gets its own two.
+    open.push(tunnel_from("127.0.0.2@nobody", p, &echo));
+    open.push(tunnel_from("127.0.0.1@nobody", p, &echo));
+    expect_http_limit("127.0.0.3@nobody", p, &echo, "max_sessions_per_client");
     echo_all(&mut open, "after the per-client refusals");
 
     let st = proxy.stats();
     assert_eq!(st.open.established, 4, "{st}");
-    wait_for("three limit closes", PROMPTLY, || {
-        proxy.stats().closed.get(CloseReason::Limit) == 3
+    wait_for("four limit closes", PROMPTLY, || {
+        proxy.stats().closed.get(CloseReason::Limit) == 4
     });
 }
 
@@ -175,10 +181,9 @@ fn max_pending_handshakes_refuses_past_the_limit_and_keeps_the_pending_ones() {
     let echo = echo_server();
     let proxy = proxy_with(
         &echo,
-        Limits {
-            max_pending_handshakes: 2,
-            ..Limits::default()
-        },
+        limits(|t| {
+            t.max_pending_handshakes = 2;
+        }),
     );
     let p = proxy_addr(&proxy);
     // Two clients that connect and say nothing yet: two pending handshakes.
@@ -187,8 +192,8 @@ fn max_pending_handshakes_refuses_past_the_limit_and_keeps_the_pending_ones() {
         proxy.stats().open.handshake == 2
     });
     expect_http_limit("127.0.0.1", p, &echo, "max_pending_handshakes");
-    expect_http_limit("127.0.0.2", p, &echo, "max_pending_handshakes");
-    expect_socks_limit("127.0.0.2", p);
+    expect_http_limit("127.0.0.2@nobody", p, &echo, "max_pending_handshakes");
+    expect_socks_limit("127.0.0.2@nobody", p);
     assert!(proxy.stats().open.handshake <= 2, "{}", proxy.stats());
 
     // The pending ones were untouched: they complete their handshake now.
@@ -208,10 +213,9 @@ fn max_pending_handshakes_per_client_spares_other_clients() {
     let echo = echo_server();
     let proxy = proxy_with(
         &echo,
-        Limits {
-            max_pending_handshakes_per_client: 2,
-            ..Limits::default()
-        },
+        limits(|t| {
+            t.max_pending_handshakes_per_client = 2;
+        }),
     );
     let p = proxy_addr(&proxy);
     let mut established = tunnel_from("127.0.0.1", p, &echo);
@@ -221,13 +225,14 @@ fn max_pending_handshakes_per_client_spares_other_clients() {
     });
     expect_http_limit("127.0.0.1", p, &echo, "max_pending_handshakes_per_client");
     expect_socks_limit("127.0.0.1", p);
-    // Another source address is another client.
-    let mut other = tunnel_from("127.0.0.2", p, &echo);
+    // Another loopback address is not another client; another uid is.
+    expect_http_limit("127.0.0.2", p, &echo, "max_pending_handshakes_per_client");
+    let mut other = tunnel_from("127.0.0.2@nobody", p, &echo);
     assert_echo(&mut other, b"served");
     // An established tunnel of the limited client is not a pending handshake.
     assert_echo(&mut established, b"untouched");
     thread::sleep(Duration::from_millis(100));
     let st = proxy.stats();
-    assert_eq!(st.closed.get(CloseReason::Limit), 2, "{st}");
+    assert_eq!(st.closed.get(CloseReason::Limit), 3, "{st}");
     assert_eq!(st.open.established, 2, "{st}");
 }

@@ -135,7 +135,7 @@ impl Output {
     fn access_lines(&self, target: &str) -> usize {
         self.stderr
             .lines()
-            .filter(|l| l.contains("access conn=") && l.contains(&format!("target={target} ")))
+            .filter(|l| l.contains("event=session") && l.contains(&format!("target={target} ")))
             .count()
     }
 }

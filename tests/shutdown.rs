@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use load::*;
 use nix::sys::signal::Signal;
-use portcullis::{CloseReason, SpawnedProxy, Timeouts};
+use portcullis::{CloseReason, SpawnedProxy};
 use support::*;
 
 /// Waits (bounded) until connecting to `addr` is refused: the listener is closed.
@@ -122,10 +122,9 @@ fn second_sigterm_during_the_drain_exits_at_once() {
 
 fn spawn_with_drain(echo: &Server, drain: Duration) -> SpawnedProxy {
     spawn(
-        proxy_builder(allow_ports(&[echo.port()])).timeouts(Timeouts {
-            drain,
-            ..test_timeouts()
-        }),
+        proxy_builder(allow_ports(&[echo.port()])).timeouts(timeouts(|t| {
+            t.drain = drain;
+        })),
     )
 }
 

@@ -3,7 +3,7 @@
 //! and a 3 s handshake timeout: the connections past the limit get 503
 //! promptly, the pending-handshake gauge never exceeds the limit, the
 //! handshake timer closes the slow ones (reason `handshake-timeout`), and a
-//! normal client from 127.0.0.2 is served throughout.
+//! normal client of another uid (`nobody`, from 127.0.0.2) is served throughout.
 
 mod load;
 mod support;
@@ -16,7 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use load::*;
-use portcullis::{CloseReason, Limits, Timeouts};
+use portcullis::CloseReason;
 use support::*;
 
 const SLOW: usize = 1_000;
@@ -46,18 +46,16 @@ fn slowloris_is_held_by_the_pending_handshake_limit_and_timer() {
     let echo = echo_server();
     let proxy = spawn(
         proxy_builder(allow_ports(&[echo.port()]))
-            .timeouts(Timeouts {
-                handshake: Duration::from_secs(3),
+            .timeouts(timeouts(|t| {
+                t.handshake = Duration::from_secs(3);
                 // Refusals linger until then: long enough for this test's
                 // slow reader of 1,000 sockets to collect every 503.
-                close: Duration::from_secs(5),
-                ..test_timeouts()
-            })
-            .limits(Limits {
-                max_pending_handshakes: 4 * SLOW,
-                max_pending_handshakes_per_client: PER_CLIENT,
-                ..Limits::default()
-            }),
+                t.close = Duration::from_secs(5);
+            }))
+            .limits(limits(|t| {
+                t.max_pending_handshakes = 4 * SLOW;
+                t.max_pending_handshakes_per_client = PER_CLIENT;
+            })),
     );
     let p = proxy_addr(&proxy);
     let head = format!(
@@ -79,13 +77,13 @@ fn slowloris_is_held_by_the_pending_handshake_limit_and_timer() {
         })
     };
 
-    // A normal client from another address, served throughout the storm.
+    // A normal client of another uid, served throughout the storm.
     let normal = {
         let (stop, target) = (stop.clone(), echo.target());
         thread::spawn(move || -> Result<usize, String> {
             let mut rounds = 0;
             while !stop.load(Ordering::SeqCst) || rounds < 5 {
-                let mut s = connect_from(ip("127.0.0.2"), p)
+                let mut s = connect_as(NOBODY, ip("127.0.0.2"), p)
                     .map_err(|e| format!("round {rounds}: connect: {e}"))?;
                 s.set_read_timeout(Some(PROMPTLY)).unwrap();
                 let head = http_connect_raw(&mut s, &target)
@@ -167,7 +165,7 @@ fn slowloris_is_held_by_the_pending_handshake_limit_and_timer() {
     let rounds = normal
         .join()
         .unwrap()
-        .unwrap_or_else(|e| panic!("the normal client from 127.0.0.2 failed: {e}"));
+        .unwrap_or_else(|e| panic!("the normal client (nobody, 127.0.0.2) failed: {e}"));
 
     let refused = slow.iter().filter(|c| c.fate == Fate::Refused).count();
     let timed_out = slow
@@ -189,8 +187,8 @@ fn slowloris_is_held_by_the_pending_handshake_limit_and_timer() {
     );
     assert!(others.is_empty(), "unexpected fates: {others:?}");
     assert!(
-        // The gauge is global: the normal client's own handshake from
-        // 127.0.0.2 may be in it too, so at most one over the per-client limit.
+        // The gauge is global: the normal client's own handshake may be in
+        // it too, so at most one over the per-client limit.
         max_pending <= PER_CLIENT as u64 + 1,
         "pending handshakes reached {max_pending} (limit {PER_CLIENT} per client)"
     );

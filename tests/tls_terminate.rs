@@ -118,7 +118,12 @@ fn curl_through_a_terminated_tunnel_connect_and_socks5() {
     assert_eq!(stat(&st, "requests_denied"), 1, "{st:?}");
     assert!(stat(&st, "requests_allowed") >= 2, "{st:?}");
     let log = proxy.log().join("\n");
-    assert!(log.contains("request denied: GET /admin/users"), "{log}");
+    assert!(
+        log.lines().any(|l| l.contains("event=request")
+            && l.contains("decision=deny")
+            && l.contains("path=/admin/users")),
+        "{log}"
+    );
 }
 
 #[test]
@@ -176,7 +181,9 @@ fn an_sni_that_does_not_match_the_target_is_refused() {
     drop(c);
     wait_for("the refusal in the access line", PROMPTLY, || {
         proxy.log().iter().any(|l| {
-            l.contains("access") && l.contains("close=denied") && l.contains("fronted.example")
+            l.contains("event=session")
+                && l.contains("close=denied")
+                && l.contains("fronted.example")
         })
     });
 }
@@ -216,10 +223,9 @@ fn tls_on_a_plaintext_inspect_rule_is_refused_clearly() {
     assert!(err.to_string().to_lowercase().contains("alert"), "{err}");
     drop(c);
     wait_for("the reason in the access line", PROMPTLY, || {
-        proxy
-            .log()
-            .iter()
-            .any(|l| l.contains("access") && l.contains("TLS on a plaintext HTTP inspection rule"))
+        proxy.log().iter().any(|l| {
+            l.contains("event=session") && l.contains("TLS on a plaintext HTTP inspection rule")
+        })
     });
 }
 

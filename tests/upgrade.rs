@@ -326,12 +326,12 @@ fn access_line_and_counters_report_the_upgrade() {
     let stream = connect_via_http(proxy.addr, &server.target());
     session(stream, "/chat", &server.target(), 64 * 1024, false, &rx);
     wait_for("the access line", PROMPTLY, || {
-        proxy.log().iter().any(|l| l.contains("access conn="))
+        proxy.log().iter().any(|l| l.contains("event=session"))
     });
     let line = proxy
         .log()
         .into_iter()
-        .find(|l| l.contains("access conn="))
+        .find(|l| l.contains("event=session"))
         .unwrap();
     assert!(
         line.contains(" requests=1 upgraded=true"),

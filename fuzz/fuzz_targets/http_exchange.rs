@@ -45,14 +45,13 @@ fn config(flags: u8) -> ExchangeConfig {
     let mut config = ExchangeConfig::new(mode);
     config.max_head_bytes = MAX_HEAD;
     if flags & 2 != 0 {
-        let rule = |action: &str, path: &str| RequestRuleConfig {
-            action: if action == "allow" {
+        let rule = |action: &str, path: &str| {
+            RequestRuleConfig::new(if action == "allow" {
                 portcullis::policy::Action::Allow
             } else {
                 portcullis::policy::Action::Deny
-            },
-            method: None,
-            path: Some(path.into()),
+            })
+            .path(path)
         };
         let rules = RequestRules::new(
             "fuzz".into(),

@@ -1,6 +1,9 @@
 //! The TOML file as written, and [`ConfigFile`]: parsed but not compiled,
 //! so a front end can override parts and append rules before compiling.
 
+use std::sync::Arc;
+
+use crate::protocol::parent::ParentProxy;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -8,8 +11,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{
-    default_listener, default_state_dir, parse_listen_addr, Config, ConfigError, Credentials,
-    Limits, ListenerConfig, ListenerProtocol, Timeouts, TlsConfig,
+    default_listener, default_state_dir, parse_listen_addr, parse_unix_mode, AdminConfig, Config,
+    ConfigError, Credentials, Limits, ListenAddr, ListenerConfig, ListenerProtocol, LogFormat,
+    Timeouts, TlsConfig, UnixAccess, UnixGroup,
 };
 use crate::policy::{builtin_default_rule, Policy, PolicyError, RuleConfig, RuleMode};
 
@@ -32,6 +36,31 @@ struct RawFile {
     mode: Option<RuleMode>,
     #[serde(default)]
     tls: RawTls,
+    #[serde(default)]
+    upstream_proxy: Option<String>,
+    admin: Option<RawAdmin>,
+    #[serde(default)]
+    log_format: Option<String>,
+}
+
+/// `[admin]`: the admin endpoint.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    listen: String,
+    #[serde(default)]
+    control: bool,
+}
+
+impl RawAdmin {
+    fn compile(self) -> Result<AdminConfig, ConfigError> {
+        let listen =
+            parse_listen_addr(&self.listen).map_err(|e| ConfigError::key("admin.listen", e))?;
+        Ok(AdminConfig {
+            listen,
+            control: self.control,
+        })
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -53,6 +82,60 @@ struct RawListen {
     address: String,
     #[serde(default)]
     protocol: Option<String>,
+    /// Unix sockets only: the socket file's mode, as an octal string.
+    #[serde(default)]
+    mode: Option<String>,
+    /// Unix sockets only: the socket file's group, a name or a gid.
+    #[serde(default)]
+    group: Option<RawGroup>,
+}
+
+/// A group as written: a name, or a numeric gid.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawGroup {
+    Gid(u32),
+    Name(String),
+}
+
+impl RawListen {
+    /// The `mode` and `group` keys, for listener `i` at `addr`.
+    fn unix_access(&self, i: usize, addr: &ListenAddr) -> Result<UnixAccess, ConfigError> {
+        if !matches!(addr, ListenAddr::Unix(_)) {
+            for (key, given) in [
+                ("mode", self.mode.is_some()),
+                ("group", self.group.is_some()),
+            ] {
+                if given {
+                    return Err(ConfigError::key(
+                        format!("listen[{i}].{key}"),
+                        "only a unix: listener has a socket file to set it on",
+                    ));
+                }
+            }
+        }
+        let mut access = UnixAccess::default();
+        if let Some(m) = &self.mode {
+            access.mode =
+                parse_unix_mode(m).map_err(|e| ConfigError::key(format!("listen[{i}].mode"), e))?;
+        }
+        access.group = match &self.group {
+            None => None,
+            Some(RawGroup::Gid(gid)) => Some(UnixGroup::Gid(*gid)),
+            // A name that is all digits is a gid, as for chgrp.
+            Some(RawGroup::Name(name)) => Some(match name.trim().parse() {
+                Ok(gid) => UnixGroup::Gid(gid),
+                Err(_) if name.trim().is_empty() => {
+                    return Err(ConfigError::key(
+                        format!("listen[{i}].group"),
+                        "empty group name",
+                    ))
+                }
+                Err(_) => UnixGroup::Name(name.trim().to_string()),
+            }),
+        };
+        Ok(access)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -151,6 +234,13 @@ pub struct ConfigFile {
     pub audit: bool,
     /// `[tls]`, paths as written (made relative to the file by [`ConfigFile::load`]).
     pub tls: TlsConfig,
+    /// `upstream_proxy`: every allowed connection goes through this parent
+    /// proxy, unless its rule says otherwise.
+    pub upstream_proxy: Option<Arc<ParentProxy>>,
+    /// `[admin]`, if present.
+    pub admin: Option<AdminConfig>,
+    /// `log_format`, default text.
+    pub log_format: LogFormat,
     /// The text parsed, to point errors at line and column.
     source: Option<Source>,
     /// How many of `rules` came from the file (the rest were appended).
@@ -198,13 +288,16 @@ impl ConfigFile {
                     .map(|(i, l)| {
                         let addr = parse_listen_addr(&l.address)
                             .map_err(|e| ConfigError::key(format!("listen[{i}].address"), e))?;
-                        let protocol = match l.protocol {
+                        let protocol = match &l.protocol {
                             None => ListenerProtocol::Auto,
                             Some(p) => p.parse().map_err(|e| {
                                 ConfigError::key(format!("listen[{i}].protocol"), e)
                             })?,
                         };
-                        Ok(ListenerConfig { addr, protocol })
+                        let unix = l.unix_access(i, &addr)?;
+                        let mut listener = ListenerConfig::new(addr, protocol);
+                        listener.unix = unix;
+                        Ok(listener)
                     })
                     .collect::<Result<Vec<_>, ConfigError>>()?,
             ),
@@ -286,6 +379,17 @@ impl ConfigFile {
                 None => default_state_dir(),
             },
         };
+        let upstream_proxy = match raw.upstream_proxy {
+            None => None,
+            Some(url) => Some(Arc::new(
+                ParentProxy::parse(&url).map_err(|e| ConfigError::key("upstream_proxy", e))?,
+            )),
+        };
+        let admin = raw.admin.map(RawAdmin::compile).transpose()?;
+        let log_format = match &raw.log_format {
+            Some(f) => f.parse().map_err(|e| ConfigError::key("log_format", e))?,
+            None => LogFormat::default(),
+        };
         let file_rules = raw.rules.len();
         Ok(ConfigFile {
             path: None,
@@ -300,6 +404,9 @@ impl ConfigFile {
             default: raw.default,
             audit: raw.mode == Some(RuleMode::Audit),
             tls,
+            upstream_proxy,
+            admin,
+            log_format,
             source: None,
             file_rules,
         })
@@ -367,6 +474,9 @@ impl ConfigFile {
             limits: self.limits,
             auth: self.auth.clone(),
             tls: self.tls.clone(),
+            upstream_proxy: self.upstream_proxy.clone(),
+            admin: self.admin.clone(),
+            log_format: self.log_format,
         };
         config.validate().map_err(|e| self.attach(e))?;
         Ok(config)

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 /// TLS settings for rules with `tls = "terminate"` (the `[tls]` table). Paths
 /// in a file are relative to the file's directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TlsConfig {
     /// PEM certificate of the CA that signs minted leaves (with `ca_key`).
     pub ca_cert: Option<PathBuf>,

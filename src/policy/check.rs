@@ -210,6 +210,7 @@ pub(crate) fn check_resolved(
     Verdict::Allow(Allowed {
         rule: rule.map_or_else(|| "-".into(), |r| r.name.clone()),
         idle_timeout: rule.and_then(|r| r.idle_timeout),
+        route: rule.and_then(|r| r.route.clone()),
         addrs: vetted,
         inspect: (!parts.is_empty()).then(|| Arc::new(RequestRules::all_of(parts))),
         audit: audit_denial,

@@ -11,6 +11,7 @@
 //! they cannot be reached uninspected through a broader rule.
 
 mod addr;
+mod builder;
 mod check;
 mod cidr;
 mod describe;
@@ -28,6 +29,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use builder::RuleBuilder;
 pub(crate) use describe::human as describe_duration;
 pub use memory::{InspectedAddrs, InspectedMemory, PINNED_TTL, REFRESH_EVERY, SEEN_TTL};
 pub use path::normalize_path;
@@ -205,6 +207,16 @@ pub enum Denial {
     SpecialAddress(IpAddr, &'static str),
 }
 
+/// How an allowed connection leaves: straight to its destination, or
+/// through a parent proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Dial the destination (even when a global `upstream_proxy` is set).
+    Direct,
+    /// Ask this parent proxy for a tunnel to the vetted address.
+    Parent(Arc<crate::protocol::parent::ParentProxy>),
+}
+
 /// Policy said yes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allowed {
@@ -222,6 +234,8 @@ pub struct Allowed {
     /// Audit mode: the denial that would have refused this connection. The
     /// session lets it through and logs `decision=would-deny` with it.
     pub audit: Option<Denial>,
+    /// The allowing rule's `upstream_proxy` (`None`: the global one, if any).
+    pub route: Option<Route>,
 }
 
 impl Allowed {
@@ -324,6 +338,16 @@ impl Policy {
             r.set_policy_audit(audit);
         }
         self.audit = audit;
+    }
+
+    /// Removes every rule named `name`; returns whether there was one.
+    /// The memory of inspected names' addresses is kept.
+    pub fn remove_rule(&mut self, name: &str) -> bool {
+        if !self.rules.iter().any(|r| &*r.name == name) {
+            return false;
+        }
+        Arc::make_mut(&mut self.rules).retain(|r| &*r.name != name);
+        true
     }
 
     /// Turns policy-wide audit mode on or off: when on, every denial of a

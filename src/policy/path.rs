@@ -6,7 +6,8 @@
 //!
 //! | In the request | The matcher sees |
 //! |---|---|
-//! | `/` | a segment boundary; runs of `/` count as one (`//a` is `/a`) |
+//! | `/` | a segment boundary; runs of `/` count as one (`/a//b` is `/a/b`) |
+//! | a leading `//` (`//x/admin`) | both `/x/admin` and, as URL parsers read a network-path reference (`new URL(path, base)`, `urljoin`), `/admin`: the authority `x` dropped |
 //! | `%XX` for any byte but those below (`%40`, `%3A`, `%3a`, `%2E`, `%7E`, `%C3%A9`) | the byte it encodes (`@`, `:`, `:`, `.`, `~`, `é`): hex digits in either case |
 //! | any other byte allowed in a path (`A-Z a-z 0-9 - . _ ~ ! $ & ' ( ) * + , ; = : @`) | itself |
 //! | `.` / `..` segments, raw or encoded (`%2e%2E`) | removed per RFC 3986 5.2.4, never above the root |
@@ -41,12 +42,29 @@ pub(crate) struct Path {
     segs: Vec<Vec<u8>>,
     /// Some segment holds a `;` (path parameters): judge a second reading.
     params: bool,
+    /// The target starts with `//`, which URL parsers read as a host
+    /// (`new URL("//x/admin", base)` has the path `/admin`): that reading,
+    /// the authority dropped, is judged too.
+    network: Option<Box<Path>>,
 }
 
 /// Parses a request target (origin form, query allowed) or a rule's path
 /// pattern. Refuses what cannot be judged safely (see the module docs).
 pub(crate) fn parse(raw: &str) -> Result<Path, String> {
     let path = raw.split_once('?').map_or(raw, |(p, _)| p);
+    let mut parsed = parse_path(path)?;
+    if path.starts_with("//") {
+        // A network-path reference: the authority runs to the next `/`
+        // (WHATWG skips every leading `/` first), the rest is the path.
+        let after = path.trim_start_matches('/');
+        let tail = after.find('/').map_or("/", |i| &after[i..]);
+        parsed.network = Some(Box::new(parse_path(tail)?));
+    }
+    Ok(parsed)
+}
+
+/// Parses a path without its query, collapsing runs of `/`.
+fn parse_path(path: &str) -> Result<Path, String> {
     let Some(rest) = path.strip_prefix('/') else {
         return Err("the path does not start with '/'".into());
     };
@@ -81,7 +99,11 @@ pub(crate) fn parse(raw: &str) -> Result<Path, String> {
     if trailing || segs.is_empty() {
         segs.push(Vec::new());
     }
-    Ok(Path { segs, params })
+    Ok(Path {
+        segs,
+        params,
+        network: None,
+    })
 }
 
 fn is_dot(seg: &[u8]) -> bool {
@@ -154,26 +176,36 @@ impl Path {
 
     /// Every reading the rules must judge: the path as decoded, then, when a
     /// segment has `;` parameters, the same with each segment cut at its
-    /// first `;`. Same number of segments in each.
+    /// first `;`; and for a target starting with `//`, the same again for
+    /// the path after its authority.
     pub(crate) fn readings(&self) -> Vec<Vec<&[u8]>> {
         let literal: Vec<&[u8]> = self.segments().collect();
-        if !self.params {
-            return vec![literal];
+        let mut all = Vec::with_capacity(4);
+        if self.params {
+            let cut = literal
+                .iter()
+                .map(|s| match s.iter().position(|&b| b == b';') {
+                    Some(i) => &s[..i],
+                    None => s,
+                })
+                .collect();
+            all.push(literal);
+            all.push(cut);
+        } else {
+            all.push(literal);
         }
-        let cut = literal
-            .iter()
-            .map(|s| match s.iter().position(|&b| b == b';') {
-                Some(i) => &s[..i],
-                None => s,
-            })
-            .collect();
-        vec![literal, cut]
+        if let Some(net) = &self.network {
+            all.extend(net.readings());
+        }
+        all
     }
 
     /// The canonical spelling: `/`-joined segments, each byte raw if a path
     /// may carry it raw, else `%XX` (upper-case).
     pub(crate) fn canonical(&self) -> String {
-        let mut s = String::new();
+        // A leading `//` stays, so the canonical spelling is judged with the
+        // network-path reading too (it covers the original's: see the tests).
+        let mut s = String::from(if self.network.is_some() { "/" } else { "" });
         for seg in &self.segs {
             s.push('/');
             for &b in seg {

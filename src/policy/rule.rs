@@ -8,7 +8,9 @@ use std::time::Duration;
 use super::cidr::Cidr;
 use super::host::{canonical_host, parse_port};
 use super::request::RuleRequests;
+use super::Route;
 use super::{Action, Host, MatchMode, PolicyError, PortSpec, RuleConfig, RuleMode, TlsMode};
+use crate::protocol::parent::ParentProxy;
 
 /// A canonical host pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +103,8 @@ pub(crate) struct Rule {
     pub(crate) idle_timeout: Option<Duration>,
     /// Set when the rule inspects HTTP (or terminates TLS).
     pub(crate) inspect: Option<Arc<RuleRequests>>,
+    /// How the rule's connections leave (`None`: the global setting).
+    pub(crate) route: Option<Route>,
 }
 
 impl Rule {
@@ -226,6 +230,19 @@ impl Rule {
         };
         let audit = cfg.mode == Some(RuleMode::Audit);
         let inspect = compile_inspection(&name, cfg, audit || policy_audit)?;
+        let route = match cfg.upstream_proxy.as_deref() {
+            None => None,
+            Some(_) if cfg.action == Action::Deny => {
+                return Err(fail(
+                    "upstream_proxy".into(),
+                    "a deny rule has nothing to route".into(),
+                ))
+            }
+            Some(s) if s.eq_ignore_ascii_case("direct") => Some(Route::Direct),
+            Some(s) => Some(Route::Parent(Arc::new(
+                ParentProxy::parse(s).map_err(|e| fail("upstream_proxy".into(), e))?,
+            ))),
+        };
         Ok(Rule {
             name,
             action: cfg.action,
@@ -236,6 +253,7 @@ impl Rule {
             audit,
             idle_timeout,
             inspect: inspect.map(Arc::new),
+            route,
         })
     }
 }

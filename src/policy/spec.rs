@@ -90,8 +90,11 @@ pub enum TlsMode {
 }
 
 /// One `[[rules]]` table as written in the policy file (before compiling).
+/// Build one in code with [`RuleConfig::allow`], [`RuleConfig::deny`] or
+/// [`RuleConfig::builder`].
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RuleConfig {
     /// Name used in logs and in `X-Proxy-Error`; defaults to `rules[N]`.
     #[serde(default)]
@@ -138,11 +141,16 @@ pub struct RuleConfig {
     /// Request rules for an inspected destination (empty: every request allowed).
     #[serde(default)]
     pub requests: Vec<RequestRuleConfig>,
+    /// Reach this rule's destinations through a parent proxy
+    /// (`http://[user:pass@]host:port` or `socks5://...`), or `"direct"` to
+    /// bypass the global `upstream_proxy`.
+    #[serde(default)]
+    pub upstream_proxy: Option<String>,
 }
 
 impl RuleConfig {
-    /// An unnamed rule of `action` matching nothing yet: fill it with
-    /// struct-update syntax (`RuleConfig { host: ..., ..RuleConfig::new(Action::Allow) }`).
+    /// An unnamed rule of `action` matching nothing yet: set its fields, or
+    /// use [`RuleConfig::builder`].
     pub fn new(action: Action) -> RuleConfig {
         RuleConfig {
             name: None,
@@ -160,14 +168,17 @@ impl RuleConfig {
             tls: None,
             upgrades: None,
             requests: Vec::new(),
+            upstream_proxy: None,
         }
     }
 }
 
 /// One request rule inside an inspecting `[[rules]]` table:
-/// `{ action = "allow", method = "GET", path = "/v1/**" }`.
+/// `{ action = "allow", method = "GET", path = "/v1/**" }`. Build one with
+/// [`RequestRuleConfig::allow`] or [`RequestRuleConfig::deny`].
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RequestRuleConfig {
     /// Allow or deny; a deny beats any allow.
     pub action: Action,

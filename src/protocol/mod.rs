@@ -3,5 +3,6 @@
 
 pub mod http;
 pub mod http1;
+pub mod parent;
 pub mod sniff;
 pub mod socks5;

@@ -1,12 +1,27 @@
 //! Admission: the session and pending-handshake limits, overall and per
-//! client, checked at accept. A client past a limit still gets an answer in
-//! its own protocol (503, or SOCKS5 reply 0x01); those refusals are capped
-//! too, so a flood cannot turn refusing into a resource of its own.
+//! client, checked at accept, and shedding near the open-file limit. A
+//! client past a limit still gets an answer in its own protocol (503, or
+//! SOCKS5 reply 0x01); those refusals are capped too, so a flood cannot turn
+//! refusing into a resource of its own.
+//!
+//! Near the fd limit, load is shed in a stated order (README, "Guarantees
+//! and limits"). Admission counts the descriptors the proxy holds: those
+//! open at start, two per admitted session (a handshake holds one, but will
+//! hold two), one per refusal being answered. Then:
+//! 1. at [`FdBudget::pressure_at`], a new client holding at least the mean
+//!    number of sessions per client (the heaviest first; a lone client is
+//!    its own mean) is refused with `fd_reserve`; lighter clients still get
+//!    in, so no client can lock the others out;
+//! 2. at [`FdBudget::silent_at`], refused clients are closed unanswered (an
+//!    answer would hold an fd the reserve is keeping);
+//! 3. if accept still fails with EMFILE, the reactor closes the oldest
+//!    pending handshakes of the heaviest client ([`Admission::heaviest`]).
 
 use std::collections::HashMap;
 
 pub(crate) use crate::client::ClientKey;
 use crate::config::Limits;
+use crate::fd_budget::FdBudget;
 
 /// Sessions past a limit that are being answered and closed, at most. Each
 /// costs one fd until its answer is flushed (bounded by the close timer);
@@ -30,17 +45,52 @@ pub(crate) enum Admit {
     Drop,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Admission {
     clients: HashMap<ClientKey, Counts>,
     sessions: usize,
     handshakes: usize,
     refusing: usize,
+    fds: FdBudget,
+    /// Fds open before any session (listeners, poll, stdio, ...).
+    base_fds: usize,
 }
 
 impl Admission {
+    /// Admission under `fds`, with `base_fds` already open.
+    pub(crate) fn new(fds: FdBudget, base_fds: usize) -> Admission {
+        Admission {
+            clients: HashMap::new(),
+            sessions: 0,
+            handshakes: 0,
+            refusing: 0,
+            fds,
+            base_fds,
+        }
+    }
+
+    /// The fds the proxy holds, as counted (an upper bound for sessions).
+    pub(crate) fn held_fds(&self) -> usize {
+        self.base_fds + 2 * self.sessions + self.refusing
+    }
+
+    /// The fds held are at the pressure threshold: the next admission
+    /// could take the last ones below it.
+    pub(crate) fn under_pressure(&self) -> bool {
+        self.held_fds() + 2 > self.fds.pressure_at()
+    }
+
+    /// The open-file limit as read again (after an EMFILE, and at each
+    /// accept under pressure: an operator may have raised or lowered it).
+    /// The pipe budget was sized for the old limit; the thresholds count
+    /// the pipes the new one would allow.
+    pub(crate) fn set_fd_limit(&mut self, limit: Option<u64>) {
+        self.fds = FdBudget::for_limit(limit);
+    }
+
     pub(crate) fn admit(&mut self, key: ClientKey, limits: &Limits) -> Admit {
         let c = self.clients.get(&key).copied().unwrap_or_default();
+        let held = self.held_fds();
         let over = if self.sessions >= limits.max_sessions {
             Some("max_sessions")
         } else if c.sessions >= limits.max_sessions_per_client {
@@ -49,6 +99,10 @@ impl Admission {
             Some("max_pending_handshakes")
         } else if c.handshakes >= limits.max_pending_handshakes_per_client {
             Some("max_pending_handshakes_per_client")
+        } else if self.under_pressure() && c.sessions * self.clients.len() >= self.sessions {
+            // The clients at or above the mean give way; lighter ones
+            // (a new one in particular) still get in.
+            Some("fd_reserve")
         } else {
             None
         };
@@ -61,12 +115,24 @@ impl Admission {
                 self.handshakes += 1;
                 Admit::Yes
             }
-            Some(_) if self.refusing >= MAX_REFUSING => Admit::Drop,
+            Some(_) if self.refusing >= MAX_REFUSING || held + 1 > self.fds.silent_at() => {
+                Admit::Drop
+            }
             Some(limit) => {
                 self.refusing += 1;
                 Admit::Refuse(limit)
             }
         }
+    }
+
+    /// The client with the most sessions among those with a handshake
+    /// pending: whose handshakes go first when fds run out.
+    pub(crate) fn heaviest(&self) -> Option<ClientKey> {
+        self.clients
+            .iter()
+            .filter(|(_, c)| c.handshakes > 0)
+            .max_by_key(|(_, c)| c.sessions)
+            .map(|(k, _)| *k)
     }
 
     /// An admitted session finished its handshake (either way).
@@ -111,7 +177,7 @@ mod tests {
     fn limits_in_order_and_released() {
         let a = ClientKey::Ip("127.0.0.1".parse().unwrap());
         let b = ClientKey::Ip("127.0.0.2".parse().unwrap());
-        let mut adm = Admission::default();
+        let mut adm = Admission::new(FdBudget::for_limit(None), 0);
         let l = limits(3, 2, 10, 1);
         assert_eq!(adm.admit(a, &l), Admit::Yes);
         assert_eq!(
@@ -135,12 +201,94 @@ mod tests {
     #[test]
     fn refusals_are_capped() {
         let a = ClientKey::Uid(1000);
-        let mut adm = Admission::default();
+        let mut adm = Admission::new(FdBudget::for_limit(None), 0);
         let l = limits(1, 1, 1, 1);
         assert_eq!(adm.admit(a, &l), Admit::Yes);
         for _ in 0..MAX_REFUSING {
             assert!(matches!(adm.admit(a, &l), Admit::Refuse(_)));
         }
         assert_eq!(adm.admit(a, &l), Admit::Drop);
+    }
+
+    fn unlimited() -> Limits {
+        limits(usize::MAX, usize::MAX, usize::MAX, usize::MAX)
+    }
+
+    #[test]
+    fn under_fd_pressure_the_heaviest_clients_give_way_first() {
+        let a = ClientKey::Uid(65534);
+        let b = ClientKey::Uid(0);
+        let c = ClientKey::Ip("10.0.0.3".parse().unwrap());
+        // 256 fds: 16 pipes, reserve 16; pressure at 192, silence at 208.
+        let fds = FdBudget::for_limit(Some(256));
+        assert_eq!((fds.pressure_at(), fds.silent_at()), (192, 208));
+        let mut adm = Admission::new(fds, 10);
+        let l = unlimited();
+        let mut a_n = 0;
+        while adm.admit(a, &l) == Admit::Yes {
+            a_n += 1;
+        }
+        // A lone client is its own mean: refused once its fds reach pressure.
+        assert_eq!(a_n, (192 - 10) / 2);
+        assert_eq!(adm.admit(a, &l), Admit::Refuse("fd_reserve"));
+        // A lighter client still gets in, while A is refused.
+        assert_eq!(adm.admit(b, &l), Admit::Yes);
+        assert_eq!(adm.admit(a, &l), Admit::Refuse("fd_reserve"));
+        assert_eq!(adm.admit(c, &l), Admit::Yes);
+        // Refusals take fds too: past the reserve they go unanswered.
+        let mut answered = 3; // the three refusals above
+        while adm.admit(a, &l) == Admit::Refuse("fd_reserve") {
+            answered += 1;
+        }
+        assert_eq!(adm.admit(a, &l), Admit::Drop);
+        assert_eq!(adm.held_fds(), fds.silent_at());
+        assert_eq!(answered, fds.silent_at() - (10 + 2 * (a_n + 2)));
+        // Lighter clients are still served.
+        assert_eq!(adm.admit(ClientKey::Uid(1000), &l), Admit::Yes);
+        assert_eq!(adm.heaviest(), Some(a));
+        // As A's sessions end, pressure lifts.
+        for _ in 0..a_n {
+            adm.left_handshake(a);
+            adm.ended(a, true);
+        }
+        for _ in 0..answered {
+            adm.ended(a, false);
+        }
+        assert!(!adm.under_pressure());
+        assert_eq!(adm.admit(a, &l), Admit::Yes);
+    }
+
+    #[test]
+    fn heaviest_is_among_clients_with_handshakes() {
+        let (a, b) = (ClientKey::Uid(1), ClientKey::Uid(2));
+        let mut adm = Admission::new(FdBudget::for_limit(None), 0);
+        let l = unlimited();
+        assert_eq!(adm.heaviest(), None);
+        for _ in 0..3 {
+            assert_eq!(adm.admit(a, &l), Admit::Yes);
+            adm.left_handshake(a);
+        }
+        assert_eq!(adm.admit(b, &l), Admit::Yes);
+        // A has more sessions, but none in its handshake.
+        assert_eq!(adm.heaviest(), Some(b));
+        assert_eq!(adm.admit(a, &l), Admit::Yes);
+        assert_eq!(adm.heaviest(), Some(a));
+    }
+
+    #[test]
+    fn a_lower_fd_limit_moves_the_thresholds() {
+        let a = ClientKey::Uid(1);
+        let mut adm = Admission::new(FdBudget::for_limit(Some(20_000)), 10);
+        let l = unlimited();
+        for _ in 0..20 {
+            assert_eq!(adm.admit(a, &l), Admit::Yes);
+        }
+        adm.set_fd_limit(Some(64));
+        assert!(adm.under_pressure());
+        assert_eq!(adm.admit(a, &l), Admit::Drop);
+        // A client with nothing open still gets in.
+        assert_eq!(adm.admit(ClientKey::Uid(2), &l), Admit::Yes);
+        adm.set_fd_limit(Some(20_000));
+        assert_eq!(adm.admit(a, &l), Admit::Yes);
     }
 }

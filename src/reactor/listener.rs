@@ -1,26 +1,39 @@
 //! Listening sockets: TCP and Unix-domain, each with the protocols it serves.
 
 use std::io;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 
 use mio::net::{TcpListener, UnixListener};
 use mio::{Interest, Registry, Token};
 
-use crate::client::{peer_uid, Peer};
+use crate::client::{in_our_netns, peer_cred, Identify, Peer};
 use crate::config::{ListenAddr, ListenerConfig, ListenerProtocol};
 use crate::io::Stream;
+
+use super::socket_file::{self, SocketFile};
 
 /// A bound listener.
 pub(crate) struct Listener {
     socket: Socket,
     pub(crate) protocol: ListenerProtocol,
     pub(crate) local: ListenAddr,
+    /// Its clients' sockets are visible to our socket diagnostics (it lives
+    /// in our network namespace): loopback clients are identified by uid.
+    identify: bool,
 }
 
 enum Socket {
     Tcp(TcpListener),
-    /// With the socket file to remove on drop: `None` when the caller bound it.
-    Unix(UnixListener, Option<PathBuf>),
+    /// With the socket file, removed on drop if still ours: `None` when
+    /// the caller bound it (the file is the caller's).
+    Unix {
+        /// Kept for its drop, which must come first: while the listener
+        /// lives its file's inode cannot be reused, so "same inode" means
+        /// "ours".
+        _file: Option<SocketFile>,
+        listener: UnixListener,
+    },
 }
 
 impl Listener {
@@ -40,12 +53,13 @@ impl Listener {
                 (Socket::Tcp(l), ListenAddr::Tcp(local))
             }
             ListenAddr::Unix(path) => {
-                remove_stale_socket(path)?;
-                let s = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
-                s.bind(&socket2::SockAddr::unix(path)?)?;
+                let (s, file) = socket_file::bind(path, &config.unix)?;
                 let l = UnixListener::from_std(listen(s)?.into());
                 (
-                    Socket::Unix(l, Some(path.clone())),
+                    Socket::Unix {
+                        listener: l,
+                        _file: Some(file),
+                    },
                     ListenAddr::Unix(path.clone()),
                 )
             }
@@ -54,6 +68,7 @@ impl Listener {
             socket,
             protocol: config.protocol,
             local,
+            identify: true,
         })
     }
 
@@ -74,10 +89,12 @@ impl Listener {
             s.set_nonblocking(true)?;
             s.set_cloexec(true)
         };
+        let mut identify = false;
         let (socket, local) = match listener {
             StdListener::Tcp(l) => {
                 check(socket2::SockRef::from(&l))?;
                 set_nodelay_inherited(&socket2::SockRef::from(&l))?;
+                identify = in_our_netns(l.as_fd());
                 let local = ListenAddr::Tcp(l.local_addr()?);
                 (Socket::Tcp(TcpListener::from_std(l)), local)
             }
@@ -85,46 +102,64 @@ impl Listener {
                 check(socket2::SockRef::from(&l))?;
                 let path = l.local_addr()?.as_pathname().map(PathBuf::from);
                 let local = ListenAddr::Unix(path.unwrap_or_default());
-                (Socket::Unix(UnixListener::from_std(l), None), local)
+                (
+                    Socket::Unix {
+                        listener: UnixListener::from_std(l),
+                        _file: None,
+                    },
+                    local,
+                )
             }
         };
         Ok(Listener {
             socket,
             protocol,
             local,
+            identify,
         })
+    }
+
+    /// Whether loopback clients of this listener are looked up by uid.
+    pub(crate) fn identifies(&self) -> bool {
+        self.identify && matches!(self.socket, Socket::Tcp(_))
     }
 
     pub(crate) fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
         match &mut self.socket {
             Socket::Tcp(l) => registry.register(l, token, Interest::READABLE),
-            Socket::Unix(l, _) => registry.register(l, token, Interest::READABLE),
+            Socket::Unix { listener: l, .. } => registry.register(l, token, Interest::READABLE),
         }
     }
 
     pub(crate) fn deregister(&mut self, registry: &Registry) {
         let _ = match &mut self.socket {
             Socket::Tcp(l) => registry.deregister(l),
-            Socket::Unix(l, _) => registry.deregister(l),
+            Socket::Unix { listener: l, .. } => registry.deregister(l),
         };
     }
 
-    /// One accept. WouldBlock, EINTR and errors are the caller's to sort.
-    pub(crate) fn accept(&self) -> io::Result<(Stream, Peer)> {
+    /// One accept, and who connected. WouldBlock, EINTR and errors are the
+    /// caller's to sort.
+    pub(crate) fn accept(&self, identify: &mut Identify) -> io::Result<(Stream, Peer)> {
         match &self.socket {
-            Socket::Tcp(l) => l.accept().map(|(s, a)| (Stream::Tcp(s), Peer::Tcp(a))),
-            Socket::Unix(l, _) => l.accept().map(|(s, _)| {
-                let uid = peer_uid(&s);
-                (Stream::Unix(s), Peer::Unix(uid))
+            Socket::Tcp(l) => l.accept().map(|(s, a)| {
+                // Our end of the tuple: the listener's address, unless it
+                // listens on every address (then the kernel says which).
+                let uid = self
+                    .identify
+                    .then(|| {
+                        identify.loopback_uid(a, || match self.local {
+                            ListenAddr::Tcp(ours) if !ours.ip().is_unspecified() => Some(ours),
+                            _ => s.local_addr().ok(),
+                        })
+                    })
+                    .flatten();
+                (Stream::Tcp(s), Peer::tcp(a, uid))
             }),
-        }
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        if let Socket::Unix(_, Some(path)) = &self.socket {
-            let _ = std::fs::remove_file(path);
+            Socket::Unix { listener: l, .. } => l.accept().map(|(s, _)| {
+                let (uid, pid) = peer_cred(&s);
+                (Stream::Unix(s), Peer::unix(uid, pid))
+            }),
         }
     }
 }
@@ -148,18 +183,4 @@ fn listen(s: socket2::Socket) -> io::Result<socket2::Socket> {
     s.set_nonblocking(true)?;
     s.set_cloexec(true)?;
     Ok(s)
-}
-
-/// Replaces a socket file left by an earlier run, but never a regular file.
-fn remove_stale_socket(path: &std::path::Path) -> io::Result<()> {
-    use std::os::unix::fs::FileTypeExt;
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path),
-        Ok(_) => Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!("{} exists and is not a socket", path.display()),
-        )),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
 }

@@ -12,10 +12,14 @@
 //! this module touches the run queue, the timer wheel, tokens, admission
 //! counts and the resolver.
 
+mod admin;
 pub(crate) mod admission;
+mod control;
 pub(crate) mod listener;
 mod remote;
 pub(crate) mod resolver;
+mod shed;
+mod socket_file;
 pub mod timer;
 pub(crate) mod token;
 
@@ -28,12 +32,15 @@ use mio::{Events, Poll, Registry, Waker};
 use slab::Slab;
 
 use crate::buffer::BufPool;
-use crate::client::{ClientKey, Peer};
-use crate::config::{Config, ListenerProtocol};
+use crate::client::{ClientKey, Identify, Peer};
+use crate::config::{Config, ListenerConfig, ListenerProtocol};
+use crate::events::EventSink;
+use crate::fd_budget::{self, FdBudget};
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::Policy;
 use crate::session::{Ctx, Effects, Session, Settings, TlsEnv, Tokens};
+use admin::Admin;
 use admission::{Admission, Admit};
 use listener::Listener;
 pub(crate) use remote::{Control, Remote};
@@ -50,6 +57,17 @@ enum Timer {
     ResumeAccept,
     /// The graceful-shutdown drain timeout.
     Drain,
+    /// An admin connection's deadline; `gen` tells a slot's tenants apart.
+    Admin { slot: usize, gen: u64 },
+}
+
+/// What an embedder adds beyond the [`Config`]: the event callback and the
+/// control fd.
+#[derive(Debug, Default)]
+pub(crate) struct Hooks {
+    pub(crate) events: EventSink,
+    /// A connected stream speaking control lines (`--control-fd`).
+    pub(crate) control: Option<Stream>,
 }
 
 /// Timer wheel resolution and size: 10 ms ticks, ~41 s per rotation.
@@ -57,12 +75,14 @@ const TICK: Duration = Duration::from_millis(10);
 const SLOTS: usize = 4096;
 /// How long accepting pauses when the process runs out of file descriptors.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(250);
-/// Pipes for splice at most (two fds each), and their size: bulk tunnels
-/// beyond the budget use buffers.
-#[cfg(target_os = "linux")]
-const MAX_PIPES: usize = 512;
+/// The size of a splice pipe. How many may exist (two fds each) comes from
+/// the fd budget; bulk tunnels beyond it use buffers.
 #[cfg(target_os = "linux")]
 const PIPE_SIZE: usize = 256 * 1024;
+/// Sessions an EMFILE on accept sheds: room for one tunnel's two fds.
+const SHED_PER_EMFILE: usize = 2;
+/// Shedding rounds in one accept burst before pausing instead.
+const MAX_SHED_ROUNDS: usize = 8;
 /// Spare relay buffers kept for reuse.
 const POOL_IDLE: usize = 256;
 
@@ -83,6 +103,7 @@ struct Env {
     remote: Arc<Remote>,
     /// What TLS needs (the CA and leaves once a rule terminates).
     tls: TlsEnv,
+    events: EventSink,
 }
 
 impl Env {
@@ -113,6 +134,7 @@ impl Env {
             tls: &mut self.tls,
             policy: &self.policy,
             stats: &self.remote.stats,
+            events: &self.events,
             now,
             effects: Effects::default(),
         }
@@ -139,11 +161,15 @@ pub(crate) struct Reactor {
     events: Events,
     /// Indexed by listener token; `None` once closed for shutdown.
     listeners: Vec<Option<Listener>>,
+    /// The admin endpoint and the control fd, when configured.
+    admin: Option<Admin>,
     sessions: Slab<Slot>,
     env: Env,
     timers: TimerWheel<Timer>,
     resolver: Resolver,
     admission: Admission,
+    /// Who owns loopback clients' sockets.
+    identify: Identify,
     control: Receiver<Control>,
     answers: Receiver<Answer>,
     next_id: u64,
@@ -167,6 +193,7 @@ impl Reactor {
     pub(crate) fn new(
         config: Config,
         adopted: Vec<Listener>,
+        hooks: Hooks,
     ) -> io::Result<(Reactor, Arc<Remote>)> {
         if config.listeners.is_empty() && adopted.is_empty() {
             return Err(io::Error::new(
@@ -188,26 +215,65 @@ impl Reactor {
             l.register(poll.registry(), token::listener(listeners.len()))?;
             listeners.push(l);
         }
+        let identify = Identify::new(listeners.iter().any(Listener::identifies));
         let local_addrs = listeners.iter().map(|l| l.local.clone()).collect();
         let listeners = listeners.into_iter().map(Some).collect();
+        let admin_listener = match &config.admin {
+            Some(a) => {
+                let lc = ListenerConfig::new(a.listen.clone(), ListenerProtocol::Auto);
+                let mut l = Listener::bind(&lc).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("cannot listen on {} (admin): {e}", a.listen),
+                    )
+                })?;
+                l.register(poll.registry(), token::ADMIN_LISTENER)?;
+                Some(l)
+            }
+            None => None,
+        };
+        let admin_addr = admin_listener.as_ref().map(|l| l.local.clone());
         let (control_tx, control) = mpsc::channel();
         let (answers_tx, answers) = mpsc::channel();
-        let remote = Arc::new(Remote::new(local_addrs, control_tx, Arc::clone(&waker)));
-        let resolver = Resolver::new(config.limits.resolver_threads, answers_tx, waker)?;
+        let remote = Arc::new(Remote::new(
+            local_addrs,
+            admin_addr,
+            control_tx,
+            Arc::clone(&waker),
+        ));
+        let resolver = Resolver::new(
+            config.limits.resolver_threads,
+            answers_tx,
+            waker,
+            Arc::clone(&remote),
+        )?;
+        let mut admin = match (admin_listener, &hooks.control) {
+            (None, None) => None,
+            (listener, _) => {
+                let control = config.admin.as_ref().is_some_and(|a| a.control);
+                Some(Admin::new(listener, control, Arc::clone(&remote)))
+            }
+        };
+        if let (Some(admin), Some(stream)) = (&mut admin, hooks.control) {
+            admin.adopt_control(stream, poll.registry())?;
+        }
         let now = Instant::now();
+        let fds = FdBudget::current();
         let env = Env {
             registry: poll.registry().try_clone()?,
             pool: BufPool::new(config.limits.buffer_size, POOL_IDLE),
             #[cfg(target_os = "linux")]
-            pipes: crate::session::PipeBudget::new(MAX_PIPES, PIPE_SIZE, config.limits.splice),
+            pipes: crate::session::PipeBudget::new(fds.pipes, PIPE_SIZE, config.limits.splice),
             settings: Settings {
                 timeouts: config.timeouts,
                 limits: config.limits,
                 auth: config.auth,
+                upstream_proxy: config.upstream_proxy,
             },
             policy: config.policy,
             remote: Arc::clone(&remote),
             tls: TlsEnv::new(config.tls),
+            events: hooks.events,
         };
         let mut env = env;
         env.prepare_tls()?;
@@ -215,11 +281,14 @@ impl Reactor {
             poll,
             events: Events::with_capacity(1024),
             listeners,
+            admin,
             sessions: Slab::new(),
             env,
             timers: TimerWheel::new(TICK, SLOTS, now),
             resolver,
-            admission: Admission::default(),
+            // Counted last: everything the reactor opened is in the base.
+            admission: Admission::new(fds, fd_budget::open_fds()),
+            identify,
             control,
             answers,
             next_id: 1,
@@ -236,6 +305,7 @@ impl Reactor {
     }
 
     pub(crate) fn run(mut self) -> io::Result<()> {
+        self.env.remote.running_on(std::thread::current().id());
         for l in self.listeners.iter().flatten() {
             log::debug!("listening on {} ({})", l.local, protocol_name(l.protocol));
         }
@@ -339,6 +409,8 @@ impl Reactor {
         for ev in events.iter() {
             match token::owner(ev.token(), self.listeners.len()) {
                 Owner::Waker => stop |= self.on_wake(),
+                Owner::AdminListener => self.admin_accept(),
+                Owner::Admin(slot) => self.admin_event(slot, ev),
                 Owner::Listener(i) => self.accept(i),
                 Owner::Session(key, side) => self.call(key, |s, ctx| s.on_event(side, ev, ctx)),
             }
@@ -354,25 +426,11 @@ impl Reactor {
             match msg {
                 Control::Shutdown { graceful: false } => stop = true,
                 Control::Shutdown { graceful: true } => self.start_draining(),
-                Control::Reload(mut policy) => {
-                    // What DNS said about inspected names stays true.
-                    policy.set_memory(self.env.policy.memory().clone());
-                    self.env.policy = policy;
-                    self.refresh_pins();
-                    // A reload that brings the first terminating rule needs
-                    // the CA now; if it cannot load, such tunnels fail with
-                    // a clear reason (and the error is logged here).
-                    if let Err(e) = self.env.prepare_tls() {
-                        log::error!("{e}");
-                    }
-                    log::info!(
-                        "policy reloaded; re-checking {} open sessions",
-                        self.sessions.len()
-                    );
-                    let keys: Vec<usize> = self.sessions.iter().map(|(k, _)| k).collect();
-                    for key in keys {
-                        self.call(key, Session::on_reload);
-                    }
+                Control::Reload(policy) => self.apply_policy(policy, "reloaded"),
+                Control::Command { cmd, reply } => {
+                    let answer = self.execute(cmd);
+                    // The asker may have given up; nothing to do then.
+                    let _ = reply.send(answer);
                 }
             }
         }
@@ -425,14 +483,17 @@ impl Reactor {
         if !matches!(self.accepting, Accepting::Open) {
             return;
         }
+        let mut sheds = 0;
         loop {
             let Some(listener) = self.listeners.get(index).and_then(Option::as_ref) else {
                 return;
             };
-            match listener.accept() {
+            match listener.accept(&mut self.identify) {
                 Ok((stream, peer)) => {
                     let protocol = listener.protocol;
-                    self.exhausted = false;
+                    if sheds == 0 {
+                        self.exhausted = false;
+                    }
                     let stale = self
                         .pins_resolved
                         .is_none_or(|t| self.now.duration_since(t) >= crate::policy::REFRESH_EVERY);
@@ -450,6 +511,10 @@ impl Reactor {
                         e.kind(),
                         io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
                     ) => {}
+                // Out of fds: make room by shedding, then accept again.
+                Err(e) if out_of_fds(&e) && sheds < MAX_SHED_ROUNDS && self.shed(&e) => {
+                    sheds += 1;
+                }
                 // EMFILE, ENFILE, ENOBUFS, ENOMEM: retrying now would fail the
                 // same way, so pause behind a timer instead of spinning.
                 Err(e) => {
@@ -463,10 +528,14 @@ impl Reactor {
     /// Starts a session for an accepted connection, or refuses it at a limit.
     fn admit(&mut self, stream: Stream, peer: Peer, protocol: ListenerProtocol) {
         let client = peer.key();
+        if self.admission.under_pressure() {
+            // The limit may have been raised (or lowered) meanwhile.
+            self.admission.set_fd_limit(fd_budget::nofile_limit());
+        }
         let refusing = match self.admission.admit(client, &self.env.settings.limits) {
             Admit::Yes => None,
             Admit::Refuse(limit) => {
-                log::warn!("{peer}: refused, at the {limit} limit");
+                log::warn!("{peer}{}: refused, at the {limit} limit", peer.ids());
                 Some(limit)
             }
             // Past even the cap on refusals: the socket closes unanswered.
@@ -517,6 +586,36 @@ impl Reactor {
                 host,
             });
         }
+    }
+
+    /// Accept ran out of fds: reads the limit again (it may have been
+    /// lowered) and closes sessions in the shedding order. Returns whether
+    /// any was closed.
+    fn shed(&mut self, e: &io::Error) -> bool {
+        self.admission.set_fd_limit(fd_budget::nofile_limit());
+        let heaviest = self.admission.heaviest();
+        let candidates = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| !s.session.is_done())
+            .map(|(key, s)| shed::Candidate {
+                key,
+                id: s.session.id(),
+                client: s.client,
+                admitted: s.admitted,
+                handshaking: s.handshaking,
+            });
+        let victims = shed::victims(candidates, heaviest, SHED_PER_EMFILE);
+        if !victims.is_empty() && !self.exhausted {
+            log::warn!(
+                "accept failed ({e}); closing pending handshakes of the heaviest client ({heaviest:?}) to make room"
+            );
+            self.exhausted = true;
+        }
+        for &key in &victims {
+            self.call(key, |s, ctx| s.abort(CloseReason::Shed, ctx));
+        }
+        !victims.is_empty()
     }
 
     fn pause_accepting(&mut self, e: &io::Error) {
@@ -570,6 +669,7 @@ impl Reactor {
                     // Cancelling the timer that just fired is a harmless no-op.
                     self.resume_accepting();
                 }
+                Timer::Admin { slot, gen } => self.admin_timer(slot, gen),
                 Timer::Drain => {
                     log::info!(
                         "drain timeout: closing {} sessions still open",
@@ -606,6 +706,7 @@ impl Reactor {
             !self.sessions.is_empty()
                 || !matches!(self.accepting, Accepting::Open)
                 || self.draining
+                || self.admin.as_ref().is_some_and(Admin::has_conns)
                 || self.timers.is_empty(),
             "{} timers armed with no session",
             self.timers.len()
@@ -624,6 +725,14 @@ impl Reactor {
         self.sessions.clear();
         self.listeners.clear();
     }
+}
+
+/// EMFILE or ENFILE: the process (or the system) is out of file descriptors.
+fn out_of_fds(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error().map(nix::errno::Errno::from_raw),
+        Some(nix::errno::Errno::EMFILE | nix::errno::Errno::ENFILE)
+    )
 }
 
 fn protocol_name(p: ListenerProtocol) -> &'static str {

@@ -9,6 +9,8 @@ use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
+use super::Remote;
+
 /// Who asked for a resolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Asker {
@@ -33,6 +35,8 @@ pub(crate) struct Answer {
 
 pub(crate) struct Resolver {
     jobs: Sender<Job>,
+    /// The counters: the queue depth gauge.
+    remote: Arc<Remote>,
 }
 
 impl Resolver {
@@ -40,6 +44,7 @@ impl Resolver {
         threads: usize,
         answers: Sender<Answer>,
         waker: Arc<mio::Waker>,
+        remote: Arc<Remote>,
     ) -> io::Result<Self> {
         let (jobs, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
@@ -47,21 +52,26 @@ impl Resolver {
             let rx = Arc::clone(&rx);
             let answers = answers.clone();
             let waker = Arc::clone(&waker);
+            let remote = Arc::clone(&remote);
             std::thread::Builder::new()
                 .name(format!("portcullis-dns-{i}"))
-                .spawn(move || work(&rx, &answers, &waker))?;
+                .spawn(move || work(&rx, &answers, &waker, &remote))?;
         }
-        Ok(Resolver { jobs })
+        Ok(Resolver { jobs, remote })
     }
 
     pub(crate) fn resolve(&self, job: Job) {
         // Fails only if every worker died; the session's connect timer still
         // bounds it, so there is nothing more to do here.
-        let _ = self.jobs.send(job);
+        // Counted before it is sent, so a worker never takes it off an empty gauge.
+        self.remote.stats.resolve_queued();
+        if self.jobs.send(job).is_err() {
+            self.remote.stats.resolve_started();
+        }
     }
 }
 
-fn work(rx: &Mutex<Receiver<Job>>, answers: &Sender<Answer>, waker: &mio::Waker) {
+fn work(rx: &Mutex<Receiver<Job>>, answers: &Sender<Answer>, waker: &mio::Waker, remote: &Remote) {
     loop {
         // The lock is held only while waiting for the next job.
         let job = match rx.lock() {
@@ -69,6 +79,7 @@ fn work(rx: &Mutex<Receiver<Job>>, answers: &Sender<Answer>, waker: &mio::Waker)
             Err(_) => return,
         };
         let Ok(job) = job else { return };
+        remote.stats.resolve_started();
         let result = lookup(&job.host);
         if answers
             .send(Answer {

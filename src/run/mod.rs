@@ -53,7 +53,7 @@ pub fn main(run: RunArgs) -> ExitCode {
         eprintln!("portcullis: cannot block signals: {e}");
         return ExitCode::FAILURE;
     }
-    crate::raise_nofile_limit();
+    crate::raise_nofile_limit(true);
     crate::log_policy(
         &run.proxy,
         setup.rules.as_deref(),
@@ -157,10 +157,10 @@ fn on_host(
     wrap: impl FnOnce(&ListenAddr) -> Vec<OsString>,
 ) -> ExitCode {
     if !listeners_given {
-        config.listeners = vec![ListenerConfig {
-            addr: ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 0))),
-            protocol: ListenerProtocol::Auto,
-        }];
+        config.listeners = vec![ListenerConfig::new(
+            ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 0))),
+            ListenerProtocol::Auto,
+        )];
     }
     let extra_env = tls_ca_vars(&config);
     let auth = config.auth.clone();

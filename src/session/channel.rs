@@ -189,6 +189,14 @@ impl Channel {
         }
     }
 
+    /// A TLS handshake has not finished yet.
+    pub(crate) fn is_handshaking(&self) -> bool {
+        match self {
+            Channel::Plain(_) => false,
+            Channel::Tls(s) => s.layer.is_handshaking(),
+        }
+    }
+
     /// What is still owed to the wire below the plaintext (TLS records, a
     /// close_notify): a close must wait for it.
     pub(crate) fn owes_wire(&self) -> bool {

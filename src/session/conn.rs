@@ -1,13 +1,20 @@
 //! What a session is apart from its state: its identity, its deadline, and
-//! the access record written when it closes.
+//! the access record that becomes its `session` event when it closes (and
+//! lends its fields to each `request` event).
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::ctx::Ctx;
+use super::refusal::Dialect;
 use crate::client::Peer;
+use crate::control::SessionInfo;
+use crate::events::{self, Event, EventKind, Protocol};
 use crate::lifecycle::CloseReason;
-use crate::policy::Target;
+use crate::policy::{Denial, Target};
+use crate::protocol::http1::exchange::{self, Record};
+use crate::rule_stats::Outcome;
 
 /// A session's identity, deadline and access record.
 pub(crate) struct Conn {
@@ -19,10 +26,14 @@ pub(crate) struct Conn {
     pub(crate) log: AccessLog,
 }
 
-/// What the access line at close reports.
+/// What the session event at close reports.
 pub(crate) struct AccessLog {
     pub(crate) peer: Peer,
     pub(crate) started: Instant,
+    /// How the client spoke, once the handshake knows.
+    pub(crate) protocol: Option<Protocol>,
+    /// The proxy user the client authenticated as.
+    pub(crate) user: Option<String>,
     pub(crate) target: Option<Target>,
     /// The upstream address the tunnel was dialled to.
     pub(crate) dialled: Option<IpAddr>,
@@ -39,12 +50,83 @@ pub(crate) struct AccessLog {
 }
 
 /// What policy said about the session's target.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Decision {
     Undecided,
+    /// Allowed by this rule.
     Allowed(Arc<str>),
-    /// Audit mode let through what enforcing would refuse (why).
-    WouldDeny(String),
-    Denied(String),
+    /// Refused: by a deny rule (named), or with no rule (deny by default, a
+    /// special address); `reason` says why.
+    Denied {
+        rule: Option<Arc<str>>,
+        reason: String,
+    },
+    /// Audit mode let it through: `rule` allowed it (`-` when none did),
+    /// `reason` says why it would have been refused.
+    WouldDeny {
+        rule: Arc<str>,
+        reason: String,
+    },
+}
+
+impl Decision {
+    /// Refused for `denial`.
+    pub(crate) fn denied(denial: &Denial) -> Decision {
+        Decision::Denied {
+            rule: denial_rule(denial),
+            reason: denial.to_string(),
+        }
+    }
+
+    /// Let through by audit mode under `rule`, though `denial` would have refused it.
+    pub(crate) fn would_deny(rule: Arc<str>, denial: &Denial) -> Decision {
+        Decision::WouldDeny {
+            rule,
+            reason: denial.to_string(),
+        }
+    }
+
+    fn rule(&self) -> Option<&Arc<str>> {
+        match self {
+            Decision::Undecided => None,
+            Decision::Allowed(rule) | Decision::WouldDeny { rule, .. } => Some(rule),
+            Decision::Denied { rule, .. } => rule.as_ref(),
+        }
+    }
+
+    fn label(&self) -> Option<events::Decision> {
+        match self {
+            Decision::Undecided => None,
+            Decision::Allowed(_) => Some(events::Decision::Allow),
+            Decision::Denied { .. } => Some(events::Decision::Deny),
+            Decision::WouldDeny { .. } => Some(events::Decision::WouldDeny),
+        }
+    }
+
+    fn reason(&self) -> Option<&str> {
+        match self {
+            Decision::Denied { reason, .. } | Decision::WouldDeny { reason, .. } => Some(reason),
+            Decision::Undecided | Decision::Allowed(_) => None,
+        }
+    }
+}
+
+/// The deny rule a denial names, if any.
+fn denial_rule(denial: &Denial) -> Option<Arc<str>> {
+    match denial {
+        Denial::Rule(rule) => Some(Arc::clone(rule)),
+        Denial::NoRule | Denial::SpecialAddress(..) => None,
+    }
+}
+
+impl From<Dialect> for Protocol {
+    fn from(d: Dialect) -> Protocol {
+        match d {
+            Dialect::Http => Protocol::Connect,
+            Dialect::Socks5 => Protocol::Socks5,
+            Dialect::Forward | Dialect::ForwardTls => Protocol::Forward,
+        }
+    }
 }
 
 impl Conn {
@@ -55,6 +137,8 @@ impl Conn {
             log: AccessLog {
                 peer,
                 started: now,
+                protocol: None,
+                user: None,
                 target: None,
                 dialled: None,
                 decision: Decision::Undecided,
@@ -72,35 +156,130 @@ impl Conn {
         self.deadline = Some(now + after);
     }
 
-    /// The one access line, written when the session closes.
-    pub(crate) fn access_line(&self, reason: CloseReason, now: Instant) {
-        let log = &self.log;
-        let target = log
-            .target
-            .as_ref()
-            .map_or_else(|| "-".to_string(), |t| t.to_string());
-        let decision = match &log.decision {
-            Decision::Undecided => "-".to_string(),
-            Decision::Allowed(rule) => format!("allow rule={rule}"),
-            Decision::WouldDeny(why) => format!("would-deny ({why})"),
-            Decision::Denied(why) => format!("deny ({why})"),
+    /// Records policy's decision on the target, and counts it under its rule.
+    /// (The overall allowed/denied counters are the caller's.)
+    pub(crate) fn decide(&mut self, decision: Decision, ctx: &Ctx) {
+        let outcome = match &decision {
+            Decision::Undecided => None,
+            Decision::Allowed(_) => Some(Outcome::Allowed),
+            Decision::Denied { .. } => Some(Outcome::Denied),
+            Decision::WouldDeny { .. } => Some(Outcome::WouldDeny),
         };
-        let error = log
-            .error
-            .as_ref()
-            .map_or_else(String::new, |e| format!(" error={e:?}"));
-        let http = if log.requests > 0 || log.upgraded {
-            format!(" requests={} upgraded={}", log.requests, log.upgraded)
-        } else {
-            String::new()
-        };
-        log::info!(
-            "access conn={} client={} target={target} decision={decision} up={} down={} duration={:.3}s close={reason}{http}{error}",
-            self.id,
-            log.peer,
-            log.up,
-            log.down,
-            now.saturating_duration_since(log.started).as_secs_f64(),
-        );
+        if let Some(outcome) = outcome {
+            ctx.stats.rules.connection(decision.rule(), outcome);
+        }
+        self.log.decision = decision;
     }
+
+    /// The session's fields every event carries.
+    fn event(&self, kind: EventKind) -> Event {
+        let log = &self.log;
+        let (client, uid, pid) = peer_fields(&log.peer);
+        let mut e = Event::new(kind, self.id, client);
+        e.client_uid = uid;
+        e.client_pid = pid;
+        e.protocol = log.protocol;
+        e.user.clone_from(&log.user);
+        e.target = log.target.as_ref().map(Target::to_string);
+        e.dialled = log.dialled;
+        e
+    }
+
+    /// The session event, emitted when the session closes (once).
+    pub(crate) fn access_line(&self, reason: CloseReason, ctx: &Ctx) {
+        if !ctx.events.wants() {
+            return;
+        }
+        let log = &self.log;
+        let mut e = self.event(EventKind::Session);
+        e.rule = log.decision.rule().cloned();
+        e.decision = log.decision.label();
+        e.reason = log
+            .decision
+            .reason()
+            .map(str::to_owned)
+            .or_else(|| log.error.clone());
+        if log.requests > 0 || log.upgraded {
+            e.requests = Some(log.requests);
+            e.upgraded = Some(log.upgraded);
+        }
+        e.bytes_up = Some(log.up);
+        e.bytes_down = Some(log.down);
+        e.duration = Some(ctx.now.saturating_duration_since(log.started));
+        e.close = Some(reason);
+        ctx.events.emit(&e);
+    }
+
+    /// One inspected request was judged: counts it under its request rule
+    /// and emits its `request` event. The inspecting state calls this for
+    /// every [`Record`] its exchange hands over.
+    pub(crate) fn request(&self, record: &Record, ctx: &Ctx) {
+        use exchange::Decision as R;
+        let (outcome, rule, reason, status) = match &record.decision {
+            R::Allowed(rule) => (Outcome::Allowed, rule.as_ref(), None, None),
+            R::Denied(rule) => (Outcome::Denied, Some(rule), None, Some(403)),
+            R::WouldDeny(rule) => (Outcome::WouldDeny, Some(rule), None, None),
+            R::Refused { status, reason, .. } => {
+                (Outcome::Denied, None, Some(reason.as_str()), Some(*status))
+            }
+        };
+        ctx.stats.rules.request(rule, outcome);
+        if !ctx.events.wants() {
+            return;
+        }
+        let mut e = self.event(EventKind::Request);
+        if record.authority.is_some() {
+            e.target.clone_from(&record.authority);
+        }
+        e.rule = rule.cloned();
+        e.decision = Some(match outcome {
+            Outcome::Allowed => events::Decision::Allow,
+            Outcome::Denied => events::Decision::Deny,
+            Outcome::WouldDeny => events::Decision::WouldDeny,
+        });
+        let what = || {
+            format!(
+                "{} {}",
+                record.method.as_deref().unwrap_or("-"),
+                record.path.as_deref().unwrap_or("-")
+            )
+        };
+        e.reason = match (&record.decision, reason) {
+            (_, Some(reason)) => Some(reason.to_owned()),
+            (R::Denied(rule), None) => Some(format!("{} is denied by {rule}", what())),
+            (R::WouldDeny(rule), None) => Some(format!("{} would be denied by {rule}", what())),
+            _ => None,
+        };
+        e.method.clone_from(&record.method);
+        e.path.clone_from(&record.path);
+        e.status = record.status.or(status);
+        ctx.events.emit(&e);
+    }
+
+    /// What `list-sessions` shows of this session, in state `state`.
+    pub(crate) fn info(&self, state: String, now: Instant) -> SessionInfo {
+        let log = &self.log;
+        SessionInfo {
+            id: self.id,
+            client: log.peer.to_string(),
+            protocol: log.protocol,
+            user: log.user.clone(),
+            target: log.target.as_ref().map(Target::to_string),
+            dialled: log.dialled,
+            state,
+            rule: log.decision.rule().map(|r| r.to_string()),
+            bytes_up: log.up,
+            bytes_down: log.down,
+            age: now.saturating_duration_since(log.started),
+        }
+    }
+}
+
+/// The client as events show it: its address, and its uid and pid where known.
+fn peer_fields(peer: &Peer) -> (String, Option<u32>, Option<u32>) {
+    let client = match peer.addr {
+        crate::client::PeerAddr::Tcp(addr) => addr.to_string(),
+        crate::client::PeerAddr::Unix => "unix".to_string(),
+    };
+    (client, peer.uid, peer.pid)
 }

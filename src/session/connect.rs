@@ -17,9 +17,11 @@ use super::passthrough::{Passthrough, Preload};
 use super::refusal::{Dialect, Refusal};
 use super::securing::Securing;
 use super::state::State;
+use crate::io::Io;
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
-use crate::policy::{Denial, Host, NameVerdict, RequestRules, Target, Verdict};
+use crate::policy::{Denial, Host, NameVerdict, RequestRules, Route, Target, Verdict};
+use crate::protocol::parent::{ParentHandshake, ParentProxy, Progress};
 use crate::protocol::{http, socks5};
 
 /// What the handshake hands on: where to, how to answer, and the client's
@@ -79,19 +81,17 @@ fn decide(
                 allowed.rule
             );
             let terminate = allowed.terminates_tls();
-            conn.log.decision = match allowed.audit {
-                // Audit mode: what enforcing would have refused goes through,
-                // and the access line says so.
-                Some(denial) => {
-                    log::info!(
-                        "conn={} {} decision=would-deny: {denial}",
-                        conn.id,
-                        request.target
-                    );
-                    Decision::WouldDeny(denial.to_string())
-                }
-                None => Decision::Allowed(allowed.rule),
+            let parent = match &allowed.route {
+                Some(Route::Direct) => None,
+                Some(Route::Parent(p)) => Some(p.clone()),
+                None => ctx.settings.upstream_proxy.clone(),
             };
+            // Audit mode let through what enforcement would refuse: say so.
+            let decision = match &allowed.audit {
+                Some(denial) => Decision::would_deny(Arc::clone(&allowed.rule), denial),
+                None => Decision::Allowed(Arc::clone(&allowed.rule)),
+            };
+            conn.decide(decision, ctx);
             let plan = Plan {
                 request,
                 addrs: allowed.addrs,
@@ -100,6 +100,7 @@ fn decide(
                 idle: allowed.idle_timeout,
                 terminate,
                 inspect: allowed.inspect,
+                parent,
             };
             plan.attempt(client, conn, ctx)
         }
@@ -115,7 +116,7 @@ fn deny(
 ) -> State {
     ctx.stats.denied();
     log::debug!("conn={} deny {}: {denial}", conn.id, request.target);
-    conn.log.decision = Decision::Denied(denial.to_string());
+    conn.decide(Decision::denied(&denial), ctx);
     refuse(Refusal::Denied(denial), request.dialect, client, conn, ctx)
 }
 
@@ -185,6 +186,8 @@ struct Plan {
     inspect: Option<Arc<RequestRules>>,
     /// TLS is terminated and inspected inside.
     terminate: bool,
+    /// The parent proxy to ask for the tunnel, if any.
+    parent: Option<Arc<ParentProxy>>,
 }
 
 /// A connect in flight; owns the client and the pending upstream.
@@ -192,6 +195,15 @@ pub(crate) struct Connecting {
     client: Endpoint,
     upstream: Endpoint,
     plan: Plan,
+    stage: Dial,
+}
+
+/// How far the connect is.
+enum Dial {
+    /// The TCP connect (to the destination, or to the parent proxy).
+    Tcp,
+    /// Asking the parent proxy for a tunnel to `to`.
+    Parent { hs: ParentHandshake },
 }
 
 impl Plan {
@@ -199,7 +211,11 @@ impl Plan {
     fn attempt(mut self, client: Endpoint, conn: &mut Conn, ctx: &mut Ctx) -> State {
         while let Some(&ip) = self.addrs.get(self.next) {
             self.next += 1;
-            let addr = SocketAddr::new(ip, self.request.target.port);
+            // Through a parent: it is asked for exactly the vetted address.
+            let addr = match &self.parent {
+                Some(p) => p.addr,
+                None => SocketAddr::new(ip, self.request.target.port),
+            };
             let upstream = mio::net::TcpStream::connect(addr)
                 .and_then(|s| Endpoint::dialled(Stream::Tcp(s), ctx.tokens.upstream, ctx.registry));
             match upstream {
@@ -211,6 +227,7 @@ impl Plan {
                         client,
                         upstream,
                         plan: self,
+                        stage: Dial::Tcp,
                     });
                 }
                 Err(e) => {
@@ -235,10 +252,20 @@ impl Connecting {
         }
     }
 
+    pub(crate) fn stage(&self) -> &'static str {
+        match self.stage {
+            Dial::Tcp => "tcp",
+            Dial::Parent { .. } => "parent-proxy",
+        }
+    }
+
     pub(crate) fn drive(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
         self.client.want(false, false);
         if self.client.failed() {
             return State::Done(CloseReason::ClientGone);
+        }
+        if let Dial::Parent { .. } = self.stage {
+            return self.parent(conn, ctx);
         }
         // epoll reports a finished connect as writable, a failed one as an
         // error (with hang-up): no syscall is needed to tell them apart, and
@@ -257,14 +284,85 @@ impl Connecting {
         if !self.upstream.can_write() {
             return State::Connecting(self);
         }
-        self.established(conn, ctx)
+        if let (Some(parent), Some(ip)) = (&self.plan.parent, conn.log.dialled) {
+            let to = SocketAddr::new(ip, self.plan.request.target.port);
+            self.stage = Dial::Parent {
+                hs: ParentHandshake::new(parent, to),
+            };
+            // Through the transition point: the sub-stage is logged.
+            return State::Connecting(self);
+        }
+        self.established(Vec::new(), conn, ctx)
     }
 
-    fn established(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+    /// The parent proxy's handshake: our request out, its answer in.
+    fn parent(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        let Dial::Parent { hs } = &mut self.stage else {
+            unreachable!("parent() runs in the parent stage");
+        };
+        if self.upstream.failed() {
+            let why = "the parent proxy closed the connection".to_string();
+            return self.parent_failed(why, conn, ctx);
+        }
+        loop {
+            let pending = !hs.to_send().is_empty();
+            self.upstream.want(!pending, pending);
+            if pending {
+                if !self.upstream.can_write() {
+                    return State::Connecting(self);
+                }
+                match self.upstream.write(hs.to_send()) {
+                    Io::Progress(n) => hs.sent(n),
+                    Io::WouldBlock => return State::Connecting(self),
+                    Io::Eof => {
+                        let why = "the parent proxy closed the connection".to_string();
+                        return self.parent_failed(why, conn, ctx);
+                    }
+                    Io::PeerGone(e) => {
+                        return self.parent_failed(format!("the parent proxy: {e}"), conn, ctx)
+                    }
+                }
+                continue;
+            }
+            if !self.upstream.can_read() {
+                return State::Connecting(self);
+            }
+            let mut buf = [0u8; 4096];
+            let got = match self.upstream.read(&mut buf) {
+                Io::Progress(n) => &buf[..n],
+                Io::WouldBlock => return State::Connecting(self),
+                Io::Eof => &[][..],
+                Io::PeerGone(e) => {
+                    return self.parent_failed(format!("the parent proxy: {e}"), conn, ctx)
+                }
+            };
+            let eof = got.is_empty();
+            match hs.received(got) {
+                Progress::NeedMore if eof => {
+                    let why = "the parent proxy closed the connection before answering";
+                    return self.parent_failed(why.into(), conn, ctx);
+                }
+                Progress::NeedMore => {}
+                Progress::Open(leftover) => return self.established(leftover, conn, ctx),
+                Progress::Failed(why) => return self.parent_failed(why, conn, ctx),
+            }
+        }
+    }
+
+    fn parent_failed(self, why: String, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        log::info!("conn={} {why}", conn.id);
+        let dialect = self.plan.request.dialect;
+        refuse(Refusal::Parent(why), dialect, self.client, conn, ctx)
+    }
+
+    /// `from_upstream`: bytes the destination sent already (behind a parent
+    /// proxy's answer), the client's first.
+    fn established(self, from_upstream: Vec<u8>, conn: &mut Conn, ctx: &mut Ctx) -> State {
         let Connecting {
             client,
             upstream,
             plan,
+            ..
         } = self;
         let idle = plan.idle.or(ctx.settings.timeouts.idle);
         let Request {
@@ -272,6 +370,13 @@ impl Connecting {
             dialect,
             early,
         } = plan.request;
+        let raw = plan.inspect.is_none() && matches!(dialect, Dialect::Http | Dialect::Socks5);
+        if !from_upstream.is_empty() && !raw {
+            // HTTP and TLS destinations never speak first: only a raw tunnel
+            // can carry what came behind the parent's answer.
+            let why = "the destination spoke before any request (through the parent proxy)";
+            return refuse(Refusal::Parent(why.into()), dialect, client, conn, ctx);
+        }
         let reply = match dialect {
             Dialect::Http => http::CONNECT_ESTABLISHED.to_vec(),
             Dialect::Socks5 => {
@@ -335,13 +440,20 @@ impl Connecting {
                 idle,
                 ctx,
             ))),
-            None => State::Passthrough(Passthrough::new(
-                Channel::Plain(client),
-                Channel::Plain(upstream),
-                Preload::reply(&reply, &early, ctx),
-                idle,
-                ctx,
-            )),
+            None => {
+                let mut to_client = reply;
+                let own = to_client.len();
+                to_client.extend_from_slice(&from_upstream);
+                let mut preload = Preload::reply(&to_client, &early, ctx);
+                preload.own = own;
+                State::Passthrough(Passthrough::new(
+                    Channel::Plain(client),
+                    Channel::Plain(upstream),
+                    preload,
+                    idle,
+                    ctx,
+                ))
+            }
         }
     }
 

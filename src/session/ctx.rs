@@ -12,6 +12,7 @@ use mio::{Registry, Token};
 
 use crate::buffer::BufPool;
 use crate::config::{Credentials, Limits, Timeouts};
+use crate::events::EventSink;
 use crate::lifecycle::CloseReason;
 use crate::policy::Policy;
 use crate::stats::Stats;
@@ -22,6 +23,8 @@ pub(crate) struct Settings {
     pub(crate) timeouts: Timeouts,
     pub(crate) limits: Limits,
     pub(crate) auth: Option<Credentials>,
+    /// The global parent proxy, if any.
+    pub(crate) upstream_proxy: Option<std::sync::Arc<crate::protocol::parent::ParentProxy>>,
 }
 
 /// The tokens this session's two sockets register under.
@@ -44,6 +47,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) tls: &'a mut super::TlsEnv,
     pub(crate) policy: &'a Policy,
     pub(crate) stats: &'a Stats,
+    /// Where session and request events go (`Conn::access_line`, `Conn::request`).
+    pub(crate) events: &'a EventSink,
     /// The time of this reactor iteration.
     pub(crate) now: Instant,
     /// What the handler asks of the reactor; returned when the call ends.

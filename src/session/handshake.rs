@@ -169,6 +169,15 @@ impl Handshake {
 
     /// Leaves the handshake, handing the client socket on.
     fn leave(self, leave: Leave, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        // For the events: how the client spoke, and (past auth) as whom.
+        let dialect = match &leave {
+            Leave::To { dialect, .. } | Leave::Refuse(_, dialect) => *dialect,
+            Leave::Answer { .. } => self.stage.dialect(),
+        };
+        conn.log.protocol = Some(dialect.into());
+        if matches!(leave, Leave::To { .. }) {
+            conn.log.user = ctx.settings.auth.as_ref().map(|c| c.username.clone());
+        }
         match leave {
             Leave::To {
                 target,

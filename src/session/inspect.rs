@@ -24,7 +24,7 @@ use crate::io::Io;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::{RequestRules, Target};
 use crate::protocol::http1::exchange::{
-    ClientAction, Decision, End, Exchange, ExchangeConfig, Mode, Record, Status, UpstreamAction,
+    ClientAction, Decision, End, Exchange, ExchangeConfig, Mode, Status, UpstreamAction,
 };
 
 /// IO rounds per call before yielding to other sessions.
@@ -413,7 +413,7 @@ impl Inspect {
     fn records(&mut self, conn: &mut Conn, ctx: &Ctx) {
         for record in self.ex.take_records() {
             conn.log.requests += 1;
-            log_record(conn.id, &record);
+            conn.request(&record, ctx);
             ctx.stats.request(matches!(
                 record.decision,
                 Decision::Allowed(_) | Decision::WouldDeny(_)
@@ -537,7 +537,22 @@ impl Inspect {
         self.unpark(ctx);
         self.armed = None;
         if let Some((_, since)) = self.waiting {
-            if ctx.now >= since + ctx.settings.timeouts.response && self.ex.response_timeout() {
+            let due = ctx.now >= since + ctx.settings.timeouts.response;
+            if due && self.upstream.is_handshaking() {
+                // Not a slow answer: the upstream never finished its TLS
+                // handshake (a plaintext server, a wrong port).
+                let why = "the TLS handshake with the upstream did not complete in time";
+                log::info!("conn={} {why}", conn.id);
+                self.upstream_gone = true;
+                self.upstream_eof = true;
+                self.ex.upstream_failed("upstream-tls", why);
+                let _ = self.responses();
+                self.records(conn, ctx);
+                if let Status::Closed { answer, end } = self.ex.status() {
+                    return self.close(answer, end, conn, ctx);
+                }
+            }
+            if due && self.ex.response_timeout() {
                 log::info!("conn={} the upstream did not answer in time", conn.id);
                 self.records(conn, ctx);
                 if let Status::Closed { answer, end } = self.ex.status() {
@@ -586,31 +601,6 @@ impl Inspect {
                 *buf = ctx.pool.take_at_least(size);
             }
         }
-    }
-}
-
-/// One line per inspected request: denied and refused ones at info (they
-/// are what a policy author looks for), allowed ones at debug.
-fn log_record(id: u64, r: &Record) {
-    let method = r.method.as_deref().unwrap_or("-");
-    let path = r.path.as_deref().unwrap_or("-");
-    let status = r.status.map_or_else(|| "-".to_string(), |s| s.to_string());
-    match &r.decision {
-        Decision::Allowed(rule) => log::debug!(
-            "conn={id} request {method} {path} allowed by {} status={status}",
-            rule.as_deref().unwrap_or("-")
-        ),
-        Decision::WouldDeny(rule) => log::info!(
-            "conn={id} request {method} {path} decision=would-deny by {rule} status={status}"
-        ),
-        Decision::Denied(rule) => {
-            log::info!("conn={id} request denied: {method} {path} by {rule} status={status}")
-        }
-        Decision::Refused {
-            status,
-            cause,
-            reason,
-        } => log::info!("conn={id} request refused {status} ({cause}): {reason}"),
     }
 }
 

@@ -83,6 +83,11 @@ impl Session {
         self.conn.id
     }
 
+    /// What `list-sessions` shows of it.
+    pub(crate) fn info(&self, now: std::time::Instant) -> crate::control::SessionInfo {
+        self.conn.info(self.state.to_string(), now)
+    }
+
     /// Ended and waiting to be reaped.
     pub(crate) fn is_done(&self) -> bool {
         matches!(self.state, State::Done(_))
@@ -153,7 +158,7 @@ impl Session {
                     "conn={} {target}: closed by policy reload: {d}",
                     self.conn.id
                 );
-                self.conn.log.decision = Decision::Denied(d.to_string());
+                self.conn.log.decision = Decision::denied(&d);
                 self.step(ctx, |_, _, _| State::Done(CloseReason::PolicyReload));
             }
             // Allowed now only under inspection: a raw tunnel cannot be
@@ -239,7 +244,7 @@ impl Session {
             State::Done(reason) => {
                 self.conn.deadline = None;
                 ctx.stats.closed(*reason);
-                self.conn.access_line(*reason, ctx.now);
+                self.conn.access_line(*reason, ctx);
             }
         }
         // After the close is counted: a reader that sees the session gone

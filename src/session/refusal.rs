@@ -47,6 +47,8 @@ pub(crate) enum Refusal {
     Connect(io::Error),
     /// Resolve + connect took too long.
     Timeout,
+    /// The parent proxy refused or failed (why).
+    Parent(String),
     /// The proxy is at a limit (named) and takes no new sessions.
     Limit(&'static str),
 }
@@ -63,7 +65,7 @@ impl Refusal {
             Refusal::AuthRequired => CloseReason::AuthFailed,
             Refusal::Denied(_) => CloseReason::Denied,
             Refusal::Resolve(_) => CloseReason::ResolveFailed,
-            Refusal::Connect(_) => CloseReason::ConnectFailed,
+            Refusal::Connect(_) | Refusal::Parent(_) => CloseReason::ConnectFailed,
             Refusal::Timeout => CloseReason::ConnectTimeout,
             Refusal::Limit(_) => CloseReason::Limit,
         }
@@ -85,6 +87,7 @@ impl Refusal {
             Refusal::Resolve(e) => format!("could not resolve the target: {e}"),
             Refusal::Connect(e) => format!("could not connect to the target: {e}"),
             Refusal::Timeout => "timed out connecting to the target".into(),
+            Refusal::Parent(why) => format!("through the parent proxy: {why}"),
             Refusal::Limit(which) => format!("the proxy is at its {which} limit; try again later"),
         }
     }
@@ -105,6 +108,7 @@ impl Refusal {
             Refusal::Resolve(_) => "resolve-failed".into(),
             Refusal::Connect(_) => "connect-failed".into(),
             Refusal::Timeout => "connect-timeout".into(),
+            Refusal::Parent(_) => "parent-proxy".into(),
             Refusal::Limit(which) => format!("limit; {which}"),
         }
     }
@@ -127,7 +131,7 @@ impl Refusal {
             Refusal::Method(_) => (405, &[("Allow", "CONNECT")]),
             Refusal::AuthRequired => (407, &[("Proxy-Authenticate", "Basic realm=\"portcullis\"")]),
             Refusal::Denied(_) => (403, &[]),
-            Refusal::Resolve(_) | Refusal::Connect(_) => (502, &[]),
+            Refusal::Resolve(_) | Refusal::Connect(_) | Refusal::Parent(_) => (502, &[]),
             Refusal::Timeout => (504, &[]),
             Refusal::Limit(_) => (503, &[("Retry-After", "1")]),
         };
@@ -153,6 +157,7 @@ impl Refusal {
                 _ => Reply::HostUnreachable,
             },
             Refusal::Timeout => Reply::TtlExpired,
+            Refusal::Parent(_) => Reply::GeneralFailure,
             // After the greeting's method selection: the request is answered
             // before it is read, so the client is told at its first read.
             Refusal::Limit(_) => {

@@ -67,7 +67,8 @@ impl State {
             State::Inspect(i) => Some(i.stage()),
             State::Passthrough(p) => Some(p.stage()),
             State::Done(reason) => Some(reason.as_str()),
-            State::Resolving(_) | State::Connecting(_) => None,
+            State::Connecting(c) => Some(c.stage()),
+            State::Resolving(_) => None,
         }
     }
 

@@ -5,6 +5,7 @@
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream as StdUnix;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token};
@@ -13,6 +14,7 @@ use super::{Ctx, Effects, Session, Settings, Tokens};
 use crate::buffer::BufPool;
 use crate::client::Peer;
 use crate::config::{Limits, ListenerProtocol, Timeouts};
+use crate::events::{self, Event, EventKind, EventSink};
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::{parse_cli_rule, Action, Policy};
@@ -32,6 +34,9 @@ struct Harness {
     tls: super::TlsEnv,
     policy: Policy,
     stats: Stats,
+    /// Where the session's events go: `seen`.
+    sink: EventSink,
+    seen: Arc<Mutex<Vec<Event>>>,
     now: Instant,
     session: Option<Session>,
     peer: StdUnix,
@@ -52,17 +57,24 @@ impl Harness {
                 timeouts: Timeouts::default(),
                 limits: Limits::default(),
                 auth: None,
+                upstream_proxy: None,
             },
             tls: super::TlsEnv::new(crate::config::TlsConfig::default()),
             policy,
             stats: Stats::default(),
+            sink: EventSink::default(),
+            seen: Arc::default(),
             now: Instant::now(),
             session: None,
             peer: ours,
         };
+        let seen = Arc::clone(&h.seen);
+        h.sink = EventSink::new(Some(Arc::new(move |e: &Event| {
+            seen.lock().unwrap().push(e.clone())
+        })));
         let stream = Stream::Unix(mio::net::UnixStream::from_std(theirs));
         let (session, effects) = h.with_ctx(|ctx| {
-            Session::accept(7, stream, Peer::Unix(Some(0)), protocol, None, ctx).unwrap()
+            Session::accept(7, stream, Peer::unix(Some(0), None), protocol, None, ctx).unwrap()
         });
         h.session = Some(session);
         (h, effects)
@@ -83,6 +95,7 @@ impl Harness {
             tls: &mut self.tls,
             policy: &self.policy,
             stats: &self.stats,
+            events: &self.sink,
             now: self.now,
             effects: Effects::default(),
         };
@@ -199,6 +212,23 @@ fn a_denied_address_is_answered_403_and_counted() {
     assert_eq!(effects.deadline, None);
     assert!(h.session().is_done());
     assert_eq!(h.stats.snapshot().closed.get(CloseReason::Denied), 1);
+    // One session event, with the decision and why.
+    let seen = h.seen.lock().unwrap();
+    let [e] = &seen[..] else { panic!("{seen:?}") };
+    assert_eq!(e.kind, EventKind::Session);
+    assert_eq!(e.conn, 7);
+    assert_eq!(e.protocol, Some(events::Protocol::Connect));
+    assert_eq!((e.client.as_str(), e.client_uid), ("unix", Some(0)));
+    assert_eq!(e.target.as_deref(), Some("127.0.0.2:443"));
+    assert_eq!(e.decision, Some(events::Decision::Deny));
+    assert_eq!(e.rule, None, "no rule denied it: deny by default");
+    assert_eq!(e.reason.as_deref(), Some("no rule allows this destination"));
+    assert_eq!(e.close, Some(CloseReason::Denied));
+    assert_eq!((e.bytes_up, e.bytes_down), (Some(0), Some(0)));
+    // Counted under no rule.
+    let rules = h.stats.rules();
+    assert_eq!(rules.len(), 1);
+    assert_eq!((rules[0].0.as_str(), rules[0].1.denied), ("-", 1));
 }
 
 /// A loopback port nothing listens on (connects to it are refused at once).
@@ -233,7 +263,7 @@ fn socks5_byte_by_byte_walks_its_sub_stages() {
     let effects = h.client_sends(&[last]);
     assert!(effects.left_handshake);
     assert_eq!(effects.resolve, None, "an address needs no resolver");
-    assert_eq!(h.state(), "Connecting");
+    assert_eq!(h.state(), "Connecting(tcp)");
     // The refused connect arrives as an error edge: SOCKS5 reply 0x05.
     let effects = h.poll_events();
     assert!(h.state().starts_with("Closing"), "{}", h.state());

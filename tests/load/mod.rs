@@ -49,6 +49,29 @@ pub fn connect_from(src: IpAddr, dst: SocketAddr) -> io::Result<TcpStream> {
     Ok(sock.into())
 }
 
+/// The uid of `nobody`: another client than the root test process.
+pub const NOBODY: u32 = 65_534;
+
+/// Like [`connect_from`], from a socket owned by `uid`. The kernel records
+/// the fsuid of the thread that creates a socket as its owner, which is what
+/// the proxy reads for a loopback client; `setfsuid` affects the calling
+/// thread only, so a fresh thread makes the socket. Needs root (CI is).
+pub fn connect_as(uid: u32, src: IpAddr, dst: SocketAddr) -> io::Result<TcpStream> {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "a client of another uid needs root (CAP_SETUID) in the test process"
+    );
+    thread::spawn(move || {
+        let uid = nix::unistd::Uid::from_raw(uid);
+        nix::unistd::setfsuid(uid);
+        // setfsuid returns the previous fsuid: asking again confirms the change.
+        assert_eq!(nix::unistd::setfsuid(uid), uid, "setfsuid({uid})");
+        connect_from(src, dst)
+    })
+    .join()
+    .expect("connect thread")
+}
+
 pub fn ip(s: &str) -> IpAddr {
     s.parse().expect("IP literal")
 }
@@ -279,5 +302,92 @@ impl Drop for MioEcho {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// A python3 that `nobody` can run (a pyenv shim under /root is not).
+fn python_for_others() -> String {
+    let own = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let candidates = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .map(String::from)
+        .chain(own);
+    for py in candidates {
+        let ok = std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                &py,
+                "-c",
+                "pass",
+            ])
+            .current_dir("/")
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return py;
+        }
+    }
+    panic!(
+        "no python3 that uid 65534 can run (tried /usr/bin, /usr/local/bin, PATH); CI installs one"
+    );
+}
+
+/// Runs `python3 -u -c script args...` as `uid` (and gid) through `setpriv`,
+/// stdin and stdout piped. Needs root, setpriv and python3 (CI has them).
+pub fn spawn_python_as(uid: u32, script: &str, args: &[String]) -> ChildGuard {
+    let id = uid.to_string();
+    let child = std::process::Command::new("setpriv")
+        .args([
+            format!("--reuid={id}"),
+            format!("--regid={id}"),
+            "--clear-groups".into(),
+            python_for_others(),
+            "-u".into(),
+            "-c".into(),
+            script.into(),
+        ])
+        .args(args)
+        .current_dir("/")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run setpriv ({e}); this test needs it (util-linux)"));
+    ChildGuard(child)
+}
+
+/// The next line of a child's stdout, waiting at most `within`; the rest of
+/// its output is kept for later calls.
+pub struct Lines(std::sync::mpsc::Receiver<String>);
+
+impl Lines {
+    pub fn of(child: &mut std::process::Child) -> Lines {
+        use std::io::BufRead;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines(rx)
+    }
+
+    #[track_caller]
+    pub fn next(&self, what: &str, within: Duration) -> String {
+        self.0
+            .recv_timeout(within)
+            .unwrap_or_else(|e| panic!("{what}: no line from the child within {within:?} ({e})"))
     }
 }

@@ -236,7 +236,8 @@ pub fn parse_stats_line(line: &str) -> HashMap<String, u64> {
             prefix = "closed.";
             continue;
         }
-        let tok = tok.trim_matches(|c| c == '(' || c == ')' || c == ',');
+        // A logfmt line quotes the message: the last token ends in `"`.
+        let tok = tok.trim_matches(|c| c == '(' || c == ')' || c == ',' || c == '"');
         let Some((k, v)) = tok.split_once('=') else {
             continue;
         };

@@ -13,15 +13,35 @@ use super::wait::{wait_for, PROMPTLY};
 
 /// Short timeouts for tests: nothing should ever wait on them unless a test means to.
 pub fn test_timeouts() -> Timeouts {
-    Timeouts {
-        handshake: Duration::from_secs(5),
-        connect: Duration::from_secs(5),
-        idle: None,
-        half_close: Duration::from_secs(30),
-        close: Duration::from_secs(2),
-        drain: Duration::from_secs(2),
-        response: Duration::from_secs(5),
-    }
+    let mut t = Timeouts::default();
+    t.handshake = Duration::from_secs(5);
+    t.connect = Duration::from_secs(5);
+    t.idle = None;
+    t.half_close = Duration::from_secs(30);
+    t.close = Duration::from_secs(2);
+    t.drain = Duration::from_secs(2);
+    t.response = Duration::from_secs(5);
+    t
+}
+
+/// [`test_timeouts`] changed by `f` (`Timeouts` is `#[non_exhaustive]`:
+/// no struct literals outside the crate).
+pub fn timeouts(f: impl FnOnce(&mut Timeouts)) -> Timeouts {
+    let mut t = test_timeouts();
+    f(&mut t);
+    t
+}
+
+/// The default limits.
+pub fn test_limits() -> Limits {
+    Limits::default()
+}
+
+/// [`test_limits`] changed by `f`.
+pub fn limits(f: impl FnOnce(&mut Limits)) -> Limits {
+    let mut l = test_limits();
+    f(&mut l);
+    l
 }
 
 /// A policy allowing exactly these loopback ports on 127.0.0.1.
@@ -69,10 +89,7 @@ pub fn spawn(builder: ProxyBuilder) -> SpawnedProxy {
 
 /// Limits with a given relay buffer size.
 pub fn limits_with_buffer(buffer_size: usize) -> Limits {
-    Limits {
-        buffer_size,
-        ..Limits::default()
-    }
+    limits(|l| l.buffer_size = buffer_size)
 }
 
 pub fn proxy_addr(p: &SpawnedProxy) -> SocketAddr {

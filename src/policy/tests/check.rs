@@ -21,6 +21,7 @@ fn rebinding_is_refused() {
             addrs: vec![ip("93.184.216.34")],
             inspect: None,
             audit: None,
+            route: None,
         })
     );
     // Order kept, specials dropped, mapped reduced.

@@ -359,3 +359,81 @@ fn upgrades() {
     .unwrap_err();
     assert_eq!(e.key.as_deref(), Some("upgrades"));
 }
+
+/// `//x/admin` is the path `/admin` to URL parsers (a network-path
+/// reference: Node's `new URL(req.url, base)`, Python's `urljoin`), and
+/// `/x/admin` to origins that collapse slashes: both readings are judged.
+#[test]
+fn a_leading_double_slash_is_also_read_as_a_host_then_a_path() {
+    use Seen::*;
+    let r = rules_of(
+        "api",
+        &[
+            (Action::Allow, "*", "/**"),
+            (Action::Deny, "*", "/admin/**"),
+        ],
+    );
+    expect(
+        &r,
+        "GET",
+        &[
+            ("//x/admin/secret", Denied),
+            ("//user@x:8080/admin/", Denied),
+            ("//x/y/../admin/secret?q=1", Denied),
+            ("//x/%61dmin", Denied),
+            ("//x;a=b/admin", Denied),
+            ("///admin", Denied),
+            ("//admin", Denied),
+            ("//x/public", Allowed),
+            ("//public", Allowed),
+            ("/x//admin", Allowed),
+        ],
+    );
+    // Allow rules must allow both readings.
+    let allow = rules_of("api", &[(Action::Allow, "*", "/public/**")]);
+    expect(
+        &allow,
+        "GET",
+        &[
+            ("//public/x", Denied),
+            ("//x/public/y", Denied),
+            ("/public//x", Allowed),
+        ],
+    );
+}
+
+/// The canonical spelling keeps the leading `//`, and judging it covers
+/// every reading of the original (the session judges the canonical path).
+#[test]
+fn the_canonical_spelling_keeps_the_network_path_reading() {
+    for (raw, want) in [
+        ("//x/admin", "//x/admin"),
+        ("//x/../admin", "//admin"),
+        ("//./admin", "//admin"),
+        ("///a//b/", "//a/b/"),
+        ("//", "//"),
+        ("//x?q=1", "//x"),
+    ] {
+        assert_eq!(normalize_path(raw).as_deref(), Ok(want), "{raw}");
+        assert_eq!(normalize_path(want).as_deref(), Ok(want), "{raw} twice");
+    }
+    for raw in [
+        "//x/admin",
+        "//x/../admin",
+        "//x/a/../../b/admin",
+        "//./admin",
+        "//../admin",
+        "///admin",
+        "//x;p/a;q/admin",
+    ] {
+        let orig = crate::policy::path::parse(raw).unwrap();
+        let canon = crate::policy::path::parse(&normalize_path(raw).unwrap()).unwrap();
+        let theirs = canon.readings();
+        for reading in orig.readings() {
+            assert!(
+                theirs.contains(&reading),
+                "{raw}: reading {reading:?} lost in {theirs:?}"
+            );
+        }
+    }
+}

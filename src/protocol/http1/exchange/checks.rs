@@ -28,7 +28,13 @@ pub(super) struct Named {
 /// Parses a `Host` value (`host`, `host:port`, `[v6]:port`); a missing port
 /// is `default_port`.
 pub(super) fn parse_host(value: &[u8], default_port: u16) -> Result<Named, String> {
-    let text = std::str::from_utf8(trim_ows(value)).map_err(|_| "Host is not ASCII".to_string())?;
+    // A Host is ASCII (RFC 9110 `uri-host`). IDNA would map `ｌｏｃａｌｈｏｓｔ`
+    // or a soft hyphen onto the target's name, but origins route on the raw
+    // bytes: such a request would reach another (the default) site.
+    let text = std::str::from_utf8(trim_ows(value))
+        .ok()
+        .filter(|t| t.is_ascii())
+        .ok_or("Host is not ASCII (an international name goes as its xn-- form)")?;
     if text.is_empty() {
         return Err("empty Host".into());
     }

@@ -1,0 +1,134 @@
+//! Control: change the policy and look at (or close) open sessions while
+//! the proxy runs. Three ways in, one set of commands:
+//!
+//! - JSON lines on a connection ([`wire`]): the inherited `--control-fd`
+//!   socket ([`crate::ProxyBuilder::control`]), and the admin socket when
+//!   `[admin] control = true`. Each line
+//!   is one command, `{"cmd": "..."}`, and gets one answer line,
+//!   `{"ok":true,...}` or `{"ok":false,"error":"..."}`.
+//! - [`crate::ProxyHandle`]'s methods (`replace_policy`, `add_rule`,
+//!   `remove_rule`, `sessions`, `close_session`), which send a [`Command`]
+//!   to the reactor with a reply channel and wait for the answer.
+//!
+//! Commands run on the reactor thread, which owns the sessions and the
+//! policy in force, so a command sees and changes exactly what new sessions
+//! get. A command that fails changes nothing: policies are compiled in full
+//! before they replace the running one. A replaced policy takes effect like
+//! a SIGHUP reload: new sessions use it at once, open sessions are
+//! re-checked (`Session::on_reload`).
+//!
+//! With several reactors (workers), the reactor that reads a command would
+//! send it on to every other one through its control channel (the same
+//! [`Command`] with a reply channel) and join the answers: a policy change
+//! reaches each, `list-sessions` concatenates, `close-session` succeeds
+//! where the session lives. Nothing here assumes one reactor.
+
+pub(crate) mod edit;
+pub(crate) mod wire;
+
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::events::Protocol;
+use crate::policy::{Policy, RuleConfig};
+use crate::stats::{RuleCounts, StatsSnapshot};
+
+/// A control command, parsed and (for a whole policy) compiled.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Replace the policy with this one.
+    ReplacePolicy(Policy),
+    /// Append one rule (it must be named, and the name unused).
+    AddRule(Box<RuleConfig>),
+    /// Remove the rule of this name.
+    RemoveRule(String),
+    /// Describe every open session.
+    ListSessions,
+    /// Close this session now (reason `closed-by-control`).
+    CloseSession(u64),
+    /// The counters.
+    Stats,
+}
+
+impl Command {
+    /// The command's name on the wire.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Command::ReplacePolicy(_) => "replace-policy",
+            Command::AddRule(_) => "add-rule",
+            Command::RemoveRule(_) => "remove-rule",
+            Command::ListSessions => "list-sessions",
+            Command::CloseSession(_) => "close-session",
+            Command::Stats => "stats",
+        }
+    }
+}
+
+/// A command's answer.
+#[derive(Debug, Clone)]
+pub(crate) enum Reply {
+    /// The policy now in force: its rule names, in order.
+    Policy(Vec<String>),
+    /// The open sessions.
+    Sessions(Vec<SessionInfo>),
+    /// The session was closed.
+    Closed(u64),
+    /// The counters, overall and by rule.
+    Stats(Box<StatsSnapshot>, Vec<(String, RuleCounts)>),
+}
+
+/// One open session, as `list-sessions` and [`crate::ProxyHandle::sessions`] show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionInfo {
+    /// Its id (`conn=` in the logs), for `close-session`.
+    pub id: u64,
+    /// The client's address (`unix` for a Unix-socket peer).
+    pub client: String,
+    /// How the client spoke, once known.
+    pub protocol: Option<Protocol>,
+    /// The proxy user, when the client authenticated.
+    pub user: Option<String>,
+    /// Where it asked to go, once known.
+    pub target: Option<String>,
+    /// The upstream address dialled, once dialled.
+    pub dialled: Option<IpAddr>,
+    /// Its state, e.g. `Passthrough(relay)` or `Handshake(http)`.
+    pub state: String,
+    /// The rule that allowed it, once decided.
+    pub rule: Option<String>,
+    /// Payload bytes relayed client to upstream so far.
+    pub bytes_up: u64,
+    /// Payload bytes relayed upstream to client so far.
+    pub bytes_down: u64,
+    /// Time since it was accepted.
+    pub age: Duration,
+}
+
+/// Why a control operation through [`crate::ProxyHandle`] did not happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// The proxy is not running: it stopped, or was never started.
+    NotRunning,
+    /// Called on the reactor's own thread (from an event callback), where
+    /// waiting for the reactor's answer would wait for ever.
+    OnReactorThread,
+    /// The command was refused; nothing changed. Says why.
+    Refused(String),
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ControlError::NotRunning => f.write_str("the proxy is not running"),
+            ControlError::OnReactorThread => {
+                f.write_str("called on the reactor thread (from an event callback?)")
+            }
+            ControlError::Refused(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {}

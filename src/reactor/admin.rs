@@ -1,0 +1,339 @@
+//! The admin endpoint's sockets: its listener and its connections, the
+//! control fd among them. Each connection is a tiny session of its own:
+//! registered once (edge-triggered, readiness tracked here), driven by the
+//! reactor on its events, bounded by a deadline in the reactor's timer
+//! wheel (none for the control fd, the embedding host's lifeline). What the
+//! bytes mean is `crate::admin` (sans IO); control lines are executed by the
+//! reactor, through the `exec` callback given to [`Admin::drive`].
+//!
+//! Bounded: at most [`MAX_CONNS`] admin connections (more are answered 503
+//! and closed at once), an HTTP head of at most 8 KiB, one request per
+//! connection, and output is produced only while less than [`OUT_HIGH`]
+//! bytes wait for a slow reader. With no admin connection open, the admin
+//! endpoint holds no timer: an idle proxy still sleeps.
+
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::event::Event;
+use mio::{Interest, Registry};
+use slab::Slab;
+
+use super::listener::Listener;
+use super::timer::TimerId;
+use super::{token, Remote};
+use crate::admin::http::{self, Route};
+use crate::admin::proto::{Input, Proto};
+use crate::admin::{metrics, report};
+use crate::io::{Io, Stream};
+
+/// Admin connections open at once, at most (the control fd aside).
+pub(crate) const MAX_CONNS: usize = 8;
+/// Time an admin connection has to send its request (or its first control
+/// line) before it is closed.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// A control connection on the admin socket is closed after this long
+/// without a command.
+const CONTROL_IDLE: Duration = Duration::from_secs(300);
+/// Time to let the client read an answer and hang up before closing.
+const LINGER: Duration = Duration::from_secs(2);
+/// No more input is taken while this much output is unsent.
+pub(crate) const OUT_HIGH: usize = 256 * 1024;
+const READ_CHUNK: usize = 16 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Accepted on the admin listener.
+    Admin,
+    /// The inherited control fd (no deadline; its end closes nothing else).
+    ControlFd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Reading input and answering it.
+    Open,
+    /// Everything answered and flushed, FIN sent: reading to EOF, so the
+    /// close does not reset the answer away.
+    Linger,
+}
+
+/// One admin connection.
+pub(crate) struct AdminConn {
+    stream: Stream,
+    /// Tells a slot's tenants apart (for stale timers).
+    pub(crate) gen: u64,
+    kind: Kind,
+    proto: Proto,
+    out: Vec<u8>,
+    readable: bool,
+    writable: bool,
+    peer_eof: bool,
+    stage: Stage,
+    /// When it is closed unless it moves on.
+    pub(crate) deadline: Option<Instant>,
+    /// The timer armed for `deadline`, as the reactor last set it.
+    pub(crate) timer: Option<(TimerId, Instant)>,
+}
+
+/// The admin listener (if configured) and every admin connection.
+pub(crate) struct Admin {
+    listener: Option<Listener>,
+    /// `[admin] control = true`: control lines on the admin socket.
+    control: bool,
+    conns: Slab<AdminConn>,
+    next_gen: u64,
+    remote: Arc<Remote>,
+}
+
+impl Admin {
+    /// The admin endpoint on `listener` (bound and registered by the
+    /// reactor), if any; `control`: control lines accepted on it.
+    pub(crate) fn new(listener: Option<Listener>, control: bool, remote: Arc<Remote>) -> Admin {
+        Admin {
+            listener,
+            control,
+            conns: Slab::new(),
+            next_gen: 1,
+            remote,
+        }
+    }
+
+    /// Whether any connection is open (each may hold a timer).
+    pub(crate) fn has_conns(&self) -> bool {
+        !self.conns.is_empty()
+    }
+
+    /// Takes on the control fd: control lines only, no deadline.
+    pub(crate) fn adopt_control(
+        &mut self,
+        stream: Stream,
+        registry: &Registry,
+    ) -> io::Result<usize> {
+        self.insert(stream, Kind::ControlFd, registry, None)
+    }
+
+    /// Accepts until WouldBlock; returns the new connections' slots.
+    pub(crate) fn accept(&mut self, registry: &Registry, now: Instant) -> Vec<usize> {
+        let mut new = Vec::new();
+        loop {
+            let Some(listener) = &self.listener else {
+                return new;
+            };
+            // Admin clients are not counted per client: no identity lookups.
+            match listener.accept(&mut crate::client::Identify::new(false)) {
+                Ok((mut stream, peer)) => {
+                    let busy = self
+                        .conns
+                        .iter()
+                        .filter(|(_, c)| c.kind == Kind::Admin)
+                        .count();
+                    if busy >= MAX_CONNS {
+                        // One try at a short answer; the socket closes either way.
+                        log::debug!("admin: {peer} refused, {busy} admin connections open");
+                        let _ = stream.write_from(&http::error(503, "too many admin connections"));
+                        continue;
+                    }
+                    let deadline = Some(now + REQUEST_TIMEOUT);
+                    match self.insert(stream, Kind::Admin, registry, deadline) {
+                        Ok(slot) => new.push(slot),
+                        Err(e) => log::warn!("admin: cannot register a connection: {e}"),
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return new,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // Out of fds or the like: the next connection raises a
+                    // new edge and retries; nothing to spin on meanwhile.
+                    log::debug!("admin: accept failed: {e}");
+                    return new;
+                }
+            }
+        }
+    }
+
+    fn insert(
+        &mut self,
+        mut stream: Stream,
+        kind: Kind,
+        registry: &Registry,
+        deadline: Option<Instant>,
+    ) -> io::Result<usize> {
+        let entry = self.conns.vacant_entry();
+        let slot = entry.key();
+        if slot >= token::ADMIN_SLOTS {
+            return Err(io::Error::other("no admin token left"));
+        }
+        registry.register(
+            &mut stream,
+            token::admin(slot),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        let gen = self.next_gen;
+        self.next_gen += 1;
+        entry.insert(AdminConn {
+            stream,
+            gen,
+            kind,
+            proto: match kind {
+                Kind::Admin => Proto::admin(self.control),
+                Kind::ControlFd => Proto::control_only(),
+            },
+            out: Vec::new(),
+            // A fresh socket: try it at once (its request is usually queued).
+            readable: true,
+            writable: true,
+            peer_eof: false,
+            stage: Stage::Open,
+            deadline,
+            timer: None,
+        });
+        Ok(slot)
+    }
+
+    pub(crate) fn conn_mut(&mut self, slot: usize) -> Option<&mut AdminConn> {
+        self.conns.get_mut(slot)
+    }
+
+    /// Folds a readiness event into the connection's readiness.
+    pub(crate) fn absorb(&mut self, slot: usize, ev: &Event) {
+        if let Some(c) = self.conns.get_mut(slot) {
+            c.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
+            c.writable |= ev.is_writable() || ev.is_write_closed() || ev.is_error();
+        }
+    }
+
+    /// Moves the connection on as far as it goes: reads, answers (control
+    /// lines through `exec`, which returns one answer line), writes.
+    /// Returns true when it is finished (then call [`Admin::close`]).
+    pub(crate) fn drive(
+        &mut self,
+        slot: usize,
+        now: Instant,
+        exec: &mut dyn FnMut(&str) -> String,
+    ) -> bool {
+        let remote = Arc::clone(&self.remote);
+        let Some(c) = self.conns.get_mut(slot) else {
+            return false;
+        };
+        c.drive(now, &remote, exec)
+    }
+
+    /// Deregisters and closes the connection in `slot`.
+    pub(crate) fn close(&mut self, slot: usize, registry: &Registry) -> Option<AdminConn> {
+        let mut c = self.conns.try_remove(slot)?;
+        let _ = registry.deregister(&mut c.stream);
+        if c.kind == Kind::ControlFd {
+            log::info!("control fd closed");
+        }
+        Some(c)
+    }
+}
+
+impl AdminConn {
+    fn drive(
+        &mut self,
+        now: Instant,
+        remote: &Remote,
+        exec: &mut dyn FnMut(&str) -> String,
+    ) -> bool {
+        loop {
+            let mut moved = false;
+            // Answer what has arrived, while the output has room.
+            while self.out.len() < OUT_HIGH {
+                let Some(input) = self.proto.next() else {
+                    break;
+                };
+                moved = true;
+                match input {
+                    Input::Http(route) => self.out.extend(answer(route, remote)),
+                    Input::Line(line) => {
+                        self.out.extend(exec(&line).into_bytes());
+                        self.out.push(b'\n');
+                        if self.kind == Kind::Admin {
+                            self.deadline = Some(now + CONTROL_IDLE);
+                        }
+                    }
+                    Input::Fail(bytes) => self.out.extend(bytes),
+                }
+            }
+            // Flush.
+            while !self.out.is_empty() && self.writable {
+                match self.stream.write_from(&self.out) {
+                    Io::Progress(n) => {
+                        self.out.drain(..n);
+                        moved = true;
+                    }
+                    Io::WouldBlock => self.writable = false,
+                    Io::Eof | Io::PeerGone(_) => return true,
+                }
+            }
+            if self.out.is_empty() && self.proto.is_done() && self.stage == Stage::Open {
+                if self.peer_eof {
+                    return true;
+                }
+                self.stream.shutdown_write();
+                self.stage = Stage::Linger;
+                let linger = now + LINGER;
+                self.deadline = Some(self.deadline.map_or(linger, |d| d.min(linger)));
+            }
+            // Read, while there is use for it.
+            let room = match self.stage {
+                Stage::Linger => READ_CHUNK,
+                Stage::Open if self.out.len() < OUT_HIGH => self.proto.room().min(READ_CHUNK),
+                Stage::Open => 0,
+            };
+            if self.readable && room > 0 && !self.peer_eof {
+                let mut buf = vec![0u8; room];
+                match self.stream.read_into(&mut buf) {
+                    Io::Progress(n) => {
+                        if self.stage == Stage::Open {
+                            self.proto.feed(&buf[..n]);
+                        }
+                        moved = true;
+                    }
+                    Io::WouldBlock => self.readable = false,
+                    Io::Eof => {
+                        self.peer_eof = true;
+                        if self.stage == Stage::Linger {
+                            return true;
+                        }
+                        self.proto.eof();
+                        moved = true;
+                    }
+                    Io::PeerGone(_) => return true,
+                }
+            }
+            if !moved {
+                return false;
+            }
+        }
+    }
+}
+
+/// The bytes answering an HTTP route.
+fn answer(route: Route, remote: &Remote) -> Vec<u8> {
+    match route {
+        Route::Metrics => {
+            let text = metrics::render(
+                &remote.stats.snapshot(),
+                &remote.stats.rules(),
+                report::open_fds(),
+            );
+            http::response(200, metrics::CONTENT_TYPE, text.as_bytes())
+        }
+        Route::Stats => {
+            let mut body = report::stats_value(
+                &remote.stats.snapshot(),
+                &remote.stats.rules(),
+                report::open_fds(),
+            )
+            .to_string();
+            body.push('\n');
+            http::response(200, "application/json", body.as_bytes())
+        }
+        Route::NotFound => http::error(404, "not found: try GET /metrics or GET /stats"),
+        Route::MethodNotAllowed => http::error(405, "method not allowed: use GET"),
+    }
+}
