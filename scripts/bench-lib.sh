@@ -14,7 +14,7 @@ STARTED_PIDS=()
 RELAY="$WORK/c-relay"
 # Proxies log at warn (no access line per tunnel, as the peers run without
 # one), except the counters SIGUSR1 logs (target `portcullis`, at info).
-PORTCULLIS_LOG=${PORTCULLIS_LOG:-warn,portcullis=info,portcullis::session=warn}
+PORTCULLIS_LOG=${PORTCULLIS_LOG:-warn,portcullis=info,portcullis::session=warn,portcullis::event=off}
 
 log() { printf '[bench] %s\n' "$*" >&2; }
 
@@ -33,8 +33,12 @@ build_relay() {
     fi
 }
 
-# Whether this portcullis build has multi-threaded reactors (--workers).
-portcullis_has_workers() { "$PORTCULLIS" --help 2>/dev/null | grep -q -- '--workers'; }
+# Whether this portcullis build has multi-threaded reactors: its help names
+# --workers, or --check accepts it (--check binds nothing).
+portcullis_has_workers() {
+    "$PORTCULLIS" --help 2>/dev/null | grep -q -- '--workers' ||
+        "$PORTCULLIS" --workers 2 --allow 127.0.0.1:1 --check >/dev/null 2>&1
+}
 
 # path_info LABEL: sets PEER (process to start: none | portcullis | baseline |
 # tinyproxy | dante | haproxy | socat | c-relay), VIA (direct | relay |
@@ -81,7 +85,7 @@ have_peer() {
         none) return 0 ;;
         portcullis)
             case ${2:-} in
-                *-w[0-9]*) portcullis_has_workers || { echo "n/a (not built)"; return 1; } ;;
+                *-w[0-9]*) portcullis_has_workers || { echo "n/a: this build has no --workers"; return 1; } ;;
             esac
             ;;
         baseline) if [ -z "${BASELINE_BIN:-}" ] || [ ! -x "$BASELINE_BIN" ]; then echo "n/a (no BASELINE_BIN)"; return 1; fi ;;
@@ -395,3 +399,48 @@ peak_rss_kib() {
     done
     echo "$t"
 }
+
+# ---- Markdown fragments (BENCHMARKS.md) ----------------------------------------
+
+# command_line SCRIPT "KNOB ..." ARGS...: the command as typed, with the
+# knobs that were set in the environment (call it before defaults are applied).
+command_line() {
+    local script=$1 knobs=$2 k out=""
+    shift 2
+    for k in $knobs; do
+        if [ -n "${!k+set}" ]; then out+="$k=$(printf '%q' "${!k}") "; fi
+    done
+    out+="scripts/$(basename "$script")"
+    [ "$#" -eq 0 ] || out+=" $*"
+    echo "$out"
+}
+
+# The machine, the commit and the load, as Markdown list items.
+md_machine() {
+    local model commit dirty
+    model=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
+    [ -n "$model" ] || model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+    commit=$(git -C "$BENCH_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+    dirty=$(git -C "$BENCH_ROOT" status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo ' (with uncommitted changes)' || true)
+    echo "- Machine: $(nproc) cores ($model$(lscpu 2>/dev/null | sed -n 's/^Hypervisor vendor: *\(.*\)/, virtualised: \1/p')), Linux $(uname -r)"
+    echo "- Commit: \`$commit\`$dirty ($(git -C "$BENCH_ROOT" rev-parse --abbrev-ref HEAD 2>/dev/null || echo '?'))"
+}
+
+# splice_fragment FILE NAME FRAGMENT: puts FRAGMENT (which starts with
+# "<!-- begin NAME -->" and ends with "<!-- end NAME -->") in FILE in place
+# of the previous one, or at the end when FILE has none.
+splice_fragment() {
+    local file=$1 name=$2 frag=$3
+    if [ -f "$file" ] && grep -qxF "<!-- begin $name -->" "$file"; then
+        awk -v b="<!-- begin $name -->" -v e="<!-- end $name -->" -v f="$frag" '
+            $0 == b { while ((getline l < f) > 0) print l; skip = 1; next }
+            $0 == e { skip = 0; next }
+            !skip' "$file" >"$file.tmp" && mv "$file.tmp" "$file"
+    else
+        { echo; cat "$frag"; } >>"$file"
+    fi
+    log "wrote the $name results into $file"
+}
+
+# ratio A B: A/B as "0.59×", or nothing when either is missing.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f×", a / b }'; }

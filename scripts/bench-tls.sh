@@ -11,6 +11,11 @@
 #   TLS_BYTES=1GiB TLS_REPEAT=3 TLS_STREAMS=16 TLS_STREAM_BYTES=128MiB SETUP=500 scripts/bench-tls.sh
 #   TLS_PEERS="portcullis-terminate squid-bump" scripts/bench-tls.sh
 #   PROFILE=1 scripts/bench-tls.sh   # also perf-record portcullis terminating one download
+#   scripts/bench-tls.sh --write BENCHMARKS.md   # the HTTPS fragment of BENCHMARKS.md
+#
+# Prints the results as a Markdown fragment (kept in $WORK/bench-tls.md);
+# with --write FILE, puts it into FILE in place of the previous one (between
+# "<!-- begin scripts/bench-tls.sh -->" and "<!-- end ... -->").
 #
 # Per path: throughput of one TLS_BYTES download (MB/s, median of
 # TLS_REPEAT) with the proxy's CPU seconds per GiB (utime+stime of the proxy
@@ -27,6 +32,18 @@
 set -euo pipefail
 # shellcheck source=scripts/bench-lib.sh
 source "$(dirname "$0")/bench-lib.sh"
+
+WRITE=""
+ARGS=("$@")
+while [ "$#" -gt 0 ]; do
+    case $1 in
+        --write) WRITE=${2:?--write needs a file}; shift 2 ;;
+        -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) log "unknown argument $1 (only --write FILE)"; exit 2 ;;
+    esac
+done
+# Run by scripts/bench.sh: its command is the one that made these figures.
+CMDLINE=${BENCH_CMDLINE:-$(command_line "$0" "TLS_BYTES TLS_REPEAT TLS_STREAMS TLS_STREAM_BYTES SETUP TLS_PEERS PROFILE PORTCULLIS_ARGS" "${ARGS[@]}")}
 
 TLS_BYTES=${TLS_BYTES:-1GiB}
 TLS_REPEAT=${TLS_REPEAT:-3}
@@ -284,6 +301,7 @@ stream_mib=$(mib_of "$TLS_STREAM_BYTES")
 median() { sort -g | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print "-"}'; }
 
 ROWS=()
+declare -A TV=()
 COMMANDS=()
 LOADS=("$(cut -d' ' -f1-3 /proc/loadavg)")
 START=$(date -u +%Y-%m-%dT%H:%MZ)
@@ -396,6 +414,7 @@ for label in $TLS_PEERS; do
     peak_note=""
     [ -n "$pid" ] || peak_note="-"
     ROWS+=("| $label | ${rate:--} | ${cpu:--} | ${agg} | ${cpu16} | ${peak_note:-$peak} | ${setups[0]} | ${setups[2]} | ${setups[1]} / ${setups[3]} |")
+    TV[$label,rate]=${rate:-} TV[$label,cpu]=${cpu:-} TV[$label,agg]=$agg TV[$label,cpu16]=$cpu16 TV[$label,peak]=$peak
     if [ -n "$pid" ]; then
         stop_peer "$pid"
         # Squid's helpers outlive a killed parent only briefly; wait for them.
@@ -403,29 +422,58 @@ for label in $TLS_PEERS; do
     fi
 done
 LOADS+=("$(cut -d' ' -f1-3 /proc/loadavg)")
+END=$(date -u +%Y-%m-%dT%H:%MZ)
 
-echo
-echo "## HTTPS results ($START to $(date -u +%Y-%m-%dT%H:%MZ))"
-echo
-echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), Linux $(uname -r)."
-echo "Load average (1, 5, 15 min) at the start of each path: $(printf '%s; ' "${LOADS[@]}" | sed 's/; $//')."
-echo "Origin: nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), TLS on 127.0.0.1, one worker, certificate for *.bench.test from a test CA. Client: $(curl --version | head -1 | cut -d' ' -f1-2) --http1.1 --no-sessionid."
-echo "Bulk: one $TLS_BYTES download, median of $TLS_REPEAT; streams: $TLS_STREAMS downloads of $TLS_STREAM_BYTES at once; setup: $SETUP sequential requests for 1 KiB, each on a new tunnel (Connection: close)."
-echo
-echo "| Path | MB/s, 1 download | proxy CPU s/GiB | MB/s, $TLS_STREAMS at once | proxy CPU s/GiB, $TLS_STREAMS at once | peak RSS MiB, $TLS_STREAMS at once | setups/s, $SETUP distinct names (minting) | setups/s, one name (warm cache) | proxy CPU ms/setup (minting / warm) |"
-echo "|---|---|---|---|---|---|---|---|---|"
-printf '%s\n' "${ROWS[@]}"
-echo
-echo "Commands (PORT = the origin's port; names resolve to 127.0.0.1 through a private /etc/hosts):"
-echo
-# shellcheck disable=SC2016 # backquotes are Markdown
-printf -- '- `%s`\n' "${COMMANDS[@]}"
-echo
-if [ "$PROFILE" = 1 ] && [ -s "$WORK/perf-portcullis-terminate.top" ]; then
-    echo "perf, portcullis terminating one $TLS_BYTES download (self time, top functions):"
-    echo
-    echo '```'
-    cat "$WORK/perf-portcullis-terminate.top"
-    echo '```'
+# The targets of issue 8 for terminated TLS, checked on this run's figures.
+TARGETS=""
+if [ -n "${TV[portcullis-terminate,rate]:-}" ]; then
+    t_rate=${TV[portcullis-terminate,rate]} t_agg=${TV[portcullis-terminate,agg]} t_cpu=${TV[portcullis-terminate,cpu]}
+    t_cpu16=${TV[portcullis-terminate,cpu16]} t_rss=${TV[portcullis-terminate,peak]}
+    s_rate=${TV[squid-bump,rate]:-} s_agg=${TV[squid-bump,agg]:-}
+    verdict() { awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN { if (v !~ /^[0-9.]+$/ || t !~ /^[0-9.]+$/) print "not measured"; else if ((op == ">=" && v + 0 >= t + 0) || (op == "<=" && v + 0 <= t + 0) || (op == "<" && v + 0 < t + 0)) print "**met**"; else print "**missed**" }'; }
+    two_s=$(awk -v a="$s_rate" 'BEGIN { if (a ~ /^[0-9.]+$/) print 2 * a }')
+    two_s16=$(awk -v a="$s_agg" 'BEGIN { if (a ~ /^[0-9.]+$/) print 2 * a }')
+    TARGETS="Targets for \`tls = \"terminate\"\` (issue 8), this run: throughput at least twice Squid ssl-bump's: 1 download $t_rate MB/s against 2 × ${s_rate:--} ($(verdict "$t_rate" ">=" "$two_s")), $TLS_STREAMS at once $t_agg MB/s against 2 × ${s_agg:--} ($(verdict "$t_agg" ">=" "$two_s16")); at most 1.0 proxy CPU s/GiB: $t_cpu on 1 download ($(verdict "$t_cpu" "<=" 1.0)), $t_cpu16 with $TLS_STREAMS at once ($(verdict "$t_cpu16" "<=" 1.0)); peak RSS under 16 MiB at $TLS_STREAMS streams: $t_rss MiB ($(verdict "$t_rss" "<" 16))."
 fi
-echo "Logs: $WORK"
+
+FRAG=$WORK/bench-tls.md
+{
+    echo "<!-- begin scripts/bench-tls.sh -->"
+    echo "<!-- Generated by scripts/bench-tls.sh; edits here are overwritten by the next --write. -->"
+    echo
+    echo "### HTTPS: passthrough, terminated TLS and TLS-intercepting peers"
+    echo
+    echo "- Date: $START to $END"
+    md_machine
+    echo "- Command: \`$CMDLINE\`"
+    echo "- Load average (1, 5, 15 min) before the HTTPS run: ${LOADS[0]}; at the start of each path: $(printf '%s; ' "${LOADS[@]:1}" | sed 's/; $//')"
+    echo "- Origin: nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), TLS on 127.0.0.1, one worker, certificate for *.bench.test from a test CA. Client: $(curl --version | head -1 | cut -d' ' -f1-2) \`--http1.1 --no-sessionid\` (a full handshake every time). Peers: $("$MITM_VENV/bin/mitmdump" --version 2>/dev/null | sed -n 's/^Mitmproxy: *\(.*\)/mitmproxy \1/p' | head -1), $(/usr/sbin/squid -v 2>/dev/null | head -1 | sed 's/.*Version \([^ ]*\).*/Squid \1 (ssl-bump)/')"
+    echo "- Bulk: one $TLS_BYTES download, median of $TLS_REPEAT; streams: $TLS_STREAMS downloads of $TLS_STREAM_BYTES at once; setup: $SETUP sequential requests for 1 KiB, each on a new tunnel (\`Connection: close\`): to $SETUP distinct names (portcullis, mitmproxy and Squid mint a leaf for each) and to one name (a warm leaf cache)"
+    echo
+    echo "| Path | MB/s, 1 download | proxy CPU s/GiB | MB/s, $TLS_STREAMS at once | proxy CPU s/GiB, $TLS_STREAMS at once | peak RSS MiB, $TLS_STREAMS at once | setups/s, minting (distinct names) | setups/s, warm cache (one name) | proxy CPU ms/setup (minting / warm) |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    printf '%s\n' "${ROWS[@]}"
+    echo
+    [ -z "$TARGETS" ] || { echo "$TARGETS"; echo; }
+    if [ "$PROFILE" = 1 ] && [ -s "$WORK/perf-portcullis-terminate.top" ]; then
+        echo "perf (system-wide, cpu-clock), portcullis terminating one $TLS_BYTES download, its own samples by DSO and symbol:"
+        echo
+        echo '```'
+        cat "$WORK/perf-portcullis-terminate.top"
+        echo '```'
+        echo
+    fi
+    echo "<details><summary>Every command of this run</summary>"
+    echo
+    echo "PORT = the origin's port; the names resolve to 127.0.0.1 through a private /etc/hosts."
+    echo
+    # shellcheck disable=SC2016 # backquotes are Markdown
+    printf -- '- `%s`\n' "${COMMANDS[@]}" | sed "s#$WORK#WORK#g"
+    echo
+    echo "</details>"
+    echo
+    echo "<!-- end scripts/bench-tls.sh -->"
+} >"$FRAG"
+cat "$FRAG"
+log "fragment: $FRAG; logs: $WORK"
+[ -z "$WRITE" ] || splice_fragment "$WRITE" scripts/bench-tls.sh "$FRAG"

@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Relay benchmark: portcullis against a direct loopback baseline, peer
 # proxies from Debian and a minimal C relay, in one run, on loopback only.
-# Prints Markdown tables (then the TLS tables of scripts/bench-tls.sh).
+# Prints the results as a Markdown fragment (also kept in $WORK/bench.md),
+# then those of scripts/bench-tls.sh; with --write FILE, puts both fragments
+# into FILE in place of the previous ones (between their
+# "<!-- begin scripts/bench.sh -->" and "<!-- end ... -->" lines), so
 #
-#   scripts/bench.sh                 # everything
+#   scripts/bench.sh --write BENCHMARKS.md
+#
+# regenerates every figure of BENCHMARKS.md and leaves its prose alone.
+#
+#   scripts/bench.sh                 # everything, printed
 #   BYTES=2GiB DIR=up REPEAT=3 STREAMS=16 STRACE_BYTES=256MiB CHURN=2000 IDLE=5000 scripts/bench.sh
 #   PEERS="portcullis-connect c-relay haproxy" TLS=0 scripts/bench.sh
 #   BASELINE_BIN=/tmp/old/portcullis PEERS="baseline-connect portcullis-connect" scripts/bench.sh
@@ -11,7 +18,7 @@
 # Paths (PEERS): direct, portcullis-connect, portcullis-socks5 (splice, the
 # Linux default), portcullis-{connect,socks5}-rw (read/write path: a config
 # with [limits] splice = false), portcullis-{connect,socks5}-w2 (--workers 2;
-# "n/a (not built)" when this build has no --workers), baseline-connect and
+# "n/a" when this build has no --workers), baseline-connect and
 # baseline-socks5 (BASELINE_BIN), tinyproxy, dante, haproxy (nbthread 1),
 # haproxy-nbthread2, socat, c-relay (benches/relay/relay.c, built with cc -O2).
 # haproxy, socat and c-relay are plain TCP relays: no CONNECT, no parsing.
@@ -29,6 +36,17 @@
 set -euo pipefail
 # shellcheck source=scripts/bench-lib.sh
 source "$(dirname "$0")/bench-lib.sh"
+
+WRITE=""
+ARGS=("$@")
+while [ "$#" -gt 0 ]; do
+    case $1 in
+        --write) WRITE=${2:?--write needs a file}; shift 2 ;;
+        -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) log "unknown argument $1 (only --write FILE)"; exit 2 ;;
+    esac
+done
+CMDLINE=$(command_line "$0" "BYTES DIR REPEAT STREAMS STRACE_BYTES CHURN STRACE_CHURN IDLE IDLE_CHECK IDLE_SECS TLS PEERS PORTCULLIS_ARGS BASELINE_BIN TLS_BYTES TLS_REPEAT TLS_STREAMS TLS_STREAM_BYTES SETUP TLS_PEERS PROFILE" "${ARGS[@]}")
 
 BYTES=${BYTES:-2GiB}
 DIR=${DIR:-up}
@@ -69,7 +87,10 @@ portcullis_counters() {
 }
 
 ROWS=()
+RAW=()
 DETAIL=()
+declare -A BREAKDOWN=()
+D1="" D16="" DC1="" DC8=""
 COMMANDS=()
 LOADS=("$(cut -d' ' -f1-3 /proc/loadavg)")
 START=$(date -u +%Y-%m-%dT%H:%MZ)
@@ -81,7 +102,7 @@ for label in $PEERS; do
     peer=$PEER via=$VIA pargs=$PEER_ARGS
     if ! why=$(have_peer "$peer" "$label"); then
         log "skipping $label: $why"
-        ROWS+=("| $label | $why | - | - | - | - | - | - | - | - | - |")
+        ROWS+=("| $label | $why | - | - | - | - | - | - | - | - | - | - | - |")
         continue
     fi
     LOADS+=("$(cut -d' ' -f1-3 /proc/loadavg)")
@@ -114,8 +135,9 @@ for label in $PEERS; do
             s=$(idle_syscalls "$label" "$via" "$port" "$pid" "$sink" "$IDLE_CHECK" "$IDLE_SECS" || true)
             log "  $s"
             idle_sys=$(value syscalls <<<"$s")
+            [ -z "$idle_sys" ] || idle_sys=$(awk -v n="$idle_sys" -v t="$IDLE_SECS" 'BEGIN { printf "%.3g", n / t }')
             top=$(sed -n 's/.*top="\([^"]*\)".*/\1/p' <<<"$s")
-            [ -z "$top" ] || idle_sys="$idle_sys ($top)"
+            [ -z "$top" ] || idle_sys="$idle_sys ($top in ${IDLE_SECS} s)"
             COMMANDS+=("$label idle syscalls: loadgen idle $vargs --sink 127.0.0.1:$sink --count $IDLE_CHECK --watch-pid PID --hold-secs $((IDLE_SECS + 3)) & strace -f -c -p <$label pids> for ${IDLE_SECS}s once the tunnels are open")
         fi
         stop
@@ -191,36 +213,108 @@ for label in $PEERS; do
     fi
     stop
 
-    ROWS+=("| $label | ${rate[1]:--} | ${rate[$STREAMS]:--} | ${cpu[1]:--} / ${cpu[$STREAMS]:--} | ${per_mib:--} | ${cps[1]:--} / ${cps[8]:--} | ${cpt[1]:--} / ${cpt[8]:--} | ${per_tunnel:--} | ${idle_b} | ${idle_sys} | ${peak} |")
+    if [ "$label" = direct ]; then
+        D1=${rate[1]:-} D16=${rate[$STREAMS]:-} DC1=${cps[1]:-} DC8=${cps[8]:-}
+    fi
+    RAW+=("$label|${rate[1]:--}|${rate[$STREAMS]:--}|${cpu[1]:--} / ${cpu[$STREAMS]:--}|${per_mib:--}|${cps[1]:--}|${cps[8]:--}|${cpt[1]:--} / ${cpt[8]:--}|${per_tunnel:--}|${idle_sys}|${idle_b}|${peak}")
     DETAIL+=("| $label | ${top:--} | ${epoll:--} | ${errs:--} | ${wake} | ${breakdown:--} |")
+    BREAKDOWN[$label]=$breakdown
     unset rate cpu cps cpt
 done
 LOADS+=("$(cut -d' ' -f1-3 /proc/loadavg)")
+END=$(date -u +%Y-%m-%dT%H:%MZ)
 
-echo
-echo "## Results ($START to $(date -u +%Y-%m-%dT%H:%MZ))"
-echo
-echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), Linux $(uname -r)."
-echo "Load average (1, 5, 15 min) at the start of each path: $(printf '%s; ' "${LOADS[@]}" | sed 's/; $//')."
-echo "Transfer: $BYTES in all per run (over 1 stream, then over $STREAMS), direction $DIR, median of $REPEAT runs; strace transfer: $STRACE_BYTES; churn: $CHURN tunnels (1 and 8 clients at once, median of $REPEAT), strace churn: $STRACE_CHURN tunnels; idle: $IDLE tunnels for memory, $IDLE_CHECK for the ${IDLE_SECS}-second syscall check."
-echo
-echo "| Path | MiB/s, 1 stream | MiB/s, $STREAMS streams | proxy CPU s/GiB (1 / $STREAMS streams) | syscalls/MiB | churn conn/s (1 / 8 clients) | proxy CPU µs/tunnel (1 / 8 clients) | syscalls/tunnel | idle bytes/tunnel | syscalls in ${IDLE_SECS} s, $IDLE_CHECK idle tunnels | peak RSS MiB |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
-printf '%s\n' "${ROWS[@]}"
-echo
-echo "| Path | top syscalls per MiB | epoll_wait/MiB | failed calls/MiB (EAGAIN...) | wakeups/MiB (portcullis counters, no strace) | syscalls per tunnel, by name (churn, 1 client) |"
-echo "|---|---|---|---|---|---|"
-printf '%s\n' "${DETAIL[@]}"
-echo
-echo "For \`direct\`, the syscall figures are the load generator's own (sender and receiver together), the floor any relay that reads and writes every byte compares to."
-echo
-echo "Commands (loadgen = $LOADGEN; PID = the proxy's process id):"
-echo
-# shellcheck disable=SC2016 # backquotes are Markdown
-printf -- '- `%s`\n' "${COMMANDS[@]}"
-echo
-echo "Logs and strace summaries: $WORK"
+# "× direct" needs the direct row, wherever it came in PEERS.
+for r in "${RAW[@]}"; do
+    IFS='|' read -r l r1 r16 cpu pm c1 c8 cpt pt isys ib pk <<<"$r"
+    x() { local v; v=$(ratio "$1" "$2"); if [ "$l" = direct ] || [ -z "$v" ]; then echo "$1"; else echo "$1 ($v)"; fi; }
+    ROWS+=("| $l | $(x "$r1" "$D1") | $(x "$r16" "$D16") | $cpu | $pm | $(x "$c1" "$DC1") | $(x "$c8" "$DC8") | $cpt | $pt | $isys | $ib | $pk |")
+done
+
+# Why each syscall of a tunnel's life is there (portcullis, CONNECT and SOCKS5,
+# open / 32-byte echo / close with one client). A syscall without a reason
+# here is shown as such: give it one, or remove it from the code.
+reason() {
+    case $1 in
+        accept4) echo "one accepts the client; a second returns EAGAIN and ends the accept loop (edge-triggered listener: it must be drained to get the next wake-up)" ;;
+        sendto) echo "the netlink SOCK_DIAG query that finds a loopback client's uid (1); the reply to the client (CONNECT \`200\`, or SOCKS5 method choice and reply: 2); the echoed payload, once each way (2)" ;;
+        recvfrom) echo "the netlink answer (1); the client's request (1; SOCKS5: greeting and request, 2); the payload, once each way (2); end of stream from each side (2)" ;;
+        epoll_ctl) echo "registration of the client and of the upstream socket (EPOLL_CTL_ADD, edge-triggered for both directions once); no MOD, and no DEL before close (close removes the fd)" ;;
+        epoll_wait) echo "wake-ups: upstream connected, each payload arrival, each end of stream; shared between tunnels when several clients are at work (8 clients: under 1 per tunnel)" ;;
+        socket) echo "the upstream socket (non-blocking, close-on-exec at creation: no fcntl)" ;;
+        connect) echo "the non-blocking connect to the vetted address (EINPROGRESS, completion is the EPOLLOUT wake-up)" ;;
+        setsockopt) echo "TCP_NODELAY on the upstream socket (the client's request and small writes must not wait for Nagle)" ;;
+        shutdown) echo "the client's end of stream passed on to the upstream (SHUT_WR), so half-close works" ;;
+        close) echo "the two sockets" ;;
+        getsockname) echo "SOCKS5 only: the bound address the SOCKS5 reply must carry (BND.ADDR, BND.PORT)" ;;
+        write) echo "a log line (the access log; off in this run)" ;;
+        splice | pipe2) echo "splice path only, for tunnels that fill a buffer (never for this 32-byte echo)" ;;
+        *) echo "(no reason recorded here: see scripts/bench.sh)" ;;
+    esac
+}
+SYSCALL_ROWS=()
+if [ -n "${BREAKDOWN[portcullis-connect]:-}" ] || [ -n "${BREAKDOWN[portcullis-socks5]:-}" ]; then
+    declare -A sc_c=() sc_s=()
+    names=()
+    while read -r n v; do [ -n "$n" ] && { sc_c[$n]=$v; names+=("$n"); }; done < <(tr ',' '\n' <<<"${BREAKDOWN[portcullis-connect]:-}" | sed 's/^ *//')
+    while read -r n v; do
+        [ -n "$n" ] || continue
+        sc_s[$n]=$v
+        [ -n "${sc_c[$n]:-}" ] || names+=("$n")
+    done < <(tr ',' '\n' <<<"${BREAKDOWN[portcullis-socks5]:-}" | sed 's/^ *//')
+    for n in "${names[@]}"; do
+        SYSCALL_ROWS+=("| \`$n\` | ${sc_c[$n]:--} | ${sc_s[$n]:--} | $(reason "$n") |")
+    done
+fi
+
+FRAG=$WORK/bench.md
+{
+    echo "<!-- begin scripts/bench.sh -->"
+    echo "<!-- Generated by scripts/bench.sh; edits here are overwritten by the next --write. -->"
+    echo
+    echo "### Relays and proxies"
+    echo
+    echo "- Date: $START to $END"
+    md_machine
+    echo "- Command: \`$CMDLINE\`"
+    echo "- Load average (1, 5, 15 min) before the run: ${LOADS[0]}; at the start of each path: $(printf '%s; ' "${LOADS[@]:1}" | sed 's/; $//')"
+    echo "- Transfer: $BYTES in all per run, over 1 stream then over $STREAMS, direction $DIR, median of $REPEAT runs; strace transfer: $STRACE_BYTES; churn (open, 32-byte echo, close): $CHURN tunnels with 1 and with 8 clients at once, median of $REPEAT; strace churn: $STRACE_CHURN tunnels, 1 client; idle: $IDLE tunnels for memory, $IDLE_CHECK for the ${IDLE_SECS}-second syscall count"
+    echo
+    echo "| Path | MiB/s, 1 stream (× direct) | MiB/s, $STREAMS streams (× direct) | proxy CPU s/GiB (1 / $STREAMS streams) | syscalls/MiB | tunnels/s, 1 client (× direct) | tunnels/s, 8 clients (× direct) | proxy CPU µs/tunnel (1 / 8 clients) | syscalls/tunnel | syscalls/s, $IDLE_CHECK idle tunnels | bytes/idle tunnel | peak RSS MiB |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    printf '%s\n' "${ROWS[@]}"
+    echo
+    echo "| Path | top syscalls per MiB | epoll_wait/MiB | failed calls/MiB (EAGAIN...) | wakeups/MiB (portcullis counters, no strace) | syscalls per tunnel, by name (churn, 1 client) |"
+    echo "|---|---|---|---|---|---|"
+    printf '%s\n' "${DETAIL[@]}"
+    echo
+    echo "For \`direct\`, the syscall figures are the load generator's own (sender and receiver together), the floor any relay that reads and writes every byte compares to. Syscalls per tunnel count everything the proxy did while the churn ran (\`strace -f -c\`, every thread), timers and wake-ups included."
+    if [ "${#SYSCALL_ROWS[@]}" -gt 0 ]; then
+        echo
+        echo "#### Per-tunnel syscalls of portcullis, and why"
+        echo
+        echo "Calls per tunnel in the strace churn above (1 client; CONNECT and SOCKS5 rows), with the reason for each:"
+        echo
+        echo "| syscall | CONNECT | SOCKS5 | why |"
+        echo "|---|---|---|---|"
+        printf '%s\n' "${SYSCALL_ROWS[@]}"
+    fi
+    echo
+    echo "<details><summary>Every command of this run</summary>"
+    echo
+    echo "loadgen = \`target/release/examples/loadgen\`; PID = the proxy's process id; ports are picked at random on 127.0.0.1."
+    echo
+    # shellcheck disable=SC2016 # backquotes are Markdown
+    printf -- '- `%s`\n' "${COMMANDS[@]}" | sed "s#$TARGET_DIR/release/examples/loadgen#loadgen#g"
+    echo
+    echo "</details>"
+    echo
+    echo "<!-- end scripts/bench.sh -->"
+} >"$FRAG"
+cat "$FRAG"
+log "fragment: $FRAG; logs and strace summaries: $WORK"
+[ -z "$WRITE" ] || splice_fragment "$WRITE" scripts/bench.sh "$FRAG"
 
 if [ "$TLS" = 1 ]; then
-    BENCH_WORK=$WORK BENCH_NO_BUILD=1 "$(dirname "$0")/bench-tls.sh"
+    BENCH_WORK=$WORK BENCH_NO_BUILD=1 BENCH_CMDLINE="$CMDLINE" "$(dirname "$0")/bench-tls.sh" ${WRITE:+--write "$WRITE"}
 fi
