@@ -408,7 +408,12 @@ command_line() {
     local script=$1 knobs=$2 k out=""
     shift 2
     for k in $knobs; do
-        if [ -n "${!k+set}" ]; then out+="$k=$(printf '%q' "${!k}") "; fi
+        if [ -n "${!k+set}" ]; then
+            case ${!k} in
+                *[!A-Za-z0-9._/:=,+-]* | '') out+="$k='${!k}' " ;;
+                *) out+="$k=${!k} " ;;
+            esac
+        fi
     done
     out+="scripts/$(basename "$script")"
     [ "$#" -eq 0 ] || out+=" $*"
@@ -421,7 +426,10 @@ md_machine() {
     model=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
     [ -n "$model" ] || model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
     commit=$(git -C "$BENCH_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-    dirty=$(git -C "$BENCH_ROOT" status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo ' (with uncommitted changes)' || true)
+    dirty=""
+    if git -C "$BENCH_ROOT" status --porcelain --untracked-files=no 2>/dev/null | grep -q .; then
+        dirty=" (with uncommitted changes)"
+    fi
     echo "- Machine: $(nproc) cores ($model$(lscpu 2>/dev/null | sed -n 's/^Hypervisor vendor: *\(.*\)/, virtualised: \1/p')), Linux $(uname -r)"
     echo "- Commit: \`$commit\`$dirty ($(git -C "$BENCH_ROOT" rev-parse --abbrev-ref HEAD 2>/dev/null || echo '?'))"
 }
