@@ -102,7 +102,7 @@ for label in $PEERS; do
     peer=$PEER via=$VIA pargs=$PEER_ARGS
     if ! why=$(have_peer "$peer" "$label"); then
         log "skipping $label: $why"
-        ROWS+=("| $label | $why | - | - | - | - | - | - | - | - | - | - | - |")
+        RAW+=("$label|SKIP|$why")
         continue
     fi
     LOADS+=("$(cut -d' ' -f1-3 /proc/loadavg)")
@@ -227,6 +227,10 @@ END=$(date -u +%Y-%m-%dT%H:%MZ)
 # "× direct" needs the direct row, wherever it came in PEERS.
 for r in "${RAW[@]}"; do
     IFS='|' read -r l r1 r16 cpu pm c1 c8 cpt pt isys ib pk <<<"$r"
+    if [ "$r1" = SKIP ]; then
+        ROWS+=("| $l | $r16 | - | - | - | - | - | - | - | - | - | - |")
+        continue
+    fi
     x() { local v; v=$(ratio "$1" "$2"); if [ "$l" = direct ] || [ -z "$v" ]; then echo "$1"; else echo "$1 ($v)"; fi; }
     ROWS+=("| $l | $(x "$r1" "$D1") | $(x "$r16" "$D16") | $cpu | $pm | $(x "$c1" "$DC1") | $(x "$c8" "$DC8") | $cpt | $pt | $isys | $ib | $pk |")
 done
