@@ -62,12 +62,19 @@ path_info() {
                 *-socks5*) VIA=socks5 ;;
                 *) return 1 ;;
             esac
+            # Every client here is the same uid: lift the per-client limits
+            # (sized to the fd limit, a quarter of the sessions) so one
+            # load generator may hold IDLE tunnels, as it may on the peers.
+            # A --config in PORTCULLIS_ARGS replaces this file.
+            {
+                echo "[limits]"
+                echo "max_sessions_per_client = 1000000"
+                echo "max_pending_handshakes_per_client = 1000000"
+                case $1 in *-rw) echo "splice = false" ;; esac
+            } >"$WORK/$1.toml"
+            case " ${PORTCULLIS_ARGS:-} " in *" --config "* | *" -c "*) ;; *) PEER_ARGS="--config $WORK/$1.toml" ;; esac
             case $1 in
-                *-rw)
-                    printf '[limits]\nsplice = false\n' >"$WORK/rw.toml"
-                    PEER_ARGS="--config $WORK/rw.toml"
-                    ;;
-                *-w[0-9]*) PEER_ARGS="--workers ${1##*-w}" ;;
+                *-w[0-9]*) PEER_ARGS="$PEER_ARGS --workers ${1##*-w}" ;;
             esac
             ;;
         tinyproxy) PEER=tinyproxy VIA=connect ;;
