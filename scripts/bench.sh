@@ -113,7 +113,7 @@ for label in $PEERS; do
     stop() { [ -z "$pid" ] || stop_peer "$pid"; pid=""; }
     lg() {
         local out rc=0
-        out=$(timeout 300 "$LOADGEN" "$@") || rc=$?
+        out=$(timeout "${LOADGEN_TIMEOUT:-150}" "$LOADGEN" "$@") || rc=$?
         [ "$rc" = 0 ] || log "loadgen $1 exited with status $rc"
         grep '^RESULT' <<<"$out" || true
     }
