@@ -67,6 +67,9 @@ enum Cmd {
         /// Size of each write and read.
         #[arg(long, default_value = "256KiB", value_parser = parse_size)]
         chunk: u64,
+        /// Tunnels at once; `--bytes` is split evenly over them.
+        #[arg(long, default_value_t = 1)]
+        streams: u32,
     },
     /// Open, echo 32 bytes, close; `--count` times in all, one after
     /// another on each of `--parallel` clients.
@@ -88,6 +91,21 @@ enum Cmd {
         /// Wait this long after the last tunnel opened before measuring.
         #[arg(long, default_value_t = 500)]
         settle_ms: u64,
+        /// Keep the tunnels open this long after the RESULT line.
+        #[arg(long, default_value_t = 0)]
+        hold_secs: u64,
+    },
+    /// Sample a process tree's CPU time and RSS until a file exists.
+    Watch {
+        /// The process (and its descendants) to watch.
+        #[arg(long)]
+        watch_pid: u32,
+        /// Stop when this file exists.
+        #[arg(long)]
+        until_file: std::path::PathBuf,
+        /// Stop after this long in any case.
+        #[arg(long, default_value_t = 900)]
+        max_secs: u64,
     },
 }
 
@@ -148,13 +166,20 @@ fn main() {
             bytes,
             dir,
             chunk,
-        } => transfer(&c, bytes, dir, chunk as usize),
+            streams,
+        } => transfer(&c, bytes, dir, chunk as usize, streams.max(1)),
         Cmd::Churn { c, count, parallel } => churn(&c, count, parallel.max(1)),
         Cmd::Idle {
             c,
             count,
             settle_ms,
-        } => idle(&c, count, settle_ms),
+            hold_secs,
+        } => idle(&c, count, settle_ms, hold_secs),
+        Cmd::Watch {
+            watch_pid,
+            until_file,
+            max_secs,
+        } => watch(watch_pid, &until_file, max_secs),
     };
     if let Err(e) = r {
         eprintln!("loadgen: {e}");
@@ -289,6 +314,69 @@ fn pss_kib(pid: u32) -> u64 {
         .sum()
 }
 
+/// A `Vm*:` field of /proc/PID/status, in KiB.
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Samples the resident memory of a process tree every 20 ms on a thread,
+/// until dropped: forked children that come and go (socat) are seen, and
+/// the kernel's high-water marks at the end catch peaks between samples.
+struct RssSampler {
+    pid: u32,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<thread::JoinHandle<u64>>,
+}
+
+impl RssSampler {
+    fn start(pid: u32) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = thread::spawn(move || {
+            let mut peak = 0;
+            let mut tree = process_tree(pid);
+            let mut rescan = Instant::now();
+            while !flag.load(Ordering::Relaxed) {
+                // Scanning all of /proc is the costly part: once a second.
+                if rescan.elapsed() > Duration::from_secs(1) {
+                    tree = process_tree(pid);
+                    rescan = Instant::now();
+                }
+                let now: u64 = tree.iter().map(|&p| status_kib(p, "VmRSS:")).sum();
+                peak = peak.max(now);
+                thread::sleep(Duration::from_millis(20));
+            }
+            peak
+        });
+        RssSampler {
+            pid,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The peak RSS of the tree in KiB: the largest sample, or the sum of
+    /// the high-water marks of the processes alive now, whichever is larger.
+    fn finish(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let sampled = self.thread.take().and_then(|t| t.join().ok()).unwrap_or(0);
+        let hwm: u64 = process_tree(self.pid)
+            .into_iter()
+            .map(|p| status_kib(p, "VmHWM:"))
+            .sum();
+        sampled.max(hwm)
+    }
+}
+
 // ---- servers ----------------------------------------------------------------
 
 /// Header a transfer client sends first: direction byte, then the byte count.
@@ -350,20 +438,23 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 
 // ---- commands ---------------------------------------------------------------
 
-fn transfer(c: &Common, bytes: u64, dir: Dir, chunk: usize) -> io::Result<()> {
-    transfer_server(bind(c.sink)?, chunk);
-    let pat = pattern();
-    let mut s = open(c.via(), c.sink)?;
-    let cpu0 = c.watch_pid.map(cpu_seconds);
-    let t0 = Instant::now();
+/// One tunnel's part of a transfer: header, then send and/or receive
+/// `bytes`, then the server's verdict on what it received.
+fn transfer_one(
+    mut s: TcpStream,
+    pat: &[u8],
+    bytes: u64,
+    dir: Dir,
+    chunk: usize,
+) -> io::Result<()> {
     s.write_all(&header(dir, bytes))?;
     let receiver = matches!(dir, Dir::Down | Dir::Both).then(|| {
         let mut r = s.try_clone().expect("clone");
-        let pat = pat.clone();
+        let pat = pat.to_vec();
         thread::spawn(move || recv_pattern(&mut r, &pat, bytes, chunk))
     });
     if matches!(dir, Dir::Up | Dir::Both) {
-        send_pattern(&mut s, &pat, bytes, chunk)?;
+        send_pattern(&mut s, pat, bytes, chunk)?;
     }
     if let Some(r) = receiver {
         r.join()
@@ -376,18 +467,49 @@ fn transfer(c: &Common, bytes: u64, dir: Dir, chunk: usize) -> io::Result<()> {
             return Err(io::Error::other("the server saw corrupt or missing data"));
         }
     }
+    Ok(())
+}
+
+fn transfer(c: &Common, bytes: u64, dir: Dir, chunk: usize, streams: u32) -> io::Result<()> {
+    transfer_server(bind(c.sink)?, chunk);
+    let pat = std::sync::Arc::new(pattern());
+    let per_stream = bytes / u64::from(streams);
+    // Every tunnel is open before the clock starts.
+    let tunnels = (0..streams)
+        .map(|i| {
+            open(c.via(), c.sink).map_err(|e| io::Error::new(e.kind(), format!("tunnel {i}: {e}")))
+        })
+        .collect::<io::Result<Vec<_>>>()?;
+    let sampler = c.watch_pid.map(RssSampler::start);
+    let cpu0 = c.watch_pid.map(cpu_seconds);
+    let t0 = Instant::now();
+    let workers: Vec<_> = tunnels
+        .iter()
+        .map(|s| {
+            let s = s.try_clone().expect("clone");
+            let pat = pat.clone();
+            thread::spawn(move || transfer_one(s, &pat, per_stream, dir, chunk))
+        })
+        .collect();
+    for w in workers {
+        w.join()
+            .map_err(|_| io::Error::other("stream panicked"))??;
+    }
     let secs = t0.elapsed().as_secs_f64();
-    // Sampled before the tunnel closes, so a per-connection child is still there.
+    // Sampled before the tunnels close, so a per-connection child is still there.
     let cpu = c
         .watch_pid
         .zip(cpu0)
         .map(|(p, before)| cpu_seconds(p) - before);
-    s.shutdown(Shutdown::Write)?;
+    let peak = sampler.map(RssSampler::finish);
+    for s in &tunnels {
+        s.shutdown(Shutdown::Write)?;
+    }
     let ways = if dir == Dir::Both { 2 } else { 1 };
-    let total = bytes * ways;
+    let total = per_stream * u64::from(streams) * ways;
     let mib = total as f64 / (1 << 20) as f64;
     let mut line = format!(
-        "RESULT kind=transfer via={} dir={} bytes={total} secs={secs:.3} mib_per_s={:.1}",
+        "RESULT kind=transfer via={} dir={} streams={streams} bytes={total} secs={secs:.3} mib_per_s={:.1}",
         c.via_name(),
         format!("{dir:?}").to_lowercase(),
         mib / secs
@@ -395,6 +517,9 @@ fn transfer(c: &Common, bytes: u64, dir: Dir, chunk: usize) -> io::Result<()> {
     if let Some(cpu) = cpu {
         let gib = total as f64 / (1u64 << 30) as f64;
         line += &format!(" proxy_cpu_s={cpu:.2} cpu_s_per_gib={:.3}", cpu / gib);
+    }
+    if let Some(peak) = peak {
+        line += &format!(" peak_rss_kib={peak}");
     }
     println!("{line}");
     Ok(())
@@ -458,7 +583,7 @@ fn churn(c: &Common, count: u32, parallel: u32) -> io::Result<()> {
     Ok(())
 }
 
-fn idle(c: &Common, count: u32, settle_ms: u64) -> io::Result<()> {
+fn idle(c: &Common, count: u32, settle_ms: u64, hold_secs: u64) -> io::Result<()> {
     let pid = c
         .watch_pid
         .ok_or_else(|| io::Error::other("idle needs --watch-pid"))?;
@@ -500,5 +625,25 @@ fn idle(c: &Common, count: u32, settle_ms: u64) -> io::Result<()> {
         server_side.len()
     );
     println!("{line}");
+    // The RESULT line is the signal that the tunnels are all open and idle.
+    io::stdout().flush()?;
+    thread::sleep(Duration::from_secs(hold_secs));
+    drop(tunnels);
+    Ok(())
+}
+
+fn watch(pid: u32, until: &std::path::Path, max_secs: u64) -> io::Result<()> {
+    let sampler = RssSampler::start(pid);
+    let cpu0 = cpu_seconds(pid);
+    let t0 = Instant::now();
+    while !until.exists() && t0.elapsed() < Duration::from_secs(max_secs) {
+        thread::sleep(Duration::from_millis(50));
+    }
+    let cpu = cpu_seconds(pid) - cpu0;
+    let peak = sampler.finish();
+    println!(
+        "RESULT kind=watch secs={:.3} cpu_s={cpu:.3} peak_rss_kib={peak}",
+        t0.elapsed().as_secs_f64()
+    );
     Ok(())
 }

@@ -1,4 +1,6 @@
-# Helpers shared by scripts/bench.sh and scripts/syscalls.sh. Sourced, not run.
+# shellcheck shell=bash
+# Helpers shared by scripts/bench.sh, scripts/bench-tls.sh and scripts/syscalls.sh. Sourced, not run.
+# shellcheck disable=SC2034 # PEER, VIA, PEER_ARGS are read by the scripts that source this
 # Everything here listens on and connects to loopback only, and every wait is bounded.
 
 BENCH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -9,11 +11,95 @@ WORK="${BENCH_WORK:-$(mktemp -d /tmp/portcullis-bench.XXXXXX)}"
 mkdir -p "$WORK"
 STARTED_PIDS=()
 
+RELAY="$WORK/c-relay"
+# Proxies log at warn (no access line per tunnel, as the peers run without
+# one), except the counters SIGUSR1 logs (target `portcullis`, at info).
+PORTCULLIS_LOG=${PORTCULLIS_LOG:-warn,portcullis=info,portcullis::session=warn,portcullis::event=off}
+
 log() { printf '[bench] %s\n' "$*" >&2; }
 
 build_release() {
     log "building release (portcullis, examples/loadgen)"
     (cd "$BENCH_ROOT" && cargo build --release --quiet --bin portcullis --example loadgen)
+    build_relay
+}
+
+# The C yardstick relay (benches/relay/relay.c), built with the system cc.
+build_relay() {
+    if command -v cc >/dev/null; then
+        cc -O2 -o "$RELAY" "$BENCH_ROOT/benches/relay/relay.c" || log "c-relay did not build; its row is skipped"
+    else
+        log "no C compiler: the c-relay row is skipped"
+    fi
+}
+
+# Whether this portcullis build has multi-threaded reactors: its help names
+# --workers, or --check accepts it (--check binds nothing).
+portcullis_has_workers() {
+    "$PORTCULLIS" --help 2>/dev/null | grep -q -- '--workers' ||
+        "$PORTCULLIS" --workers 2 --allow 127.0.0.1:1 --check >/dev/null 2>&1
+}
+
+# path_info LABEL: sets PEER (process to start: none | portcullis | baseline |
+# tinyproxy | dante | haproxy | socat | c-relay), VIA (direct | relay |
+# connect | socks5) and PEER_ARGS (extra arguments for start_peer), or
+# returns 1 for an unknown label. Labels:
+#   direct
+#   portcullis-connect, portcullis-socks5        splice path (Linux default)
+#   portcullis-connect-rw, portcullis-socks5-rw  read/write path ([limits] splice = false)
+#   portcullis-connect-w2, portcullis-socks5-w2  --workers 2 (when the build has it)
+#   baseline-connect, baseline-socks5            BASELINE_BIN, another portcullis build
+#   tinyproxy, dante, socat, c-relay
+#   haproxy (nbthread 1), haproxy-nbthread2
+path_info() {
+    PEER_ARGS=""
+    case $1 in
+        direct) PEER=none VIA=direct ;;
+        portcullis-* | baseline-*)
+            PEER=${1%%-*}
+            case $1 in
+                *-connect*) VIA=connect ;;
+                *-socks5*) VIA=socks5 ;;
+                *) return 1 ;;
+            esac
+            # Every client here is the same uid: lift the per-client limits
+            # (sized to the fd limit, a quarter of the sessions) so one
+            # load generator may hold IDLE tunnels, as it may on the peers.
+            # A --config in PORTCULLIS_ARGS replaces this file.
+            {
+                echo "[limits]"
+                echo "max_sessions_per_client = 1000000"
+                echo "max_pending_handshakes_per_client = 1000000"
+                case $1 in *-rw) echo "splice = false" ;; esac
+            } >"$WORK/$1.toml"
+            case " ${PORTCULLIS_ARGS:-} " in *" --config "* | *" -c "*) ;; *) PEER_ARGS="--config $WORK/$1.toml" ;; esac
+            case $1 in
+                *-w[0-9]*) PEER_ARGS="$PEER_ARGS --workers ${1##*-w}" ;;
+            esac
+            ;;
+        tinyproxy) PEER=tinyproxy VIA=connect ;;
+        dante) PEER=dante VIA=socks5 ;;
+        socat | c-relay) PEER=$1 VIA=relay ;;
+        haproxy) PEER=haproxy VIA=relay PEER_ARGS=1 ;;
+        haproxy-nbthread*) PEER=haproxy VIA=relay PEER_ARGS=${1#haproxy-nbthread} ;;
+        *) return 1 ;;
+    esac
+}
+
+# have_peer PEER [LABEL]: 0 if it can run here; prints why not otherwise.
+have_peer() {
+    case $1 in
+        none) return 0 ;;
+        portcullis)
+            case ${2:-} in
+                *-w[0-9]*) portcullis_has_workers || { echo "n/a: this build has no --workers"; return 1; } ;;
+            esac
+            ;;
+        baseline) if [ -z "${BASELINE_BIN:-}" ] || [ ! -x "$BASELINE_BIN" ]; then echo "n/a (no BASELINE_BIN)"; return 1; fi ;;
+        dante) have danted || { echo "n/a (not installed)"; return 1; } ;;
+        c-relay) [ -x "$RELAY" ] || { echo "n/a (no cc)"; return 1; } ;;
+        *) have "$1" || { echo "n/a (not installed)"; return 1; } ;;
+    esac
 }
 
 # Installs the peer proxies from Debian when missing (CI and fresh machines).
@@ -57,21 +143,24 @@ wait_listen() {
     return 1
 }
 
-# start_peer NAME PORT SINK_PORT: starts one proxy in the background, prints its PID.
-# NAME: portcullis | tinyproxy | dante | haproxy | socat.
+# start_peer NAME PORT SINK_PORT [ARGS]: starts one proxy in the background,
+# prints its PID. NAME: portcullis | baseline | tinyproxy | dante | haproxy |
+# socat | c-relay. ARGS: more portcullis flags (word-split), or haproxy's nbthread.
 start_peer() {
-    local name=$1 port=$2 sink=$3 pid
+    local name=$1 port=$2 sink=$3 args=${4:-} pid
     case $name in
-        portcullis)
-            RUST_LOG=${PORTCULLIS_LOG:-info} "$PORTCULLIS" --listen "127.0.0.1:$port" \
-                --allow "127.0.0.1:$sink" ${PORTCULLIS_ARGS:-} >"$WORK/portcullis.log" 2>&1 &
+        portcullis | baseline)
+            # baseline: another portcullis binary (BASELINE_BIN), e.g. the
+            # previous commit's, measured in the same run for a before/after row.
+            local bin=$PORTCULLIS
+            [ "$name" = baseline ] && bin=$BASELINE_BIN
+            # shellcheck disable=SC2086
+            RUST_LOG=$PORTCULLIS_LOG "$bin" --listen "127.0.0.1:$port" \
+                --allow "127.0.0.1:$sink" ${PORTCULLIS_ARGS:-} $args >"$WORK/$name.log" 2>&1 &
             pid=$!
             ;;
-        baseline)
-            # Another portcullis binary (BASELINE_BIN), e.g. the previous
-            # commit's, measured in the same run for a before/after row.
-            RUST_LOG=${PORTCULLIS_LOG:-info} "$BASELINE_BIN" --listen "127.0.0.1:$port" \
-                --allow "127.0.0.1:$sink" ${PORTCULLIS_ARGS:-} >"$WORK/baseline.log" 2>&1 &
+        c-relay)
+            "$RELAY" "$port" "$sink" >"$WORK/c-relay.log" 2>&1 &
             pid=$!
             ;;
         tinyproxy)
@@ -109,6 +198,7 @@ CONF
             cat >"$WORK/haproxy.cfg" <<CONF
 global
     maxconn 9000
+    nbthread ${args:-1}
 defaults
     mode tcp
     timeout connect 5s
@@ -165,6 +255,9 @@ pid_tree() {
     echo "${all[@]}"
 }
 
+# MiB in a size like 2GiB, 256MiB.
+mib_of() { awk -v m="$1" 'BEGIN { u = 1; if (m ~ /GiB$/) u = 1024; else if (m ~ /KiB$/) u = 1 / 1024; sub(/[KMG]iB$/, "", m); print m * u }'; }
+
 # value KEY: the value of KEY=... in the RESULT line on stdin.
 value() { { grep -o "$1=[^ ]*" || true; } | head -1 | cut -d= -f2; }
 
@@ -184,7 +277,8 @@ via_args() {
 strace_count() {
     local label=$1 via=$2 pport=$3 ppid=$4 sink=$5 bytes=$6
     local out="$WORK/strace-$label.txt" cmd line spid p
-    # shellcheck disable=SC2046
+    # $cmd is split into words on purpose (no spaces inside its words).
+    # shellcheck disable=SC2046,SC2086
     if [ "$via" = direct ]; then
         cmd="strace -f -c -o $out $LOADGEN transfer --via direct --sink 127.0.0.1:$sink --bytes $bytes --dir ${DIR:-up}"
         line=$(timeout 300 $cmd | grep '^RESULT') || { log "strace $label failed"; return 1; }
@@ -226,3 +320,142 @@ strace_count() {
                 label, mib, total, total / mib, epoll / mib, eagain / mib, top, cmd
         }' "$out"
 }
+
+# strace_attach OUT PID: `strace -f -c` on every process of PID's tree, in
+# the background; sets SPID. Waits until strace has attached (bounded).
+strace_attach() {
+    local out=$1 p attach=() i
+    for p in $(pid_tree "$2"); do attach+=(-p "$p"); done
+    strace -f -c -o "$out" "${attach[@]}" 2>"$out.err" &
+    SPID=$!
+    for i in $(seq 1 40); do
+        grep -q 'attached' "$out.err" 2>/dev/null && break
+        sleep 0.05
+    done
+    sleep 0.5 # the remaining threads
+}
+
+strace_detach() {
+    kill -INT "$SPID" 2>/dev/null || true
+    wait "$SPID" 2>/dev/null || true
+}
+
+# strace_table FILE: "name calls errors" per syscall from an `strace -c` summary.
+strace_table() {
+    awk '/^-+ / || /^% time/ || NF < 5 || $NF == "total" { next }
+        { print $NF, $4, (NF >= 6 ? $5 : 0) }' "$1"
+}
+
+# strace_churn LABEL VIA PROXY_PORT PROXY_PID SINK_PORT COUNT PARALLEL
+# `loadgen churn` (open, 32-byte echo, close) with the proxy under
+# `strace -f -c`. Prints:
+#   CHURN label=... tunnels=... per_tunnel=... errors_per_tunnel=... breakdown="name n.n, ..." cmd="..."
+# Everything the proxy did while attached is counted, timers included.
+strace_churn() {
+    local label=$1 via=$2 pport=$3 ppid=$4 sink=$5 count=$6 par=$7
+    local out="$WORK/strace-churn-$label-p$par.txt" cmd line
+    strace_attach "$out" "$ppid"
+    cmd="$LOADGEN churn $(via_args "$via" "$pport") --sink 127.0.0.1:$sink --count $count --parallel $par"
+    # shellcheck disable=SC2086
+    line=$(timeout 300 $cmd | grep '^RESULT') || { strace_detach; log "strace churn $label failed"; return 1; }
+    strace_detach
+    count=$(value count <<<"$line")
+    strace_table "$out" | sort -k2,2nr | awk -v label="$label" -v n="$count" -v cmd="$cmd" '
+        { total += $2; errs += $3; b = b sprintf("%s%s %.2g", (b == "" ? "" : ", "), $1, $2 / n) }
+        END { printf "CHURN label=%s tunnels=%d per_tunnel=%.1f errors_per_tunnel=%.1f breakdown=\"%s\" cmd=\"%s\"\n",
+            label, n, total / n, errs / n, b, cmd }'
+}
+
+# idle_syscalls LABEL VIA PROXY_PORT PROXY_PID SINK_PORT TUNNELS SECS
+# Opens TUNNELS idle tunnels, then counts the proxy's syscalls over SECS
+# seconds with `strace -f -c`. Prints: IDLE_SYSCALLS label=... tunnels=... secs=... syscalls=... top="..."
+idle_syscalls() {
+    local label=$1 via=$2 pport=$3 ppid=$4 sink=$5 n=$6 secs=$7
+    local out="$WORK/strace-idle-$label.txt" res="$WORK/idle-hold-$label.out" lpid i total
+    : >"$res"
+    # shellcheck disable=SC2046
+    timeout $((secs + 120)) "$LOADGEN" idle $(via_args "$via" "$pport") --sink "127.0.0.1:$sink" \
+        --count "$n" --watch-pid "$ppid" --hold-secs $((secs + 3)) >"$res" 2>&1 &
+    lpid=$!
+    for i in $(seq 1 1200); do
+        grep -q '^RESULT' "$res" && break
+        kill -0 "$lpid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if ! grep -q '^RESULT' "$res"; then
+        kill "$lpid" 2>/dev/null || true
+        wait "$lpid" 2>/dev/null || true
+        log "idle check $label: tunnels did not open ($(tail -1 "$res"))"
+        return 1
+    fi
+    strace_attach "$out" "$ppid"
+    sleep "$secs"
+    strace_detach
+    wait "$lpid" 2>/dev/null || true
+    total=$(strace_table "$out" | awk '{ t += $2 } END { print t + 0 }')
+    printf 'IDLE_SYSCALLS label=%s tunnels=%s secs=%s syscalls=%s top="%s"\n' "$label" "$n" "$secs" "$total" \
+        "$(strace_table "$out" | sort -k2,2nr | head -3 | awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2 }')"
+}
+
+# peak RSS of a process tree in KiB: the sum of VmHWM over its processes.
+peak_rss_kib() {
+    local p t=0 v
+    for p in $(pid_tree "$1"); do
+        v=$(awk '/^VmHWM:/ { print $2 }' "/proc/$p/status" 2>/dev/null || true)
+        t=$((t + ${v:-0}))
+    done
+    echo "$t"
+}
+
+# ---- Markdown fragments (BENCHMARKS.md) ----------------------------------------
+
+# command_line SCRIPT "KNOB ..." ARGS...: the command as typed, with the
+# knobs that were set in the environment (call it before defaults are applied).
+command_line() {
+    local script=$1 knobs=$2 k out=""
+    shift 2
+    for k in $knobs; do
+        if [ -n "${!k+set}" ]; then
+            case ${!k} in
+                *[!A-Za-z0-9._/:=,+-]* | '') out+="$k='${!k}' " ;;
+                *) out+="$k=${!k} " ;;
+            esac
+        fi
+    done
+    out+="scripts/$(basename "$script")"
+    [ "$#" -eq 0 ] || out+=" $*"
+    echo "$out"
+}
+
+# The machine, the commit and the load, as Markdown list items.
+md_machine() {
+    local model commit dirty
+    model=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
+    [ -n "$model" ] || model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+    commit=$(git -C "$BENCH_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+    dirty=""
+    if git -C "$BENCH_ROOT" status --porcelain --untracked-files=no 2>/dev/null | grep -q .; then
+        dirty=" (with uncommitted changes)"
+    fi
+    echo "- Machine: $(nproc) cores ($model$(lscpu 2>/dev/null | sed -n 's/^Hypervisor vendor: *\(.*\)/, virtualised: \1/p')), Linux $(uname -r)"
+    echo "- Commit: \`$commit\`$dirty ($(git -C "$BENCH_ROOT" rev-parse --abbrev-ref HEAD 2>/dev/null || echo '?'))"
+}
+
+# splice_fragment FILE NAME FRAGMENT: puts FRAGMENT (which starts with
+# "<!-- begin NAME -->" and ends with "<!-- end NAME -->") in FILE in place
+# of the previous one, or at the end when FILE has none.
+splice_fragment() {
+    local file=$1 name=$2 frag=$3
+    if [ -f "$file" ] && grep -qxF "<!-- begin $name -->" "$file"; then
+        awk -v b="<!-- begin $name -->" -v e="<!-- end $name -->" -v f="$frag" '
+            $0 == b { while ((getline l < f) > 0) print l; skip = 1; next }
+            $0 == e { skip = 0; next }
+            !skip' "$file" >"$file.tmp" && mv "$file.tmp" "$file"
+    else
+        { echo; cat "$frag"; } >>"$file"
+    fi
+    log "wrote the $name results into $file"
+}
+
+# ratio A B: A/B as "0.59×", or nothing when either is missing.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f×", a / b }'; }

@@ -112,7 +112,8 @@ impl Channel {
     pub(crate) fn can_read(&self) -> bool {
         match self {
             Channel::Plain(ep) => ep.can_read(),
-            Channel::Tls(s) => s.layer.has_plaintext() || s.ep.can_read(),
+            // Staged TLS bytes count: the socket gives no new edge for them.
+            Channel::Tls(s) => s.layer.has_pending() || s.ep.can_read(),
         }
     }
 

@@ -29,9 +29,11 @@
 //! - **Writable**: if [`wants_write`](TlsLayer::wants_write), call `flush`;
 //!   then `write` pending plaintext. A new client layer wants to write its
 //!   ClientHello at once: flush when the TCP connect completes.
-//! - **No edge needed**: when [`has_plaintext`](TlsLayer::has_plaintext), call
+//! - **No edge needed**: when [`has_pending`](TlsLayer::has_pending), call
 //!   `read` again without waiting for readiness (a handshake flight can
-//!   carry application data behind it, decrypted before anyone asked).
+//!   carry application data behind it, decrypted before anyone asked; a
+//!   short read clears the socket's readiness while the staging still
+//!   holds bytes rustls has not taken).
 //! - A `write` that returned `WouldBlock` while handshaking is retried after
 //!   the `read`/`flush` that finishes the handshake, not on a writable edge.
 //! - Never clear the endpoint's readiness from a layer result: the `Wire`
@@ -301,6 +303,14 @@ impl TlsLayer {
     /// readiness edge.
     pub(crate) fn has_plaintext(&self) -> bool {
         self.plaintext > 0
+    }
+
+    /// `read` may make progress without a readiness edge: plaintext is
+    /// waiting, or bytes already read off the wire wait in the staging
+    /// (after a short read the socket says nothing more until new bytes
+    /// arrive, which a peer held back by our backpressure never sends).
+    pub(crate) fn has_pending(&self) -> bool {
+        self.plaintext > 0 || !self.rx.is_empty()
     }
 
     /// How the peer closed, once `read` has said `Eof`.

@@ -65,8 +65,12 @@ impl<W: Wire + ?Sized> Write for WireWriter<'_, W> {
     }
 }
 
-/// Default size of one read from the wire.
-pub(crate) const RX_CHUNK: usize = 16 * 1024;
+/// Default size of one read from the wire: as large as a plain tunnel's
+/// buffer (`limits.buffer_size`), so a terminated download costs one
+/// `recvfrom` per 64 KiB, not per 16 KiB (a quarter of the reads, measured
+/// in BENCHMARKS.md). Memory stays bounded by the staging being dropped
+/// when idle, and by rustls holding at most one record's worth.
+pub(crate) const RX_CHUNK: usize = 64 * 1024;
 
 /// Bytes read from the wire and not yet given to rustls.
 ///
