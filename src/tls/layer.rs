@@ -336,6 +336,11 @@ impl TlsLayer {
         self.conn.protocol_version()
     }
 
+    /// The negotiated cipher suite, once known.
+    pub(crate) fn cipher_suite(&self) -> Option<rustls::CipherSuite> {
+        self.conn.negotiated_cipher_suite().map(|s| s.suite())
+    }
+
     fn side(&self) -> &'static str {
         match self.conn {
             Connection::Client(_) => "client",

@@ -53,9 +53,24 @@ pub use leaf::{LeafCache, LeafError, LeafKeys, Minter};
 /// The only application protocol offered and accepted on either side.
 pub const ALPN_HTTP11: &[u8] = b"http/1.1";
 
-/// The crypto provider every config uses: ring (aws-lc-rs builds slowly here).
+/// The crypto provider every config uses: ring (aws-lc-rs builds slowly here),
+/// with the AES-128-GCM suites first. A terminated tunnel encrypts every byte
+/// twice; AES-128 costs about a quarter less than AES-256 per byte and is the
+/// order nginx and most CDNs prefer. Every suite stays available.
 pub fn provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
-    std::sync::Arc::new(rustls::crypto::ring::default_provider())
+    use rustls::CipherSuite as S;
+    let mut p = rustls::crypto::ring::default_provider();
+    let aes128 = |s: &rustls::SupportedCipherSuite| {
+        matches!(
+            s.suite(),
+            S::TLS13_AES_128_GCM_SHA256
+                | S::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+                | S::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+        )
+    };
+    // Stable: the relative order within each group stays ring's.
+    p.cipher_suites.sort_by_key(|s| !aes128(s));
+    std::sync::Arc::new(p)
 }
 
 /// A host as text: the name, or the address (IPv6 without brackets, as in

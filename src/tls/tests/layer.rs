@@ -113,6 +113,39 @@ fn tls12_works_too() {
     assert_eq!(transfer(&mut s, &mut sw, &mut c, &mut cw, &data, 512), data);
 }
 
+/// A client that lists AES-256 first (as OpenSSL and most clients do)
+/// still gets AES-128-GCM: the cheaper suite on a hop that encrypts every
+/// byte; both our legs offer it first.
+#[test]
+fn aes_128_gcm_is_chosen_whatever_the_client_prefers() {
+    use rustls::CipherSuite as S;
+    let first = crate::tls::provider().cipher_suites[0].suite();
+    assert_eq!(first, S::TLS13_AES_128_GCM_SHA256);
+    assert_eq!(
+        crate::tls::provider().cipher_suites.len(),
+        rustls::crypto::ring::default_provider().cipher_suites.len(),
+        "every suite stays available"
+    );
+    let f = Fixture::new();
+    let (mut cw, mut sw) = pair(4096);
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider
+        .cipher_suites
+        .sort_by_key(|s| s.suite() != S::TLS13_AES_256_GCM_SHA384);
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(f.roots())
+        .with_no_client_auth();
+    config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
+    let name = domain("example.test");
+    let c = TlsLayer::client(Arc::new(config), &name, SMALL).unwrap();
+    let (mut c, mut s) = f.accept_with(c, &name, SMALL, &mut cw, &mut sw);
+    handshake(&mut c, &mut cw, &mut s, &mut sw);
+    assert_eq!(s.cipher_suite(), Some(S::TLS13_AES_128_GCM_SHA256));
+    assert_eq!(c.cipher_suite(), Some(S::TLS13_AES_128_GCM_SHA256));
+}
+
 /// Every flight fed one byte per wire call, in both directions: the
 /// handshake and the data split at every byte boundary.
 #[test]
