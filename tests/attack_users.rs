@@ -184,13 +184,21 @@ fn the_login_cache_never_answers_a_wrong_password() {
     let p = proxy_addr(&proxy);
     let auth = |u: &str, pw: &str| basic_auth(u, pw);
     assert_eq!(
-        connect_status(p, &target, &[("Proxy-Authorization", &auth("alice", "pw-alice"))]),
+        connect_status(
+            p,
+            &target,
+            &[("Proxy-Authorization", &auth("alice", "pw-alice"))]
+        ),
         200
     );
     let verified = proxy.stats().auth_verifications;
     // Remembered now: same credentials, no new verification.
     assert_eq!(
-        connect_status(p, &target, &[("Proxy-Authorization", &auth("alice", "pw-alice"))]),
+        connect_status(
+            p,
+            &target,
+            &[("Proxy-Authorization", &auth("alice", "pw-alice"))]
+        ),
         200
     );
     assert_eq!(proxy.stats().auth_verifications, verified);
@@ -268,8 +276,14 @@ fn socks5_subnegotiation_edge_cases_fail_closed() {
     let target = echo.target();
     let proxy = users_proxy(&target, 0, cheap);
     let p = proxy_addr(&proxy);
-    assert_eq!(socks_auth_status(p, &rfc1929(1, b"alice", b"pw-alice")), Some(0));
-    assert_eq!(socks_auth_status(p, &rfc1929(1, b"carol", b"c:ol:on")), Some(0));
+    assert_eq!(
+        socks_auth_status(p, &rfc1929(1, b"alice", b"pw-alice")),
+        Some(0)
+    );
+    assert_eq!(
+        socks_auth_status(p, &rfc1929(1, b"carol", b"c:ol:on")),
+        Some(0)
+    );
     for sub in [
         rfc1929(1, b"", b""),
         rfc1929(1, b"", b"pw-alice"),
@@ -290,8 +304,13 @@ fn socks5_subnegotiation_edge_cases_fail_closed() {
     // ali logs in (right password) but is not in the rule: reply 0x02.
     let mut s = TcpStream::connect(p).unwrap();
     s.set_read_timeout(Some(SLOW)).unwrap();
-    let err = socks5_handshake(&mut s, "127.0.0.1", echo.port(), Some(("ali", "ce:pw-alice")))
-        .unwrap_err();
+    let err = socks5_handshake(
+        &mut s,
+        "127.0.0.1",
+        echo.port(),
+        Some(("ali", "ce:pw-alice")),
+    )
+    .unwrap_err();
     assert!(matches!(err, SocksError::Reply(2)), "{err:?}");
     assert_eq!(echo.accepted(), 0);
 }
@@ -351,7 +370,10 @@ fn a_kept_alive_forward_connection_checks_each_requests_credentials() {
     let mut c = HttpConn::new(TcpStream::connect(p).unwrap());
     c.send(req(&basic_auth("alice", "pw-alice"), "/a"));
     assert_eq!(c.response("GET").status, 200);
-    c.send(req(&basic_auth("alice", "pw-alice").replace("Basic", "basic"), "/b"));
+    c.send(req(
+        &basic_auth("alice", "pw-alice").replace("Basic", "basic"),
+        "/b",
+    ));
     assert_eq!(c.response("GET").status, 200);
 }
 
@@ -388,11 +410,19 @@ fn one_client_cannot_fill_the_verifier_queue_for_everyone() {
     let mut statuses = Vec::new();
     for v in 0..victims {
         let auth = basic_auth(&format!("victim{v}"), &format!("pw-victim{v}"));
-        statuses.push(connect_status(p, &target, &[("Proxy-Authorization", &auth)]));
+        statuses.push(connect_status(
+            p,
+            &target,
+            &[("Proxy-Authorization", &auth)],
+        ));
     }
     stop.store(true, Ordering::Relaxed);
     for a in attackers {
         a.join().unwrap();
     }
-    assert_eq!(statuses, vec![200; victims], "root's logins while nobody floods");
+    assert_eq!(
+        statuses,
+        vec![200; victims],
+        "root's logins while nobody floods"
+    );
 }

@@ -25,8 +25,8 @@ mod shed;
 mod socket_file;
 pub mod timer;
 pub(crate) mod token;
-mod workers;
 mod verifier;
+mod workers;
 
 use std::io;
 use std::sync::mpsc::Receiver;
@@ -52,8 +52,8 @@ pub(crate) use remote::{Control, Remote};
 use resolver::{Answer, Asker, Job, Resolver};
 use timer::{TimerId, TimerWheel};
 use token::Owner;
-pub(crate) use workers::Workers;
 use verifier::Verifier;
+pub(crate) use workers::Workers;
 
 /// What a timer in the wheel is for.
 #[derive(Debug, Clone, Copy)]

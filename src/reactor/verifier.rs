@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 
 use super::Reactor;
 use crate::auth::cache::{Digest, LoginCache};
-use crate::client::ClientKey;
 use crate::auth::{Verdict, Verify};
+use crate::client::ClientKey;
 use crate::session::Session;
 
 /// Verifier threads.
@@ -275,7 +275,8 @@ mod tests {
         assert_eq!(answer.verdict, Verdict::Accepted("alice".into()));
         assert_eq!(answer.waiters, [a, b]);
         assert_eq!(answer.digest, cache.digest(b"alice", b"pw"));
-        v.submit(ME, a, job(&users, &cache, "alice", "nope")).unwrap();
+        v.submit(ME, a, job(&users, &cache, "alice", "nope"))
+            .unwrap();
         let answer = wait(&mut v, &mut poll);
         assert_eq!(answer.verdict, Verdict::Rejected);
         assert_eq!(answer.waiters, [a]);
@@ -330,13 +331,20 @@ mod tests {
             id: i as u64,
         };
         let them = ClientKey::Uid(65534);
-        assert!(v.submit(them, w(0), job(&users, &cache, "alice", "g0")).is_ok());
-        assert!(v.submit(them, w(1), job(&users, &cache, "alice", "g1")).is_ok());
+        assert!(v
+            .submit(them, w(0), job(&users, &cache, "alice", "g0"))
+            .is_ok());
+        assert!(v
+            .submit(them, w(1), job(&users, &cache, "alice", "g1"))
+            .is_ok());
         // Its third is refused; joining a login in flight costs nothing;
         // another client still gets in.
-        assert!(v.submit(them, w(2), job(&users, &cache, "alice", "g2")).is_err());
+        assert!(v
+            .submit(them, w(2), job(&users, &cache, "alice", "g2"))
+            .is_err());
         assert_eq!(
-            v.submit(them, w(3), job(&users, &cache, "alice", "g1")).ok(),
+            v.submit(them, w(3), job(&users, &cache, "alice", "g1"))
+                .ok(),
             Some(false)
         );
         assert_eq!(
@@ -350,6 +358,8 @@ mod tests {
             done += 1;
         }
         assert!(done >= 1);
-        assert!(v.submit(them, w(5), job(&users, &cache, "alice", "g5")).is_ok());
+        assert!(v
+            .submit(them, w(5), job(&users, &cache, "alice", "g5"))
+            .is_ok());
     }
 }

@@ -24,8 +24,7 @@ use crate::io::Io;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::{RequestRules, Target};
 use crate::protocol::http1::exchange::{
-    ClientAction, Decision, End, Exchange, ExchangeConfig, Mode, SameLogin, Status,
-    UpstreamAction,
+    ClientAction, Decision, End, Exchange, ExchangeConfig, Mode, SameLogin, Status, UpstreamAction,
 };
 
 /// IO rounds per call before yielding to other sessions.

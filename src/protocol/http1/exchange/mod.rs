@@ -131,7 +131,10 @@ pub enum Mode {
 /// in with. The caller supplies the check (a keyed digest), so the machine
 /// never holds a password.
 #[derive(Clone)]
-pub struct SameLogin(Arc<dyn Fn(&[u8]) -> bool + Send + Sync>);
+pub struct SameLogin(Arc<LoginCheck>);
+
+/// The check behind a [`SameLogin`].
+type LoginCheck = dyn Fn(&[u8]) -> bool + Send + Sync;
 
 impl SameLogin {
     /// A login checked by `same`.
