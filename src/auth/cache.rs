@@ -12,6 +12,9 @@ use std::sync::Arc;
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
+use crate::protocol::http::basic_auth_credentials;
+use crate::protocol::http1::SameLogin;
+
 /// A keyed digest of one user name and password.
 pub(crate) type Digest = [u8; 32];
 
@@ -23,6 +26,18 @@ pub(crate) struct LoginCache {
     /// Insertion order, for eviction.
     order: VecDeque<Digest>,
     capacity: usize,
+}
+
+/// The HMAC of `user` (length-prefixed) and `password` under `key`.
+fn digest(key: &hmac::Key, user: &[u8], password: &[u8]) -> Digest {
+    let mut ctx = hmac::Context::with_key(key);
+    ctx.update(&(user.len() as u64).to_be_bytes());
+    ctx.update(user);
+    ctx.update(password);
+    let tag = ctx.sign();
+    let mut out = [0u8; 32];
+    out.copy_from_slice(tag.as_ref());
+    out
 }
 
 /// Default number of logins remembered.
@@ -48,14 +63,17 @@ impl LoginCache {
     /// The digest of `user` with `password` (length-prefixed, so no two
     /// pairs share an encoding).
     pub(crate) fn digest(&self, user: &[u8], password: &[u8]) -> Digest {
-        let mut ctx = hmac::Context::with_key(&self.key);
-        ctx.update(&(user.len() as u64).to_be_bytes());
-        ctx.update(user);
-        ctx.update(password);
-        let tag = ctx.sign();
-        let mut out = [0u8; 32];
-        out.copy_from_slice(tag.as_ref());
-        out
+        digest(&self.key, user, password)
+    }
+
+    /// A check that a `Proxy-Authorization` value carries exactly `user`
+    /// and `password` (by digest: no password is kept).
+    pub(crate) fn same_login(&self, user: &[u8], password: &[u8]) -> SameLogin {
+        let key = self.key.clone();
+        let want = digest(&key, user, password);
+        SameLogin::new(move |value| {
+            basic_auth_credentials(value).is_some_and(|(u, p)| digest(&key, &u, &p) == want)
+        })
     }
 
     /// The user a verified login with this digest is, if remembered.

@@ -285,7 +285,9 @@ impl Reactor {
                 host,
             });
         }
-        let verify = effects.verify.map(|job| (slot.session.id(), job));
+        let verify = effects
+            .verify
+            .map(|job| (slot.session.id(), slot.client, job));
         if slot.timer.map(|(_, at)| at) != effects.deadline {
             if let Some((id, _)) = slot.timer.take() {
                 self.timers.cancel(id);
@@ -311,8 +313,8 @@ impl Reactor {
             slot.queued = true;
             self.requeue.push(key);
         }
-        if let Some((id, job)) = verify {
-            self.verify_login(key, id, job);
+        if let Some((id, client, job)) = verify {
+            self.verify_login(key, id, client, job);
         }
     }
 

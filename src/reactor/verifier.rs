@@ -4,7 +4,9 @@
 //! and hands verdicts back through a channel and the reactor's Waker (as the
 //! resolver does). The queue is bounded: when it is full a login is refused
 //! at once ([`Verdict::Busy`]) rather than waited for, so a flood of wrong
-//! passwords costs the attacker pool slots, never the reactor. Logins with
+//! passwords costs the attacker pool slots, never the reactor. One client
+//! holds at most [`PER_CLIENT`] verifications at a time, so it cannot fill
+//! the queue and lock every other client out. Logins with
 //! the same credentials in flight share one verification, and successes are
 //! remembered in the [`LoginCache`], so a client opening many tunnels pays
 //! argon2 once.
@@ -17,12 +19,16 @@ use std::sync::{Arc, Mutex};
 use super::Reactor;
 use crate::auth::cache::{Digest, LoginCache};
 use crate::auth::{Verdict, Verify};
+use crate::client::ClientKey;
 use crate::session::Session;
 
 /// Verifier threads.
 pub(crate) const THREADS: usize = crate::auth::VERIFIER_THREADS;
 /// Verifications waiting for a thread, at most.
 pub(crate) const QUEUE: usize = 64;
+/// Verifications one client may have queued or running at once: a quarter
+/// of the queue, so a client guessing passwords leaves room for the others.
+pub(crate) const PER_CLIENT: usize = QUEUE / 4;
 
 /// A session waiting for a verdict, by slot and id (a stale one is dropped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,8 +47,13 @@ struct Done {
 pub(crate) struct Verifier {
     jobs: SyncSender<Verify>,
     done: Receiver<Done>,
-    /// Logins being verified, by digest, and who waits for each.
-    in_flight: HashMap<Digest, Vec<Waiter>>,
+    /// Logins being verified, by digest: who asked first (charged for
+    /// it) and who waits for each.
+    in_flight: HashMap<Digest, (ClientKey, Vec<Waiter>)>,
+    /// Verifications each client has in flight (absent: none).
+    per_client: HashMap<ClientKey, usize>,
+    /// At most this many per client.
+    client_max: usize,
     /// The queue was found full and has not taken a job since (logged once).
     full: bool,
 }
@@ -59,7 +70,12 @@ impl Verifier {
     /// Starts `threads` verifier threads with a queue of `queue` jobs;
     /// each verdict wakes the reactor through `waker`. With no hashed
     /// users there is nothing to verify: pass 0 and no thread starts.
-    pub(crate) fn new(threads: usize, queue: usize, waker: Arc<mio::Waker>) -> io::Result<Self> {
+    pub(crate) fn new(
+        threads: usize,
+        queue: usize,
+        client_max: usize,
+        waker: Arc<mio::Waker>,
+    ) -> io::Result<Self> {
         let (jobs, rx) = mpsc::sync_channel::<Verify>(queue);
         let (done_tx, done) = mpsc::channel();
         let rx = Arc::new(Mutex::new(rx));
@@ -75,23 +91,35 @@ impl Verifier {
             jobs,
             done,
             in_flight: HashMap::new(),
+            per_client: HashMap::new(),
+            client_max: client_max.max(1),
             full: false,
         })
     }
 
-    /// Queues `job` for `waiter` (`Ok(true)`), or joins the same login
-    /// already in flight (`Ok(false)`). Gives the job back when the queue
-    /// is full.
-    pub(crate) fn submit(&mut self, waiter: Waiter, job: Verify) -> Result<bool, Verify> {
-        if let Some(waiting) = self.in_flight.get_mut(&job.digest) {
+    /// Queues `job` for `waiter` of `client` (`Ok(true)`), or joins the
+    /// same login already in flight (`Ok(false)`). Gives the job back when
+    /// the queue is full or `client` has its share in flight.
+    pub(crate) fn submit(
+        &mut self,
+        client: ClientKey,
+        waiter: Waiter,
+        job: Verify,
+    ) -> Result<bool, Verify> {
+        if let Some((_, waiting)) = self.in_flight.get_mut(&job.digest) {
             waiting.push(waiter);
             return Ok(false);
+        }
+        let held = self.per_client.get(&client).copied().unwrap_or(0);
+        if held >= self.client_max {
+            return Err(job);
         }
         let digest = job.digest;
         match self.jobs.try_send(job) {
             Ok(()) => {
                 self.full = false;
-                self.in_flight.insert(digest, vec![waiter]);
+                self.in_flight.insert(digest, (client, vec![waiter]));
+                self.per_client.insert(client, held + 1);
                 Ok(true)
             }
             Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => {
@@ -109,7 +137,18 @@ impl Verifier {
     /// The next finished verification, if any.
     pub(crate) fn next_answer(&mut self) -> Option<Answer> {
         let done = self.done.try_recv().ok()?;
-        let waiters = self.in_flight.remove(&done.digest).unwrap_or_default();
+        let waiters = match self.in_flight.remove(&done.digest) {
+            Some((client, waiters)) => {
+                if let Some(held) = self.per_client.get_mut(&client) {
+                    *held -= 1;
+                    if *held == 0 {
+                        self.per_client.remove(&client);
+                    }
+                }
+                waiters
+            }
+            None => Vec::new(),
+        };
         Some(Answer {
             waiters,
             verdict: match done.user {
@@ -141,8 +180,8 @@ fn work(rx: &Mutex<Receiver<Verify>>, done: &mpsc::Sender<Done>, waker: &mio::Wa
 
 impl Reactor {
     /// Hands a session's login to the pool; a full queue refuses it at once.
-    pub(super) fn verify_login(&mut self, key: usize, id: u64, job: Verify) {
-        match self.verifier.submit(Waiter { key, id }, job) {
+    pub(super) fn verify_login(&mut self, key: usize, id: u64, client: ClientKey, job: Verify) {
+        match self.verifier.submit(client, Waiter { key, id }, job) {
             Ok(true) => self.env.remote.stats.login_verifying(),
             Ok(false) => {}
             Err(_) => {
@@ -187,8 +226,10 @@ mod tests {
     fn pool(threads: usize, queue: usize) -> (Verifier, mio::Poll) {
         let poll = mio::Poll::new().unwrap();
         let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
-        (Verifier::new(threads, queue, waker).unwrap(), poll)
+        (Verifier::new(threads, queue, queue, waker).unwrap(), poll)
     }
+
+    const ME: ClientKey = ClientKey::Uid(0);
 
     fn job(users: &Users, cache: &LoginCache, user: &str, pw: &str) -> Verify {
         match users.check(user.as_bytes(), pw.as_bytes(), cache) {
@@ -223,18 +264,19 @@ mod tests {
         let a = Waiter { key: 1, id: 10 };
         let b = Waiter { key: 2, id: 11 };
         assert_eq!(
-            v.submit(a, job(&users, &cache, "alice", "pw")).ok(),
+            v.submit(ME, a, job(&users, &cache, "alice", "pw")).ok(),
             Some(true)
         );
         assert_eq!(
-            v.submit(b, job(&users, &cache, "alice", "pw")).ok(),
+            v.submit(ME, b, job(&users, &cache, "alice", "pw")).ok(),
             Some(false)
         );
         let answer = wait(&mut v, &mut poll);
         assert_eq!(answer.verdict, Verdict::Accepted("alice".into()));
         assert_eq!(answer.waiters, [a, b]);
         assert_eq!(answer.digest, cache.digest(b"alice", b"pw"));
-        v.submit(a, job(&users, &cache, "alice", "nope")).unwrap();
+        v.submit(ME, a, job(&users, &cache, "alice", "nope"))
+            .unwrap();
         let answer = wait(&mut v, &mut poll);
         assert_eq!(answer.verdict, Verdict::Rejected);
         assert_eq!(answer.waiters, [a]);
@@ -258,7 +300,7 @@ mod tests {
                 key: i,
                 id: i as u64,
             };
-            match v.submit(w, job(&users, &cache, "alice", &format!("wrong{i}"))) {
+            match v.submit(ME, w, job(&users, &cache, "alice", &format!("wrong{i}"))) {
                 Ok(_) => queued += 1,
                 Err(_) => refused += 1,
             }
@@ -270,5 +312,54 @@ mod tests {
         for _ in 0..queued {
             assert_eq!(wait(&mut v, &mut poll).verdict, Verdict::Rejected);
         }
+    }
+
+    #[test]
+    fn one_client_holds_at_most_its_share() {
+        let h = hash_password_with(b"pw", 8 * 1024, 4, 1).unwrap();
+        let users = Users::new(
+            None,
+            &[HashedUser::new("alice", PhcHash::parse(&h).unwrap())],
+        )
+        .unwrap();
+        let cache = LoginCache::new(4);
+        let poll = mio::Poll::new().unwrap();
+        let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
+        let (mut v, mut poll) = (Verifier::new(1, 16, 2, waker).unwrap(), poll);
+        let w = |i: usize| Waiter {
+            key: i,
+            id: i as u64,
+        };
+        let them = ClientKey::Uid(65534);
+        assert!(v
+            .submit(them, w(0), job(&users, &cache, "alice", "g0"))
+            .is_ok());
+        assert!(v
+            .submit(them, w(1), job(&users, &cache, "alice", "g1"))
+            .is_ok());
+        // Its third is refused; joining a login in flight costs nothing;
+        // another client still gets in.
+        assert!(v
+            .submit(them, w(2), job(&users, &cache, "alice", "g2"))
+            .is_err());
+        assert_eq!(
+            v.submit(them, w(3), job(&users, &cache, "alice", "g1"))
+                .ok(),
+            Some(false)
+        );
+        assert_eq!(
+            v.submit(ME, w(4), job(&users, &cache, "alice", "pw")).ok(),
+            Some(true)
+        );
+        // Once one of its verifications is done it may queue another.
+        let mut done = 0;
+        while v.per_client.get(&them).copied().unwrap_or(0) == 2 {
+            wait(&mut v, &mut poll);
+            done += 1;
+        }
+        assert!(done >= 1);
+        assert!(v
+            .submit(them, w(5), job(&users, &cache, "alice", "g5"))
+            .is_ok());
     }
 }

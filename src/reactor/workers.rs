@@ -172,6 +172,7 @@ impl Workers {
             let verifier = super::verifier::Verifier::new(
                 verifier_threads,
                 super::verifier::QUEUE,
+                super::verifier::PER_CLIENT,
                 Arc::clone(&p.waker),
             )?;
             reactors.push(Reactor {

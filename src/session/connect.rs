@@ -414,6 +414,7 @@ impl Connecting {
                     target,
                     &early,
                     plan.inspect,
+                    conn.login.clone(),
                     idle,
                     ctx,
                 )))
@@ -435,6 +436,7 @@ impl Connecting {
                     target,
                     &early,
                     plan.inspect,
+                    conn.login.clone(),
                     idle,
                     ctx,
                 )));

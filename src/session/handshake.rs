@@ -21,7 +21,7 @@ use crate::io::Io;
 use crate::lifecycle::CloseReason;
 use crate::policy::Target;
 use crate::protocol::http::{self, HeadError};
-use crate::protocol::http1;
+use crate::protocol::http1::{self, SameLogin};
 use crate::protocol::sniff::{sniff, Sniffed};
 use crate::protocol::socks5::{self, Parse};
 
@@ -45,6 +45,9 @@ pub(crate) struct Handshake {
     owed: Vec<u8>,
     /// The user the client authenticated as.
     user: Option<Arc<str>>,
+    /// The HTTP credentials given, for the forward proxy to hold later
+    /// requests on the connection to.
+    login: Option<SameLogin>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +134,7 @@ impl Handshake {
             buf: Vec::new(),
             owed: Vec::new(),
             user: None,
+            login: None,
         }
     }
 
@@ -201,7 +205,7 @@ impl Handshake {
     }
 
     /// Leaves the handshake, handing the client socket on.
-    fn leave(self, leave: Leave, conn: &mut Conn, ctx: &mut Ctx) -> State {
+    fn leave(mut self, leave: Leave, conn: &mut Conn, ctx: &mut Ctx) -> State {
         // For the events: how the client spoke, and (past auth) as whom.
         let dialect = match &leave {
             Leave::To { dialect, .. } | Leave::Refuse(_, dialect) => *dialect,
@@ -209,6 +213,7 @@ impl Handshake {
         };
         conn.log.protocol = Some(dialect.into());
         conn.log.user = self.user.as_deref().map(str::to_owned);
+        conn.login = self.login.take().filter(|_| self.user.is_some());
         match leave {
             Leave::To {
                 target,
@@ -342,6 +347,7 @@ impl Handshake {
             let Some((user, password)) = given else {
                 return refuse_http(Refusal::AuthRequired);
             };
+            self.login = Some(ctx.logins.same_login(&user, &password));
             match self.login(&user, &password, Via::Http, ctx) {
                 // Accepted at once: on with this head, as the user.
                 Parsed::Again if self.user.is_some() => {}

@@ -24,7 +24,7 @@ use crate::io::Io;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::{RequestRules, Target};
 use crate::protocol::http1::exchange::{
-    ClientAction, Decision, End, Exchange, ExchangeConfig, Mode, Status, UpstreamAction,
+    ClientAction, Decision, End, Exchange, ExchangeConfig, Mode, SameLogin, Status, UpstreamAction,
 };
 
 /// IO rounds per call before yielding to other sessions.
@@ -118,13 +118,16 @@ impl Inspect {
     }
 
     /// The forward proxy, connected to `target`; `early` starts with the
-    /// request head that led here.
+    /// request head that led here; `login` holds later requests to the
+    /// credentials the connection logged in with.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn forward(
         client: Endpoint,
         upstream: Channel,
         target: Target,
         early: &[u8],
         rules: Option<Arc<RequestRules>>,
+        login: Option<SameLogin>,
         idle: Option<Duration>,
         ctx: &mut Ctx,
     ) -> Inspect {
@@ -134,7 +137,9 @@ impl Inspect {
             tls,
         };
         let client = Channel::Plain(client);
-        Inspect::new(client, upstream, mode, rules, early, idle, ctx)
+        let mut s = Inspect::new(client, upstream, mode, rules, early, idle, ctx);
+        s.ex.set_login(login);
+        s
     }
 
     fn new(

@@ -26,7 +26,8 @@ mod target;
 
 pub use chunked::{MAX_CHUNK_LINE, MAX_TRAILER_SECTION};
 pub use exchange::{
-    ClientAction, Decision, End, Exchange, ExchangeConfig, Mode, Record, Status, UpstreamAction,
+    ClientAction, Decision, End, Exchange, ExchangeConfig, Mode, Record, SameLogin, Status,
+    UpstreamAction,
 };
 pub use framing::{request_body_kind, response_body_kind, Body, BodyKind, FramingError};
 pub use headers::{

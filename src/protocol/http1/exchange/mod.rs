@@ -126,6 +126,34 @@ pub enum Mode {
     },
 }
 
+/// The forward proxy's login: whether a later request's
+/// `Proxy-Authorization` value names the credentials the connection logged
+/// in with. The caller supplies the check (a keyed digest), so the machine
+/// never holds a password.
+#[derive(Clone)]
+pub struct SameLogin(Arc<LoginCheck>);
+
+/// The check behind a [`SameLogin`].
+type LoginCheck = dyn Fn(&[u8]) -> bool + Send + Sync;
+
+impl SameLogin {
+    /// A login checked by `same`.
+    pub fn new(same: impl Fn(&[u8]) -> bool + Send + Sync + 'static) -> SameLogin {
+        SameLogin(Arc::new(same))
+    }
+
+    /// Whether `value` (a `Proxy-Authorization` value) is the same login.
+    pub fn matches(&self, value: &[u8]) -> bool {
+        (self.0)(value)
+    }
+}
+
+impl std::fmt::Debug for SameLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SameLogin")
+    }
+}
+
 /// How an [`Exchange`] judges requests.
 #[derive(Debug, Clone)]
 pub struct ExchangeConfig {
@@ -138,6 +166,12 @@ pub struct ExchangeConfig {
     /// `Upgrade` protocols that may switch the connection to raw bytes
     /// (case-insensitive; `websocket` matches `websocket/13` too).
     pub upgrades: Vec<String>,
+    /// Forward proxy with users: each request's `Proxy-Authorization` must
+    /// be this login (RFC 9110 11.7.2: credentials are per request); other
+    /// credentials get `407` and the connection closes (the client
+    /// reconnects to log in as someone else). A request without the header
+    /// stays the connection's user, as inside a tunnel.
+    pub login: Option<SameLogin>,
 }
 
 impl ExchangeConfig {
@@ -148,6 +182,7 @@ impl ExchangeConfig {
             rules: None,
             max_head_bytes: 32 * 1024,
             upgrades: vec!["websocket".into()],
+            login: None,
         }
     }
 }
@@ -379,7 +414,11 @@ impl Local {
     }
 
     fn render(&self) -> Vec<u8> {
-        crate::protocol::http::answer(self.status, &self.cause, &self.why, &[], self.close)
+        let extra: &[(&str, &str)] = match self.status {
+            407 => &[("Proxy-Authenticate", "Basic realm=\"portcullis\"")],
+            _ => &[],
+        };
+        crate::protocol::http::answer(self.status, &self.cause, &self.why, extra, self.close)
     }
 }
 
@@ -508,6 +547,11 @@ impl Exchange {
     /// allowed); they judge the next request parsed.
     pub fn set_rules(&mut self, rules: Option<Arc<RequestRules>>) {
         self.config.rules = rules;
+    }
+
+    /// Holds later requests to this login (see [`ExchangeConfig::login`]).
+    pub fn set_login(&mut self, login: Option<SameLogin>) {
+        self.config.login = login;
     }
 
     /// The finished per-request records, oldest first: one per request

@@ -201,6 +201,17 @@ impl Exchange {
             let why = "CONNECT is not allowed inside an inspected connection".to_owned();
             return self.refuse_fatal(Some(&head), 405, "method-not-allowed", why);
         }
+        if let (Mode::Forward { .. }, Some(login)) = (&self.config.mode, &self.config.login) {
+            let other = head
+                .header("Proxy-Authorization")
+                .is_some_and(|v| !login.matches(v));
+            if other {
+                let why = "other credentials than this connection logged in with: \
+                           reconnect to log in again"
+                    .to_owned();
+                return self.refuse_fatal(Some(&head), 407, "auth-required", why);
+            }
+        }
         let (target, uri) = match self.target(&head) {
             Ok(t) => t,
             Err(why) => return self.refuse_fatal(Some(&head), 400, "bad-request", why),
