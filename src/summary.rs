@@ -179,7 +179,9 @@ mod tests {
             "timeouts: handshake 10s, connect 10s, idle off, half_close 30s, close 5s, drain 30s, response 1m",
             &format!(
                 "limits: max_head_bytes 32768, buffer_size 65536, resolver_threads 2, workers 1, splice {}",
-                if cfg!(all(target_os = "linux", feature = "splice")) { "on" } else { "off" }
+                // On by default with the feature, unless PORTCULLIS_SPLICE=off
+                // (CI's second run).
+                if portcullis::Limits::default().splice { "on" } else { "off" }
             ),
             "policy: 1 rule (from built-in default), mode enforce",
             "rule \"default-public-web\": allow, hosts [*], cidrs [], ports [80, 443], match either, \
