@@ -206,14 +206,24 @@ impl Connecting {
     /// A reloaded policy still allows the target: the plan takes its request
     /// rules and idle timeout. Returns false when the new policy inspects (or
     /// terminates) a tunnel this plan would relay raw (or without
-    /// terminating): the session must close instead.
-    pub(crate) fn reload(&mut self, allowed: &Allowed) -> bool {
+    /// terminating): the session must close instead. The addresses still to
+    /// try were vetted under the old policy: only those `same_treatment`
+    /// accepts (allowed now, treated as `allowed` says) stay.
+    pub(crate) fn reload(
+        &mut self,
+        allowed: &Allowed,
+        same_treatment: impl Fn(IpAddr) -> bool,
+    ) -> bool {
         let tunnel = matches!(self.plan.request.dialect, Dialect::Http | Dialect::Socks5);
         let stricter = (allowed.is_inspected() && self.plan.inspect.is_none())
             || (allowed.terminates_tls() && !self.plan.terminate);
         if tunnel && stricter {
             return false;
         }
+        let next = self.plan.next.min(self.plan.addrs.len());
+        let mut rest = self.plan.addrs.split_off(next);
+        rest.retain(|a| same_treatment(*a));
+        self.plan.addrs.extend(rest);
         self.plan.inspect = allowed.inspect.clone();
         self.plan.idle = allowed.idle_timeout;
         true

@@ -193,7 +193,18 @@ impl Session {
                         inspect.set_rules(allowed.inspect.clone());
                         true
                     }
-                    State::Connecting(c) => c.reload(&allowed),
+                    State::Connecting(c) => {
+                        let (policy, now) = (&ctx.policy, ctx.now);
+                        c.reload(&allowed, |a| {
+                            match policy.recheck_as(target, user, a, false, now) {
+                                Recheck::Keep(b) => {
+                                    b.is_inspected() == allowed.is_inspected()
+                                        && b.terminates_tls() == allowed.terminates_tls()
+                                }
+                                _ => false,
+                            }
+                        })
+                    }
                     State::Securing(s) => {
                         s.reload(&allowed);
                         true
