@@ -217,6 +217,9 @@ fn the_handle_steers_the_reactor_and_the_callback_sees_events() {
         .port(echo.port());
     proxy.add_rule(rule.clone()).unwrap();
     assert_eq!(connect_status(p, &echo.target()).0, 200);
+    // That tunnel must end by the client's close, not by the removal below
+    // (a reload closes a tunnel it denies, and its event then says deny).
+    wait_no_open_sessions(&proxy);
     assert!(matches!(proxy.add_rule(rule), Err(ControlError::Refused(e)) if e.contains("exists")));
     let unnamed = RuleConfig::allow("x.test").build();
     assert!(proxy.add_rule(unnamed).is_err());
