@@ -412,8 +412,12 @@ impl Connecting {
         let reply = match dialect {
             Dialect::Http => http::CONNECT_ESTABLISHED.to_vec(),
             Dialect::Socks5 => {
-                let mut out = Vec::with_capacity(22);
-                socks5::encode_reply(socks5::Reply::Succeeded, upstream.local_addr(), &mut out);
+                // BND.ADDR and BND.PORT are 0.0.0.0:0, as OpenSSH and Tor
+                // send: a CONNECT client has no use for them, they would tell
+                // the sandbox the proxy's own outbound address, and asking
+                // the kernel (getsockname) would cost a syscall per tunnel.
+                let mut out = Vec::with_capacity(10);
+                socks5::encode_reply(socks5::Reply::Succeeded, None, &mut out);
                 out
             }
             // The forward proxy's client gets the upstream's own answer.
