@@ -118,14 +118,21 @@ impl Stream {
     /// Per-socket options every relayed socket gets. `nodelay`: set
     /// TCP_NODELAY here (accepted sockets may have inherited it already).
     pub(crate) fn prepare(&self, nodelay: bool) {
-        if let (Stream::Tcp(s), true) = (self, nodelay) {
-            // We forward whatever arrives as soon as it arrives; Nagle would
-            // only add latency to interactive tunnels (ssh, kubectl exec).
-            let _ = s.set_nodelay(true);
+        if nodelay {
+            self.set_nodelay();
         }
         #[cfg(target_vendor = "apple")]
         {
             let _ = socket2::SockRef::from(self).set_nosigpipe(true);
+        }
+    }
+
+    /// Sets TCP_NODELAY (TCP only). We forward whatever arrives as soon as
+    /// it arrives; Nagle would only add latency to interactive tunnels (ssh,
+    /// kubectl exec).
+    pub(crate) fn set_nodelay(&self) {
+        if let Stream::Tcp(s) = self {
+            let _ = s.set_nodelay(true);
         }
     }
 

@@ -7,7 +7,6 @@
 //! deregistration syscall.
 
 use std::io;
-use std::net::SocketAddr;
 
 use mio::{Interest, Registry, Token};
 
@@ -21,7 +20,30 @@ pub(crate) struct Endpoint {
     ready: Readiness,
     /// A short read after the peer's FIN: EOF is next (no syscall needed).
     drained_to_eof: bool,
+    nodelay: Nodelay,
 }
+
+/// Where a socket is with TCP_NODELAY.
+///
+/// A dialled socket on Linux gets it just before its second write, not at
+/// connect: Linux's Nagle (Minshall's variant) holds a partial segment back
+/// only while an earlier small one is unacknowledged, so a socket's first
+/// write is never delayed, and a tunnel that writes once each way (a health
+/// check, one short exchange) saves the `setsockopt`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Nodelay {
+    /// Set (or inherited), or not a TCP socket: nothing to do.
+    Done,
+    /// Not written to yet.
+    Unwritten,
+    /// Written to once: set it before the next write.
+    Due,
+}
+
+/// Whether dialled sockets get TCP_NODELAY before their second write
+/// rather than at connect (see [`Nodelay`]); elsewhere Nagle may hold the
+/// tail of a first large write, so it is set at once.
+const LAZY_NODELAY: bool = cfg!(any(target_os = "linux", target_os = "android"));
 
 impl Endpoint {
     /// An accepted client socket: registered, and assumed readable and
@@ -47,7 +69,12 @@ impl Endpoint {
         token: Token,
         registry: &Registry,
     ) -> io::Result<Endpoint> {
-        Endpoint::register(stream, token, registry, true)
+        let tcp = matches!(stream, Stream::Tcp(_));
+        let mut ep = Endpoint::register(stream, token, registry, !LAZY_NODELAY)?;
+        if LAZY_NODELAY && tcp {
+            ep.nodelay = Nodelay::Unwritten;
+        }
+        Ok(ep)
     }
 
     /// Registers `stream` for both directions, edge-triggered, once for its
@@ -64,7 +91,20 @@ impl Endpoint {
             stream,
             ready: Readiness::default(),
             drained_to_eof: false,
+            nodelay: Nodelay::Done,
         })
+    }
+
+    /// Called before every write: sets TCP_NODELAY when it becomes due.
+    fn before_write(&mut self) {
+        match self.nodelay {
+            Nodelay::Done => {}
+            Nodelay::Unwritten => self.nodelay = Nodelay::Due,
+            Nodelay::Due => {
+                self.stream.set_nodelay();
+                self.nodelay = Nodelay::Done;
+            }
+        }
     }
 
     /// Folds a readiness event in.
@@ -147,6 +187,7 @@ impl Endpoint {
     /// Writes from `buf` (never empty). A short write means the send buffer
     /// is full: the writability is used up without an EAGAIN syscall.
     pub(crate) fn write(&mut self, buf: &[u8]) -> Io {
+        self.before_write();
         let io = self.stream.write_from(buf);
         match io {
             Io::WouldBlock => self.ready.event.remove(Ready::WRITABLE),
@@ -162,6 +203,7 @@ impl Endpoint {
         if total == 0 {
             return Io::Progress(0);
         }
+        self.before_write();
         let io = self.stream.write_vectored_from(bufs);
         match io {
             Io::WouldBlock => self.ready.event.remove(Ready::WRITABLE),
@@ -195,6 +237,7 @@ impl Endpoint {
     pub(crate) fn splice_out(&mut self, pipe: &mut super::passthrough::pipe::Pipe) -> Io {
         use std::os::fd::AsFd;
         let before = pipe.len();
+        self.before_write();
         let io = crate::io::retrying(crate::io::Dir::Write, || {
             pipe.splice_to(self.stream.as_fd())
         });
@@ -222,12 +265,60 @@ impl Endpoint {
     pub(crate) fn connect_error(&self) -> Option<io::Error> {
         self.stream.take_error()
     }
+}
 
-    /// The local address of the socket (for the SOCKS5 reply).
-    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
-        match &self.stream {
-            Stream::Tcp(s) => s.local_addr().ok(),
-            Stream::Unix(_) => None,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodelay(ep: &Endpoint) -> bool {
+        match &ep.stream {
+            Stream::Tcp(s) => s.nodelay().unwrap(),
+            Stream::Unix(_) => unreachable!(),
         }
+    }
+
+    #[test]
+    fn a_dialled_socket_gets_nodelay_before_its_second_write() {
+        let poll = mio::Poll::new().unwrap();
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        c.set_nonblocking(true).unwrap();
+        let _peer = l.accept().unwrap();
+        let stream = Stream::Tcp(mio::net::TcpStream::from_std(c));
+        let mut ep = Endpoint::dialled(stream, Token(1), poll.registry()).unwrap();
+        assert_eq!(nodelay(&ep), !LAZY_NODELAY, "at connect");
+        assert!(matches!(ep.write(b"one"), Io::Progress(3)));
+        assert_eq!(nodelay(&ep), !LAZY_NODELAY, "after the first write");
+        assert!(matches!(ep.write(b"two"), Io::Progress(3)));
+        assert!(nodelay(&ep), "set before the second write");
+    }
+
+    #[test]
+    fn an_accepted_socket_inherits_nodelay_from_its_listener() {
+        let poll = mio::Poll::new().unwrap();
+        let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        if crate::io::NODELAY_INHERITED {
+            l.set_tcp_nodelay(true).unwrap();
+        }
+        l.bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+        l.listen(1).unwrap();
+        let l: std::net::TcpListener = l.into();
+        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        s.set_nonblocking(true).unwrap();
+        let ep = Endpoint::accepted(
+            Stream::Tcp(mio::net::TcpStream::from_std(s)),
+            Token(2),
+            poll.registry(),
+        )
+        .unwrap();
+        assert!(nodelay(&ep));
     }
 }
