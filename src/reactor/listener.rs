@@ -31,6 +31,10 @@ pub(crate) struct Listener {
     identify: bool,
     /// Bound with `SO_REUSEPORT`: copies are bound afresh on its address.
     reuse_port: bool,
+    /// Registered level-triggered: a wake-up accepts a batch and leaves the
+    /// rest for the next poll, so no accept is spent on EAGAIN.
+    level: bool,
+    pub(crate) batch: AcceptBatch,
 }
 
 enum Socket {
@@ -75,6 +79,8 @@ impl Listener {
             local,
             identify: true,
             reuse_port,
+            level: false,
+            batch: AcceptBatch::default(),
         })
     }
 
@@ -101,6 +107,8 @@ impl Listener {
             local: self.local.clone(),
             identify: self.identify,
             reuse_port: self.reuse_port,
+            level: false,
+            batch: AcceptBatch::default(),
         })
     }
 
@@ -150,7 +158,14 @@ impl Listener {
             identify,
             // The caller's socket: copies are dups of it.
             reuse_port: false,
+            level: false,
+            batch: AcceptBatch::default(),
         })
+    }
+
+    /// Bound with `SO_REUSEPORT`: each worker's copy is its own socket.
+    pub(crate) fn reuses_port(&self) -> bool {
+        self.reuse_port
     }
 
     /// Whether loopback clients of this listener are looked up by uid.
@@ -158,7 +173,21 @@ impl Listener {
         self.identify && matches!(self.socket, Socket::Tcp(_))
     }
 
-    pub(crate) fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
+    /// Registers for accepts. `exclusive`: no other poll watches this
+    /// socket (one worker, or a worker's own `SO_REUSEPORT` copy). Such a
+    /// socket is level-triggered on Linux; a shared one (a `dup` several
+    /// workers poll) and every listener elsewhere stays edge-triggered and
+    /// is drained to EAGAIN.
+    pub(crate) fn register(
+        &mut self,
+        registry: &Registry,
+        token: Token,
+        exclusive: bool,
+    ) -> io::Result<()> {
+        self.level = exclusive && LEVEL_TRIGGERED;
+        if self.level {
+            return add_level_triggered(registry, self.socket.as_fd(), token);
+        }
         match &mut self.socket {
             Socket::Tcp(l) => registry.register(l, token, Interest::READABLE),
             Socket::Unix { listener: l, .. } => registry.register(l, token, Interest::READABLE),
@@ -166,10 +195,45 @@ impl Listener {
     }
 
     pub(crate) fn deregister(&mut self, registry: &Registry) {
+        if self.level {
+            // mio did not register it, so mio will not deregister it.
+            if let Err(e) = epoll_del(registry, self.socket.as_fd()) {
+                log::debug!("listener {}: deregistering: {e}", self.local);
+            }
+            return;
+        }
         let _ = match &mut self.socket {
             Socket::Tcp(l) => registry.deregister(l),
             Socket::Unix { listener: l, .. } => registry.deregister(l),
         };
+    }
+
+    /// Accepting pauses (out of fds): a level-triggered listener with a
+    /// queue would wake every poll, so it leaves the poll until
+    /// [`Listener::resume`]. An edge-triggered one raises no edge for a
+    /// queue it was told about already, so it stays.
+    pub(crate) fn pause(&mut self, registry: &Registry) {
+        if self.level {
+            self.deregister(registry);
+        }
+    }
+
+    /// Accepting resumes after [`Listener::pause`].
+    pub(crate) fn resume(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
+        if self.level {
+            add_level_triggered(registry, self.socket.as_fd(), token)?;
+        }
+        Ok(())
+    }
+
+    /// How many connections this wake-up may accept: no limit for an
+    /// edge-triggered listener (it must be drained), else the batch.
+    pub(crate) fn accept_budget(&mut self, iteration: u64) -> u32 {
+        if self.level {
+            self.batch.start(iteration)
+        } else {
+            u32::MAX
+        }
     }
 
     /// One accept, and who connected. WouldBlock, EINTR and errors are the
@@ -205,11 +269,7 @@ impl Listener {
     /// wrong. One poll(2), only on that path.
     pub(crate) fn has_pending(&self) -> bool {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        let fd = match &self.socket {
-            Socket::Tcp(l) => l.as_fd(),
-            Socket::Unix { listener, .. } => listener.as_fd(),
-        };
-        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        let mut fds = [PollFd::new(self.socket.as_fd(), PollFlags::POLLIN)];
         loop {
             match poll(&mut fds, PollTimeout::ZERO) {
                 Ok(n) => return n > 0,
@@ -217,6 +277,128 @@ impl Listener {
                 // Cannot tell: assume one waits (the old behaviour).
                 Err(_) => return true,
             }
+        }
+    }
+}
+
+impl Socket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Socket::Tcp(l) => l.as_fd(),
+            Socket::Unix { listener, .. } => listener.as_fd(),
+        }
+    }
+}
+
+/// Whether listeners only one poll watches are level-triggered: on Linux,
+/// added to mio's epoll instance directly (mio registers everything
+/// edge-triggered); the events come back through mio with our token.
+const LEVEL_TRIGGERED: bool = cfg!(any(target_os = "linux", target_os = "android"));
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn add_level_triggered(
+    registry: &Registry,
+    fd: std::os::fd::BorrowedFd<'_>,
+    token: Token,
+) -> io::Result<()> {
+    use nix::libc;
+    use std::os::fd::AsRawFd;
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: token.0 as u64,
+    };
+    // SAFETY: both fds are open for the call; `ev` outlives it.
+    let r = unsafe {
+        libc::epoll_ctl(
+            registry.as_raw_fd(),
+            libc::EPOLL_CTL_ADD,
+            fd.as_raw_fd(),
+            &mut ev,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn epoll_del(registry: &Registry, fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use nix::libc;
+    use std::os::fd::AsRawFd;
+    // SAFETY: both fds are open for the call; DEL ignores the event.
+    let r = unsafe {
+        libc::epoll_ctl(
+            registry.as_raw_fd(),
+            libc::EPOLL_CTL_DEL,
+            fd.as_raw_fd(),
+            std::ptr::null_mut(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn epoll_del(_registry: &Registry, _fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    // Never called: LEVEL_TRIGGERED is false here.
+    Err(io::ErrorKind::Unsupported.into())
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn add_level_triggered(
+    _registry: &Registry,
+    _fd: std::os::fd::BorrowedFd<'_>,
+    _token: Token,
+) -> io::Result<()> {
+    // Never called: LEVEL_TRIGGERED is false here.
+    Err(io::ErrorKind::Unsupported.into())
+}
+
+/// How many connections one wake-up accepts from a level-triggered
+/// listener: one, so a proxy taking one connection at a time never spends
+/// an accept on EAGAIN (the next poll reports whatever is left). When the
+/// queue is still non-empty at the very next poll (a burst), the batch
+/// doubles, up to [`AcceptBatch::MAX`]; a round that empties the queue
+/// brings it back to what it found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AcceptBatch {
+    size: u32,
+    /// The reactor iteration whose round stopped at the batch, not at EAGAIN.
+    full_at: Option<u64>,
+}
+
+impl Default for AcceptBatch {
+    fn default() -> AcceptBatch {
+        AcceptBatch {
+            size: 1,
+            full_at: None,
+        }
+    }
+}
+
+impl AcceptBatch {
+    /// The most connections one wake-up accepts from one listener.
+    pub(crate) const MAX: u32 = 64;
+
+    /// A round starts in reactor iteration `iteration`: its budget.
+    pub(crate) fn start(&mut self, iteration: u64) -> u32 {
+        if self.full_at == Some(iteration.wrapping_sub(1)) {
+            self.size = (self.size * 2).min(Self::MAX);
+        }
+        self.full_at = None;
+        self.size
+    }
+
+    /// The round accepted `accepted` connections and then found the queue
+    /// empty (`emptied`), or stopped at the budget.
+    pub(crate) fn end(&mut self, iteration: u64, accepted: u32, emptied: bool) {
+        if emptied {
+            self.size = accepted.clamp(1, Self::MAX);
+        } else {
+            self.full_at = Some(iteration);
         }
     }
 }
@@ -272,4 +454,46 @@ fn listen(s: socket2::Socket) -> io::Result<socket2::Socket> {
     s.set_nonblocking(true)?;
     s.set_cloexec(true)?;
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_connection_at_a_time_keeps_a_batch_of_one() {
+        let mut b = AcceptBatch::default();
+        // Each connection comes several polls after the last one.
+        for iteration in (10..100).step_by(5) {
+            assert_eq!(b.start(iteration), 1);
+            b.end(iteration, 1, false);
+        }
+    }
+
+    #[test]
+    fn a_queue_that_outlasts_a_poll_doubles_the_batch_up_to_the_max() {
+        let mut b = AcceptBatch::default();
+        let mut sizes = Vec::new();
+        for iteration in 1..=9 {
+            let n = b.start(iteration);
+            sizes.push(n);
+            b.end(iteration, n, false);
+        }
+        assert_eq!(sizes, [1, 2, 4, 8, 16, 32, 64, 64, 64]);
+        // The burst is over: the round that empties the queue sets the
+        // batch to what it found.
+        assert_eq!(b.start(10), AcceptBatch::MAX);
+        b.end(10, 3, true);
+        assert_eq!(b.start(11), 3);
+        b.end(11, 0, true);
+        assert_eq!(b.start(12), 1, "never below one");
+    }
+
+    #[test]
+    fn a_full_round_long_ago_is_no_burst() {
+        let mut b = AcceptBatch::default();
+        assert_eq!(b.start(1), 1);
+        b.end(1, 1, false);
+        assert_eq!(b.start(3), 1, "a poll came between");
+    }
 }

@@ -206,6 +206,8 @@ pub(crate) struct Reactor {
     now: Instant,
     /// When the inspected names were last re-resolved.
     pins_resolved: Option<Instant>,
+    /// Polls so far: tells a listener whose queue outlasted one poll.
+    iteration: u64,
 }
 
 impl Reactor {
@@ -229,6 +231,7 @@ impl Reactor {
                 return Err(e);
             }
             self.now = Instant::now();
+            self.iteration += 1;
             self.env
                 .remote
                 .stats
@@ -401,18 +404,37 @@ impl Reactor {
         self.timers.insert(self.now + drain, Timer::Drain);
     }
 
-    /// Accepts until WouldBlock (readiness is edge-triggered).
+    /// Accepts a level-triggered listener's batch, or an edge-triggered
+    /// one's queue until WouldBlock.
     fn accept(&mut self, index: usize) {
         if !matches!(self.accepting, Accepting::Open) {
             return;
         }
+        let Some(listener) = self.listeners.get_mut(index).and_then(Option::as_mut) else {
+            return;
+        };
+        let budget = listener.accept_budget(self.iteration);
+        let mut accepted = 0;
+        let emptied = self.accept_up_to(index, budget, &mut accepted);
+        if let Some(l) = self.listeners.get_mut(index).and_then(Option::as_mut) {
+            l.batch.end(self.iteration, accepted, emptied);
+        }
+    }
+
+    /// Accepts until `budget` connections, WouldBlock or a pause. Returns
+    /// whether the queue was found empty.
+    fn accept_up_to(&mut self, index: usize, budget: u32, accepted: &mut u32) -> bool {
         let mut sheds = 0;
         loop {
+            if *accepted >= budget {
+                return false;
+            }
             let Some(listener) = self.listeners.get(index).and_then(Option::as_ref) else {
-                return;
+                return true;
             };
             match listener.accept(&mut self.identify) {
                 Ok((stream, peer)) => {
+                    *accepted += 1;
                     let protocol = listener.protocol;
                     if sheds == 0 {
                         self.exhausted = false;
@@ -426,7 +448,7 @@ impl Reactor {
                     self.env.remote.stats.accepted(self.worker);
                     self.admit(stream, peer, protocol);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // The connection died in the backlog: nothing to serve, carry on.
                 Err(e)
@@ -437,7 +459,7 @@ impl Reactor {
                 // Out of fds with nobody waiting (accept takes an fd before
                 // it looks at the queue): nothing to make room for; the next
                 // client raises a new edge.
-                Err(e) if out_of_fds(&e) && !listener.has_pending() => return,
+                Err(e) if out_of_fds(&e) && !listener.has_pending() => return true,
                 // Out of fds: make room by shedding, then accept again.
                 Err(e) if out_of_fds(&e) && sheds < MAX_SHED_ROUNDS && self.shed(&e) => {
                     sheds += 1;
@@ -446,7 +468,7 @@ impl Reactor {
                 // same way, so pause behind a timer instead of spinning.
                 Err(e) => {
                     self.pause_accepting(&e);
-                    return;
+                    return true;
                 }
             }
         }
@@ -562,11 +584,21 @@ impl Reactor {
             .timers
             .insert(self.now + ACCEPT_PAUSE, Timer::ResumeAccept);
         self.accepting = Accepting::Paused(id);
+        for l in self.listeners.iter_mut().flatten() {
+            l.pause(&self.env.registry);
+        }
     }
 
     fn resume_accepting(&mut self) {
         if let Accepting::Paused(id) = std::mem::replace(&mut self.accepting, Accepting::Open) {
             self.timers.cancel(id);
+            for (i, l) in self.listeners.iter_mut().enumerate() {
+                if let Some(l) = l {
+                    if let Err(e) = l.resume(&self.env.registry, token::listener(i)) {
+                        log::error!("listener {}: cannot watch it again: {e}", l.local);
+                    }
+                }
+            }
             // Connections that queued while paused raised no new edge.
             for i in 0..self.listeners.len() {
                 self.accept(i);

@@ -98,7 +98,10 @@ impl Workers {
         }
         for p in &mut parts {
             for (i, l) in p.listeners.iter_mut().enumerate() {
-                l.register(p.poll.registry(), token::listener(i))?;
+                // A copy bound with SO_REUSEPORT is this worker's alone; a
+                // dup is watched by every worker's poll.
+                let exclusive = n == 1 || l.reuses_port();
+                l.register(p.poll.registry(), token::listener(i), exclusive)?;
             }
         }
         let local_addrs = parts[0].listeners.iter().map(|l| l.local.clone()).collect();
@@ -111,7 +114,8 @@ impl Workers {
                         format!("cannot listen on {} (admin): {e}", a.listen),
                     )
                 })?;
-                l.register(parts[0].poll.registry(), token::ADMIN_LISTENER)?;
+                // Edge-triggered: the admin endpoint drains its own accepts.
+                l.register(parts[0].poll.registry(), token::ADMIN_LISTENER, false)?;
                 Some(l)
             }
             None => None,
@@ -200,6 +204,7 @@ impl Workers {
                 draining: false,
                 now,
                 pins_resolved: None,
+                iteration: 0,
             });
         }
         // Counted last: everything the workers opened is in the base.
