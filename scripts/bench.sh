@@ -208,7 +208,7 @@ for label in $PEERS; do
         s=$(strace_churn "$label" "$via" "$port" "$pid" "$sink" "$STRACE_CHURN" 1 || true)
         log "  $s"
         COMMANDS+=("$label syscalls/tunnel: strace -f -c -p <$label pids> & $(sed -n 's/.*cmd="\(.*\)"$/\1/p' <<<"$s")")
-        per_tunnel=$(value per_tunnel <<<"$s")
+        per_tunnel="$(value per_tunnel <<<"$s") ($(value sockets_per_tunnel <<<"$s"))"
         breakdown=$(sed -n 's/.*breakdown="\([^"]*\)".*/\1/p' <<<"$s")
     fi
     stop
@@ -284,7 +284,7 @@ FRAG=$WORK/bench.md
     echo "- Load average (1, 5, 15 min) before the run: ${LOADS[0]}; at the start of each path: $(printf '%s; ' "${LOADS[@]:1}" | sed 's/; $//')"
     echo "- Transfer: $BYTES in all per run, over 1 stream then over $STREAMS, direction $DIR, median of $REPEAT runs; strace transfer: $STRACE_BYTES; churn (open, 32-byte echo, close): $CHURN tunnels with 1 and with 8 clients at once, median of $REPEAT; strace churn: $STRACE_CHURN tunnels, 1 client; idle: $IDLE tunnels for memory, $IDLE_CHECK for the ${IDLE_SECS}-second syscall count"
     echo
-    echo "| Path | MiB/s, 1 stream (× direct) | MiB/s, $STREAMS streams (× direct) | proxy CPU s/GiB (1 / $STREAMS streams) | syscalls/MiB | tunnels/s, 1 client (× direct) | tunnels/s, 8 clients (× direct) | proxy CPU µs/tunnel (1 / 8 clients) | syscalls/tunnel | syscalls/s, $IDLE_CHECK idle tunnels | bytes/idle tunnel | peak RSS MiB |"
+    echo "| Path | MiB/s, 1 stream (× direct) | MiB/s, $STREAMS streams (× direct) | proxy CPU s/GiB (1 / $STREAMS streams) | syscalls/MiB | tunnels/s, 1 client (× direct) | tunnels/s, 8 clients (× direct) | proxy CPU µs/tunnel (1 / 8 clients) | syscalls/tunnel (without epoll_wait) | syscalls/s, $IDLE_CHECK idle tunnels | bytes/idle tunnel | peak RSS MiB |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
     printf '%s\n' "${ROWS[@]}"
     echo

@@ -5,7 +5,8 @@
 #     `direct` row is the load generator itself (sender and receiver);
 #   - per tunnel: during `loadgen churn` (open, 32-byte echo, close) of
 #     STRACE_CHURN tunnels, with 1 and with 8 clients at once; the total,
-#     and each syscall's calls per tunnel.
+#     the total without epoll_wait (the loop's, shared by the tunnels of
+#     one wake-up), and each syscall's calls per tunnel.
 # The proxies log at warn: no access line is written per tunnel.
 #
 #   scripts/syscalls.sh
@@ -57,7 +58,8 @@ for label in $PEERS; do
         for par in 1 8; do
             s=$(strace_churn "$label" "$VIA" "$port" "$pid" "$sink" "$STRACE_CHURN" "$par" || true)
             log "  $s"
-            TUNNEL_ROWS+=("$(printf '| %s | %s | %s | %s | %s |' "$label" "$par" "$(value per_tunnel <<<"$s")" \
+            TUNNEL_ROWS+=("$(printf '| %s | %s | %s (%s) | %s | %s |' "$label" "$par" "$(value per_tunnel <<<"$s")" \
+                "$(value sockets_per_tunnel <<<"$s")" \
                 "$(value errors_per_tunnel <<<"$s")" "$(sed -n 's/.*breakdown="\([^"]*\)".*/\1/p' <<<"$s")")")
         done
     fi
@@ -73,7 +75,7 @@ fi
 if [ "${#TUNNEL_ROWS[@]}" -gt 0 ]; then
     echo "Per tunnel: \`loadgen churn --count $STRACE_CHURN --parallel N\` (open, 32-byte echo, close), the proxy under \`strace -f -c\`; calls per tunnel."
     echo
-    echo "| Path | clients at once | syscalls/tunnel | failed calls/tunnel | per syscall, per tunnel |"
+    echo "| Path | clients at once | syscalls/tunnel (without epoll_wait) | failed calls/tunnel | per syscall, per tunnel |"
     echo "|---|---|---|---|---|"
     printf '%s\n' "${TUNNEL_ROWS[@]}"
     echo
