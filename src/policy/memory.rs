@@ -81,9 +81,11 @@ impl InspectedAddrs {
 
     /// Records that `name` (canonical) resolved to `addrs` at `now`. `pinned`:
     /// `name` is an inspecting rule's exact name. Refreshes known pairs.
-    pub fn remember(&mut self, name: &str, addrs: &[IpAddr], pinned: bool, now: Instant) {
+    /// Returns how many (address, name) records are new.
+    pub fn remember(&mut self, name: &str, addrs: &[IpAddr], pinned: bool, now: Instant) -> usize {
         let ttl = if pinned { PINNED_TTL } else { SEEN_TTL };
         let expires = now + ttl;
+        let mut new = 0;
         for &addr in addrs.iter().take(MAX_ADDRS_PER_NAME) {
             let addr = canonical_ip(addr);
             if let Some(r) = self
@@ -104,7 +106,9 @@ impl InspectedAddrs {
                 pinned,
             });
             self.records += 1;
+            new += 1;
         }
+        new
     }
 
     /// The names remembered for `addr`: those still valid at `now`, or every
@@ -205,8 +209,8 @@ impl InspectedMemory {
     }
 
     /// See [`InspectedAddrs::remember`].
-    pub fn remember(&self, name: &str, addrs: &[IpAddr], pinned: bool, now: Instant) {
-        self.lock().remember(name, addrs, pinned, now);
+    pub fn remember(&self, name: &str, addrs: &[IpAddr], pinned: bool, now: Instant) -> usize {
+        self.lock().remember(name, addrs, pinned, now)
     }
 
     /// See [`InspectedAddrs::names_at`].

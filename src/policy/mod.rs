@@ -492,6 +492,14 @@ impl Policy {
         inspected
     }
 
+    /// Remembers what resolving one of [`Policy::inspected_names`] gave.
+    /// Returns whether any address was new to the memory: open tunnels to
+    /// it may now need inspection.
+    pub fn pin(&self, name: &str, addrs: &[IpAddr], now: Instant) -> bool {
+        let (inspected, exact) = check::inspected_name(&self.rules, name);
+        inspected && self.memory.remember(name, addrs, exact, now) > 0
+    }
+
     /// The exact host names of inspecting allow rules (wildcards cannot be
     /// listed), deduplicated. The reactor resolves each at start, after each
     /// reload and every [`REFRESH_EVERY`], and passes the answers to

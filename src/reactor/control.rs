@@ -206,7 +206,7 @@ impl Reactor {
         // What DNS said about inspected names stays true.
         policy.set_memory(self.env.policy.memory().clone());
         self.env.policy = policy;
-        self.refresh_pins();
+        self.refresh_pins(true);
         // A policy that brings the first terminating rule needs the CA now;
         // if it cannot load, such tunnels fail with a clear reason (and the
         // error is logged here).

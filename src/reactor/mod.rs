@@ -19,6 +19,7 @@ mod admin;
 pub(crate) mod admission;
 mod control;
 pub(crate) mod listener;
+mod pins;
 mod remote;
 pub(crate) mod resolver;
 mod shed;
@@ -48,6 +49,7 @@ use crate::session::{Ctx, Effects, Session, Settings, TlsEnv, Tokens};
 use admin::Admin;
 use admission::{Admission, Admit};
 use listener::Listener;
+use pins::Pins;
 pub(crate) use remote::{Control, Remote};
 use resolver::{Answer, Asker, Job, Resolver};
 use timer::{TimerId, TimerWheel};
@@ -113,6 +115,8 @@ struct Env {
     events: EventSink,
     /// Logins the verifier pool accepted.
     logins: crate::auth::cache::LoginCache,
+    /// The policy's inspected names have been resolved ([`pins`]).
+    pins_settled: bool,
 }
 
 impl Env {
@@ -145,6 +149,7 @@ impl Env {
             logins: &self.logins,
             stats: &self.remote.stats,
             events: &self.events,
+            pins_settled: self.pins_settled,
             now,
             effects: Effects::default(),
         }
@@ -208,6 +213,10 @@ pub(crate) struct Reactor {
     pins_resolved: Option<Instant>,
     /// Polls so far: tells a listener whose queue outlasted one poll.
     iteration: u64,
+    /// Rounds of resolving the inspected names.
+    pins: Pins,
+    /// Sessions waiting for the current policy's first round (by key, id).
+    awaiting_pins: Vec<(usize, u64)>,
 }
 
 impl Reactor {
@@ -217,7 +226,7 @@ impl Reactor {
             log::debug!("listening on {} ({})", l.local, protocol_name(l.protocol));
         }
         self.now = Instant::now();
-        self.refresh_pins();
+        self.refresh_pins(true);
         loop {
             let timeout = if self.requeue.is_empty() {
                 self.timers.next_timeout(Instant::now())
@@ -287,6 +296,9 @@ impl Reactor {
                 },
                 host,
             });
+        }
+        if effects.await_pins {
+            self.awaiting_pins.push((key, slot.session.id()));
         }
         let verify = effects
             .verify
@@ -368,13 +380,18 @@ impl Reactor {
                         self.call(key, |s, ctx| s.on_resolved(result, ctx));
                     }
                 }
-                Asker::Pin => match answer.result {
-                    Ok(addrs) => {
-                        let host = crate::policy::Host::Domain(answer.host);
-                        self.env.policy.remember(&host, &addrs, self.now);
+                Asker::Pin { round } => {
+                    let learned = match answer.result {
+                        Ok(addrs) => self.env.policy.pin(&answer.host, &addrs, self.now),
+                        Err(e) => {
+                            log::debug!("resolving inspected name {}: {e}", answer.host);
+                            false
+                        }
+                    };
+                    if let Some(settled) = self.pins.answered(round, learned) {
+                        self.pins_settled(settled);
                     }
-                    Err(e) => log::debug!("re-resolving {}: {e}", answer.host),
-                },
+                }
             }
         }
         self.deliver_logins();
@@ -443,7 +460,7 @@ impl Reactor {
                         .pins_resolved
                         .is_none_or(|t| self.now.duration_since(t) >= crate::policy::REFRESH_EVERY);
                     if stale {
-                        self.refresh_pins();
+                        self.refresh_pins(false);
                     }
                     self.env.remote.stats.accepted(self.worker);
                     self.admit(stream, peer, protocol);
@@ -531,13 +548,46 @@ impl Reactor {
     /// every `REFRESH_EVERY`: driven by traffic, never by a timer, so an idle
     /// proxy stays asleep (pinned addresses outlive a long idle; see
     /// `policy::memory`).
-    fn refresh_pins(&mut self) {
+    /// Starts a round of resolving the policy's inspected names;
+    /// `new_policy`: it just took effect, so raw connections wait for the
+    /// round ([`pins`]).
+    fn refresh_pins(&mut self, new_policy: bool) {
         self.pins_resolved = Some(self.now);
-        for host in self.env.policy.inspected_names() {
+        let names = self.env.policy.inspected_names();
+        let (round, settled) = self.pins.start(names.len(), new_policy);
+        self.env.pins_settled = self.pins.settled();
+        for host in names {
             self.resolver.resolve(Job {
-                asker: Asker::Pin,
+                asker: Asker::Pin { round },
                 host,
             });
+        }
+        if let Some(settled) = settled {
+            self.pins_settled(settled);
+        }
+    }
+
+    /// A round of resolving the inspected names ended: sessions check what
+    /// the memory learned, and those waiting for the round go on.
+    fn pins_settled(&mut self, settled: pins::Settled) {
+        self.env.pins_settled = self.pins.settled();
+        if settled.recheck {
+            log::debug!(
+                "inspected names resolved to new addresses; re-checking {} open sessions",
+                self.sessions.len()
+            );
+            let keys: Vec<usize> = self.sessions.iter().map(|(k, _)| k).collect();
+            for key in keys {
+                self.call(key, Session::on_reload);
+            }
+        }
+        if !self.pins.settled() {
+            return;
+        }
+        for (key, id) in std::mem::take(&mut self.awaiting_pins) {
+            if self.sessions.get(key).is_some_and(|s| s.session.id() == id) {
+                self.call(key, Session::on_pins);
+            }
         }
     }
 

@@ -17,8 +17,9 @@ use super::Remote;
 pub(crate) enum Asker {
     /// A session, by slot and id (a stale answer is dropped).
     Session { key: usize, id: u64 },
-    /// The reactor, keeping the addresses of inspected names fresh.
-    Pin,
+    /// The reactor, keeping the addresses of inspected names fresh; the
+    /// round tells answers for a policy no longer in force.
+    Pin { round: u64 },
 }
 
 /// A name to resolve.

@@ -168,6 +168,8 @@ impl Workers {
                 tls: TlsEnv::new(config.tls.clone()),
                 events: hooks.events.clone(),
                 logins: super::verifier::login_cache(),
+                // Until the first round of resolving inspected names is in.
+                pins_settled: false,
             };
             // Workers are built one after another: the first to need a CA
             // generates it, the others load it.
@@ -205,6 +207,8 @@ impl Workers {
                 now,
                 pins_resolved: None,
                 iteration: 0,
+                pins: Default::default(),
+                awaiting_pins: Vec::new(),
             });
         }
         // Counted last: everything the workers opened is in the base.

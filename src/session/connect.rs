@@ -57,7 +57,11 @@ pub(crate) fn start(
             NameVerdict::Deny(denial) => deny(client, denial, request, conn, ctx),
             NameVerdict::Resolve => {
                 ctx.resolve(name);
-                State::Resolving(Resolving { client, request })
+                State::Resolving(Resolving {
+                    client,
+                    request,
+                    resolved: None,
+                })
             }
         },
     }
@@ -76,6 +80,24 @@ fn decide(
         .check_resolved_as(&request.target, user, addrs, ctx.now)
     {
         Verdict::Deny(denial) => deny(client, denial, request, conn, ctx),
+        // Raw, while the policy does not know its inspected names'
+        // addresses yet: one of them may be this one. Wait for them
+        // (within the connect deadline), then decide again.
+        Verdict::Allow(allowed)
+            if !ctx.pins_settled && !allowed.is_inspected() && !allowed.terminates_tls() =>
+        {
+            log::debug!(
+                "conn={} {}: waiting for the inspected names' addresses",
+                conn.id,
+                request.target
+            );
+            ctx.await_pins();
+            State::Resolving(Resolving {
+                client,
+                request,
+                resolved: Some(addrs.to_vec()),
+            })
+        }
         Verdict::Allow(allowed) => {
             ctx.stats.allowed();
             log::debug!(
@@ -128,11 +150,31 @@ fn deny(
 pub(crate) struct Resolving {
     client: Endpoint,
     request: Request,
+    /// The target's addresses, when what is awaited is the policy's
+    /// inspected names (see `reactor/pins.rs`), not the target's own DNS.
+    resolved: Option<Vec<IpAddr>>,
 }
 
 impl Resolving {
     pub(crate) fn client(&mut self) -> &mut Endpoint {
         &mut self.client
+    }
+
+    /// `dns` (the target's name) or `pins` (the policy's inspected names).
+    pub(crate) fn stage(&self) -> &'static str {
+        match self.resolved {
+            None => "dns",
+            Some(_) => "pins",
+        }
+    }
+
+    /// The policy's inspected names are resolved: decide again.
+    pub(crate) fn on_pins(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        match self.resolved {
+            Some(addrs) => decide(self.client, self.request, &addrs, conn, ctx),
+            // Still waiting for the target's own DNS.
+            None => State::Resolving(self),
+        }
     }
 
     pub(crate) fn drive(mut self, _conn: &mut Conn, _ctx: &mut Ctx) -> State {

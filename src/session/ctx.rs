@@ -54,6 +54,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) stats: &'a Stats,
     /// Where session and request events go (`Conn::access_line`, `Conn::request`).
     pub(crate) events: &'a EventSink,
+    /// The inspected names of the policy in force have been resolved, so
+    /// the policy knows their addresses: a raw connection need not wait.
+    pub(crate) pins_settled: bool,
     /// The time of this reactor iteration.
     pub(crate) now: Instant,
     /// What the handler asks of the reactor; returned when the call ends.
@@ -72,6 +75,9 @@ pub(crate) struct Effects {
     /// Verify this login on the verifier pool and hand the verdict back
     /// ([`super::Session::on_verified`]).
     pub(crate) verify: Option<Verify>,
+    /// Call [`super::Session::on_pins`] once the policy's inspected names
+    /// have been resolved.
+    pub(crate) await_pins: bool,
     /// It left its handshake (admission's pending-handshake count drops).
     pub(crate) left_handshake: bool,
     /// Its deadline after the call (`None`: no deadline).
@@ -89,6 +95,11 @@ impl Ctx<'_> {
     /// Asks the reactor to verify a login off the loop.
     pub(crate) fn verify(&mut self, job: Verify) {
         self.effects.verify = Some(job);
+    }
+
+    /// Asks to be called back once the policy's inspected names are resolved.
+    pub(crate) fn await_pins(&mut self) {
+        self.effects.await_pins = true;
     }
 
     /// Asks the reactor to resolve `host`.

@@ -139,6 +139,19 @@ impl Session {
         }
     }
 
+    /// The policy's inspected names are resolved (it asked to wait for them).
+    pub(crate) fn on_pins(&mut self, ctx: &mut Ctx) {
+        let changed = self.step(ctx, |state, conn, ctx| match state {
+            State::Resolving(r) => r.on_pins(conn, ctx),
+            other => other,
+        });
+        if changed {
+            self.run(ctx);
+        } else {
+            self.report(ctx);
+        }
+    }
+
     /// The verifier pool answered this session's login.
     pub(crate) fn on_verified(&mut self, verdict: crate::auth::Verdict, ctx: &mut Ctx) {
         let changed = self.step(ctx, |state, conn, ctx| match state {

@@ -68,7 +68,7 @@ impl State {
             State::Passthrough(p) => Some(p.stage()),
             State::Done(reason) => Some(reason.as_str()),
             State::Connecting(c) => Some(c.stage()),
-            State::Resolving(_) => None,
+            State::Resolving(r) => Some(r.stage()),
         }
     }
 

@@ -39,6 +39,8 @@ struct Harness {
     sink: EventSink,
     seen: Arc<Mutex<Vec<Event>>>,
     now: Instant,
+    /// What the reactor would say of the policy's inspected names.
+    pins_settled: bool,
     session: Option<Session>,
     peer: StdUnix,
 }
@@ -67,6 +69,7 @@ impl Harness {
             sink: EventSink::default(),
             seen: Arc::default(),
             now: Instant::now(),
+            pins_settled: true,
             session: None,
             peer: ours,
         };
@@ -99,6 +102,7 @@ impl Harness {
             logins: &self.logins,
             stats: &self.stats,
             events: &self.sink,
+            pins_settled: self.pins_settled,
             now: self.now,
             effects: Effects::default(),
         };
@@ -185,7 +189,7 @@ fn connect_to_a_name_asks_the_reactor_to_resolve() {
         Some(h.now + h.settings.timeouts.connect),
         "resolve and connect share the connect deadline"
     );
-    assert_eq!(h.state(), "Resolving");
+    assert_eq!(h.state(), "Resolving(dns)");
     // The answer arrives: the name does not resolve, so the client gets a 502.
     let mut s = h.session.take().unwrap();
     let (_, effects) =
@@ -272,6 +276,47 @@ fn socks5_byte_by_byte_walks_its_sub_stages() {
     assert!(h.state().starts_with("Closing"), "{}", h.state());
     assert_eq!(h.client_reads(2), [5, 5], "connection refused");
     assert_eq!(effects.deadline, Some(h.now + h.settings.timeouts.close));
+}
+
+#[test]
+fn a_raw_connection_waits_until_the_inspected_names_are_resolved() {
+    let port = closed_port();
+    let (mut h, _) = Harness::new(allow(&format!("127.0.0.1:{port}")), ListenerProtocol::Auto);
+    h.pins_settled = false;
+    let effects = h.client_sends(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes());
+    assert!(effects.await_pins, "the reactor must call back");
+    assert_eq!(effects.resolve, None);
+    assert_eq!(h.state(), "Resolving(pins)");
+    assert_eq!(
+        effects.deadline,
+        Some(h.now + h.settings.timeouts.connect),
+        "the wait is bounded by the connect deadline"
+    );
+    assert_eq!(h.stats.snapshot().allowed, 0, "not decided yet");
+    // Resolved: decided again, and dialled.
+    h.pins_settled = true;
+    let mut s = h.session.take().unwrap();
+    let (_, effects) = h.with_ctx(|ctx| s.on_pins(ctx));
+    h.session = Some(s);
+    assert!(!effects.await_pins);
+    assert_eq!(h.state(), "Connecting(tcp)");
+    assert_eq!(h.stats.snapshot().allowed, 1);
+}
+
+#[test]
+fn the_wait_for_the_inspected_names_times_out_closed() {
+    let port = closed_port();
+    let (mut h, _) = Harness::new(allow(&format!("127.0.0.1:{port}")), ListenerProtocol::Auto);
+    h.pins_settled = false;
+    let _ = h.client_sends(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes());
+    h.now += h.settings.timeouts.connect;
+    let mut s = h.session.take().unwrap();
+    let _ = h.with_ctx(|ctx| s.on_timer(ctx));
+    h.session = Some(s);
+    assert_eq!(
+        String::from_utf8(h.client_reads(12)).unwrap(),
+        "HTTP/1.1 504"
+    );
 }
 
 #[test]

@@ -1,0 +1,133 @@
+//! Whether the addresses of the policy's inspected names are known yet.
+//!
+//! Rule composition keeps an inspected name's addresses from being reached
+//! raw through a broader rule (a CIDR allow, a literal, an alias name), but
+//! only as far as the policy's memory knows those addresses. The reactor
+//! resolves the inspected names off the loop when a policy takes effect
+//! (at start, on reload, on a control edit) and again every
+//! [`crate::policy::REFRESH_EVERY`] while traffic flows. Until the first
+//! round of a policy has been answered, a connection that would go out raw
+//! waits for it (within its connect deadline, so a resolver that never
+//! answers fails it closed); whenever a round teaches the memory a new
+//! address, every open session is checked again, so a raw tunnel to that
+//! address closes with `policy-reload`.
+
+/// One worker's rounds of resolving the inspected names.
+#[derive(Debug, Default)]
+pub(crate) struct Pins {
+    /// The round in flight (answers of older rounds only teach the memory).
+    round: u64,
+    /// Answers of this round still due.
+    pending: usize,
+    /// The policy in force has had its names resolved once.
+    settled: bool,
+    /// This round taught the memory an address it did not have.
+    learned: bool,
+}
+
+/// A round ended: what the reactor does about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Settled {
+    /// Check every open session again (the memory knows more).
+    pub(crate) recheck: bool,
+}
+
+impl Pins {
+    /// A round of `jobs` resolutions starts; `new_policy`: a policy just
+    /// took effect, so raw connections wait for this round. Returns the
+    /// round's id, and whether it is already over (nothing to resolve).
+    pub(crate) fn start(&mut self, jobs: usize, new_policy: bool) -> (u64, Option<Settled>) {
+        self.round += 1;
+        self.pending = jobs;
+        self.learned = false;
+        if new_policy {
+            self.settled = false;
+        }
+        if jobs == 0 {
+            self.settled = true;
+            return (self.round, Some(Settled { recheck: false }));
+        }
+        (self.round, None)
+    }
+
+    /// An answer of round `round` came; `learned`: it taught the memory a
+    /// new address. Returns what to do when it ends the current round.
+    pub(crate) fn answered(&mut self, round: u64, learned: bool) -> Option<Settled> {
+        if round != self.round || self.pending == 0 {
+            // An older round's answer: the memory took it; nothing waits on it.
+            return learned.then_some(Settled { recheck: true });
+        }
+        self.learned |= learned;
+        self.pending -= 1;
+        if self.pending > 0 {
+            return None;
+        }
+        self.settled = true;
+        Some(Settled {
+            recheck: self.learned,
+        })
+    }
+
+    /// The policy in force has had its inspected names resolved once: raw
+    /// connections need not wait.
+    pub(crate) fn settled(&self) -> bool {
+        self.settled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_policy_is_unsettled_until_its_round_is_answered() {
+        let mut p = Pins::default();
+        let (round, now) = p.start(2, true);
+        assert_eq!(now, None);
+        assert!(!p.settled());
+        assert_eq!(p.answered(round, false), None);
+        assert!(!p.settled(), "one answer of two");
+        assert_eq!(p.answered(round, true), Some(Settled { recheck: true }));
+        assert!(p.settled());
+    }
+
+    #[test]
+    fn a_round_that_learns_nothing_rechecks_nothing() {
+        let mut p = Pins::default();
+        let (round, _) = p.start(1, true);
+        assert_eq!(p.answered(round, false), Some(Settled { recheck: false }));
+    }
+
+    #[test]
+    fn nothing_to_resolve_is_settled_at_once() {
+        let mut p = Pins::default();
+        assert_eq!(p.start(0, true).1, Some(Settled { recheck: false }));
+        assert!(p.settled());
+    }
+
+    #[test]
+    fn a_refresh_keeps_a_settled_policy_settled() {
+        let mut p = Pins::default();
+        let (r1, _) = p.start(1, true);
+        p.answered(r1, false);
+        let (r2, _) = p.start(3, false);
+        assert!(p.settled(), "raw connections do not wait for refreshes");
+        assert_eq!(p.answered(r2, false), None);
+    }
+
+    #[test]
+    fn answers_of_an_older_round_settle_nothing_but_still_recheck() {
+        let mut p = Pins::default();
+        let (old, _) = p.start(1, true);
+        let (new, _) = p.start(1, true);
+        assert_eq!(p.answered(old, false), None);
+        assert!(
+            !p.settled(),
+            "the old round's answer does not settle the new policy"
+        );
+        assert_eq!(p.answered(old, true), Some(Settled { recheck: true }));
+        assert!(!p.settled());
+        assert_eq!(p.answered(new, false), Some(Settled { recheck: false }));
+        assert!(p.settled());
+    }
+}
