@@ -202,13 +202,14 @@ fn a_tunnel_parked_before_its_client_hello_takes_the_reloaded_rules() {
         "localhost",
     );
     fresh
-        .write_all(b"GET /admin/secret HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .write_all(format!("GET /admin/secret HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
         .unwrap();
     assert_eq!(response(&mut fresh).0.status, 403);
 
     // ...and so must the parked one: refused (403), or closed by the reload.
     let mut c = tls_client(&cas.proxy, parked, "localhost");
-    let sent = c.write_all(b"GET /admin/secret HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    let sent =
+        c.write_all(format!("GET /admin/secret HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes());
     let got = sent.and_then(|_| read_response_head(&mut c));
     if let Ok(head) = got {
         assert_ne!(
