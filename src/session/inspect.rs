@@ -102,7 +102,10 @@ impl Inspect {
         let mut s = Inspect::new(
             client,
             upstream,
-            Mode::Tunnel { target },
+            Mode::Tunnel {
+                target,
+                tls: !plain,
+            },
             rules,
             early,
             idle,

@@ -70,17 +70,21 @@ pub(super) fn absolute_has_port(target: &str) -> bool {
     after_host.len() > 1
 }
 
-/// `None` when `named` is the tunnel's `target` (a port left out matches
-/// any); else why not, naming both.
+/// `None` when `named` is the tunnel's `target` (a port left out is the
+/// scheme's default, already filled in: it must be the target's too); else
+/// why not, naming both.
 pub(super) fn mismatch(what: &str, named: &Named, target: &Target) -> Option<String> {
-    let same_port = !named.explicit_port || named.target.port == target.port;
-    if named.target.host == target.host && same_port {
+    if named.target.host == target.host && named.target.port == target.port {
         return None;
     }
     let shown = if named.explicit_port {
         named.target.to_string()
     } else {
-        host_text(&named.target)
+        format!(
+            "{} (port {} by default)",
+            host_text(&named.target),
+            named.target.port
+        )
     };
     Some(format!(
         "{what} names {shown} but this connection goes to {target}"

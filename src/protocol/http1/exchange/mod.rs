@@ -113,6 +113,9 @@ pub enum Mode {
     Tunnel {
         /// Where the tunnel goes.
         target: Target,
+        /// The proxy terminated the client's TLS: a `Host` without a port
+        /// means 443, not 80 (an absolute URI's scheme says for itself).
+        tls: bool,
     },
     /// The forward proxy, connected to `upstream`: requests are absolute-form,
     /// rewritten to origin-form with `Host` from the URI, hop-by-hop headers

@@ -329,10 +329,13 @@ impl Exchange {
         if hosts.is_empty() && head.version == 1 {
             return Err("an HTTP/1.1 request without Host".into());
         }
-        // The forward proxy replaces `Host`; a tunnel checks it.
+        // The forward proxy replaces `Host`; a tunnel checks it. A `Host`
+        // without a port names the scheme's default port (RFC 9110 7.2):
+        // 443 inside TLS, else 80.
         let host = match (&self.config.mode, hosts.first()) {
-            (Mode::Tunnel { target }, Some(value)) => {
-                Some(checks::parse_host(value, target.port).map_err(|why| clip(&why, MAX_ECHO))?)
+            (Mode::Tunnel { tls, .. }, Some(value)) => {
+                let default_port = if *tls { 443 } else { 80 };
+                Some(checks::parse_host(value, default_port).map_err(|why| clip(&why, MAX_ECHO))?)
             }
             _ => None,
         };
@@ -346,7 +349,7 @@ impl Exchange {
             .map_err(|why| format!("invalid path: {}", clip(&why, MAX_ECHO)))?;
         let authority = match (uri, &host, &self.config.mode) {
             (Some(named), _, _) | (None, Some(named), _) => named.target.to_string(),
-            (None, None, Mode::Tunnel { target }) => target.to_string(),
+            (None, None, Mode::Tunnel { target, .. }) => target.to_string(),
             (None, None, Mode::Forward { upstream, .. }) => upstream.to_string(),
         };
         Ok(Judged {
@@ -369,7 +372,7 @@ impl Exchange {
         judged: &Judged,
         uri: Option<&Named>,
     ) -> Result<Decision, Refusal> {
-        if let Mode::Tunnel { target } = &self.config.mode {
+        if let Mode::Tunnel { target, .. } = &self.config.mode {
             let mismatch = uri
                 .and_then(|n| checks::mismatch("the URI", n, target))
                 .or_else(|| {
