@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use crate::policy::{Host, Target};
 use crate::protocol::http::RequestHead;
 use crate::protocol::http1::framing::trim_ows;
+use crate::protocol::http1::BodyKind;
 
 /// The values of every `Host` header.
 pub(super) fn host_values(head: &RequestHead) -> Vec<&[u8]> {
@@ -102,6 +103,41 @@ pub(super) fn upgrade_tokens(head: &RequestHead) -> Vec<String> {
         .filter(|t| !t.is_empty())
         .map(|t| String::from_utf8_lossy(t).to_ascii_lowercase())
         .collect()
+}
+
+/// Whether an upgrade request looks like one, before an upstream's `101`
+/// may turn the connection raw: HTTP/1.1 (RFC 9110 7.8: an HTTP/1.0
+/// `Upgrade` is ignored), and for a WebSocket the opening handshake of
+/// RFC 6455 4.1: a `GET` with one `Sec-WebSocket-Key` and no body (bytes
+/// after it would be taken for the new protocol's).
+pub(super) fn upgrade_shape(head: &RequestHead, kind: BodyKind) -> Result<(), &'static str> {
+    if head.version != 1 {
+        return Err("Upgrade on HTTP/1.0 (only HTTP/1.1 switches protocols)");
+    }
+    let websocket = upgrade_tokens(head)
+        .iter()
+        .any(|t| t.split_once('/').map_or(t.as_str(), |(n, _)| n) == "websocket");
+    if !websocket {
+        return Ok(());
+    }
+    if head.method != "GET" {
+        return Err("a WebSocket upgrade must be a GET");
+    }
+    let keys: Vec<&[u8]> = head
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("sec-websocket-key"))
+        .map(|(_, v)| trim_ows(v))
+        .collect();
+    match keys.as_slice() {
+        [key] if !key.is_empty() => {}
+        [] | [_] => return Err("a WebSocket upgrade without Sec-WebSocket-Key"),
+        _ => return Err("a WebSocket upgrade with several Sec-WebSocket-Key headers"),
+    }
+    if kind != BodyKind::Empty {
+        return Err("a WebSocket upgrade with a request body");
+    }
+    Ok(())
 }
 
 /// Whether `token` (lower-case, maybe `name/version`) is one of `allowed`

@@ -345,6 +345,11 @@ impl Exchange {
             Ok(kind) => kind,
             Err(e) => return Err(format!("bad request framing: {e}")),
         };
+        let upgrade = http1::is_upgrade_request(head);
+        if upgrade {
+            checks::upgrade_shape(head, kind)
+                .map_err(|why| format!("bad upgrade request: {why}"))?;
+        }
         let path = normalize_path(target)
             .map_err(|why| format!("invalid path: {}", clip(&why, MAX_ECHO)))?;
         let authority = match (uri, &host, &self.config.mode) {
@@ -359,7 +364,7 @@ impl Exchange {
             host,
             kind,
             close: http1::wants_close(head.version, &head.headers),
-            upgrade: http1::is_upgrade_request(head),
+            upgrade,
             expects_continue: checks::expects_continue(head),
         })
     }

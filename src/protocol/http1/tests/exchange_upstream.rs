@@ -53,6 +53,70 @@ fn bytes_behind_an_upgrade_request_wait_for_its_answer() {
     );
 }
 
+/// An upstream's 101 turns the connection raw, so what follows the request
+/// is never parsed again: the request must be a WebSocket handshake (RFC
+/// 6455 4.1) for the proxy to let it through. Otherwise 400, the connection
+/// closed, and nothing (neither the request nor what follows) forwarded.
+#[test]
+fn a_websocket_upgrade_must_look_like_one() {
+    let key = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+    let ws = "Upgrade: websocket\r\nConnection: Upgrade\r\n";
+    let bad = [
+        (format!("POST /chat HTTP/1.1\r\nHost: origin.test\r\n{ws}{key}Content-Length: 3\r\n\r\nabc"), "must be a GET"),
+        (format!("GET /chat HTTP/1.1\r\nHost: origin.test\r\n{ws}{key}Content-Length: 3\r\n\r\nabc"), "request body"),
+        (format!("GET /chat HTTP/1.1\r\nHost: origin.test\r\n{ws}{key}Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), "request body"),
+        (format!("GET /chat HTTP/1.0\r\nHost: origin.test\r\n{ws}{key}\r\n"), "HTTP/1.0"),
+        (format!("GET /chat HTTP/1.1\r\nHost: origin.test\r\n{ws}\r\n"), "without Sec-WebSocket-Key"),
+        (format!("GET /chat HTTP/1.1\r\nHost: origin.test\r\n{ws}Sec-WebSocket-Key: \r\n\r\n"), "without Sec-WebSocket-Key"),
+        (format!("GET /chat HTTP/1.1\r\nHost: origin.test\r\n{ws}{key}{key}\r\n"), "several Sec-WebSocket-Key"),
+        ("GET /chat HTTP/1.1\r\nHost: origin.test\r\nUpgrade: foo, websocket/13\r\nConnection: Upgrade\r\n\r\n".to_string(), "without Sec-WebSocket-Key"),
+        // Any upgrade needs HTTP/1.1.
+        ("GET /chat HTTP/1.0\r\nHost: origin.test\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n".to_string(), "HTTP/1.0"),
+    ];
+    for (request, why) in bad {
+        // Behind it, a request the upstream's 101 would have carried raw.
+        let client = request.clone() + &get("/admin/x");
+        let script = Script::new(
+            &client,
+            vec![Reply::on("\r\n\r\n", SWITCH.to_string() + "raw")],
+        );
+        let out = run_split(&tunnel(), &script);
+        let r = responses(&out.to_client, &["GET"]);
+        assert_eq!(r.len(), 1, "{request:?}: {}", out.client_text());
+        assert_eq!(r[0].status, 400, "{request:?}");
+        assert_eq!(r[0].header("X-Proxy-Error").as_deref(), Some("bad-request"));
+        assert!(r[0].text().contains(why), "{request:?}: {}", r[0].text());
+        assert!(out.to_upstream.is_empty(), "{request:?} was forwarded");
+        assert_eq!(out.end, Ending::Closed(End::Done), "{request:?}");
+    }
+    // The handshake itself, any case of the token, and a non-WebSocket
+    // upgrade (no key needed) still reach the upstream.
+    for request in [
+        WS.to_string(),
+        WS.replace("Upgrade: websocket", "Upgrade: WebSocket"),
+        WS.replace("GET /chat", "GET /chat?x=1")
+            .replace(key, &key.to_ascii_lowercase()),
+    ] {
+        let script = Script::new(
+            &request,
+            vec![Reply::on("\r\n\r\n", SWITCH.to_string() + "raw")],
+        );
+        let out = run_split(&tunnel(), &script);
+        assert_eq!(out.end, Ending::Upgraded, "{request:?}");
+        assert_eq!(out.upstream_text(), request);
+    }
+    let mut foo = tunnel();
+    foo.upgrades = vec!["foo".into()];
+    let request =
+        "GET /x HTTP/1.1\r\nHost: origin.test\r\nUpgrade: foo\r\nConnection: Upgrade\r\n\r\n";
+    let switch = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: foo\r\nConnection: Upgrade\r\n\r\n";
+    let out = run_split(
+        &foo,
+        &Script::new(request, vec![Reply::on("\r\n\r\n", switch)]),
+    );
+    assert_eq!(out.end, Ending::Upgraded);
+}
+
 #[test]
 fn a_declined_upgrade_keeps_http() {
     let client = WS.to_string() + &get("/third");
