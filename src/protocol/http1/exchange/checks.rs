@@ -92,6 +92,15 @@ pub(super) fn mismatch(what: &str, named: &Named, target: &Target) -> Option<Str
     ))
 }
 
+/// Whether a head holds an LF not preceded by CR (RFC 9112 2.2 lets a
+/// recipient take it as a line end, so the parser does, but not every
+/// origin does).
+pub(super) fn has_bare_lf(head: &[u8]) -> bool {
+    head.iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'\n' && (i == 0 || head[i - 1] != b'\r'))
+}
+
 /// The protocols an upgrade request offers, lower-cased, in order
 /// (`websocket`, `h2c`, `foo/2`), over every `Upgrade` header.
 pub(super) fn upgrade_tokens(head: &RequestHead) -> Vec<String> {

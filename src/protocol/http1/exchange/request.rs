@@ -181,6 +181,13 @@ impl Exchange {
                 ClientAction::Stopped
             }
             Ok(None) => ClientAction::Wait,
+            Ok(Some((head, n))) if checks::has_bare_lf(&input[..n]) => {
+                // The parser takes a bare LF as a line end; an origin that
+                // does not would frame the message (and what follows it)
+                // otherwise: never forward such a head.
+                let why = "malformed request: bare LF in the head (lines end in CRLF)".to_owned();
+                self.refuse_fatal(Some(&head), 400, "bad-request", why)
+            }
             Ok(Some((head, n))) => self.request(head, n, input, room),
             Err(HeadError::TooLarge) => {
                 let why = "request head too large".to_owned();

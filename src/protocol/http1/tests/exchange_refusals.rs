@@ -214,6 +214,50 @@ fn malformed_requests_close_the_connection() {
     }
 }
 
+/// A bare LF is a line end to the proxy's parser, not to every origin: an
+/// origin that keeps it inside a value would not see the `Content-Length`
+/// behind it and read the body as a request the proxy never judged. Such a
+/// head is refused, in a tunnel and through the forward proxy.
+#[test]
+fn a_bare_lf_in_a_request_head_is_400() {
+    let heads = [
+        "GET /v1/x HTTP/1.1\r\nHost: origin.test\nX: y\r\n\r\n",
+        "GET /v1/x HTTP/1.1\nHost: origin.test\n\n",
+        "GET /v1/x HTTP/1.1\r\nHost: origin.test\r\n\n",
+        "\nGET /v1/x HTTP/1.1\r\nHost: origin.test\r\n\r\n",
+        "POST /v1/x HTTP/1.1\r\nHost: origin.test\r\nX: a\nContent-Length: 30\r\n\r\n\
+         GET /v1/admin/x HTTP/1.1\r\n\r\n",
+    ];
+    let mut proxy = forward();
+    proxy.rules = Some(api_rules());
+    for (fwd, config) in [(false, api()), (true, proxy)] {
+        for head in heads {
+            let head = if fwd {
+                head.replacen(" /v1/x ", " http://origin.test/v1/x ", 1)
+            } else {
+                head.to_string()
+            };
+            let client = head.clone() + &get("/v1/after");
+            let out = run_split(&config, &Script::new(&client, vec![]));
+            let r = responses(&out.to_client, &["GET"]);
+            assert_eq!(r.len(), 1, "{head:?}: {}", out.client_text());
+            assert_eq!(r[0].status, 400, "{head:?}");
+            assert_eq!(r[0].header("X-Proxy-Error").as_deref(), Some("bad-request"));
+            assert!(r[0].text().contains("bare LF"), "{}", r[0].text());
+            assert!(out.to_upstream.is_empty(), "{head:?} reached the upstream");
+            assert_eq!(out.end, Ending::Closed(End::Done), "{head:?}");
+        }
+    }
+    // CRLF throughout is fine, and a LF inside a body is the body's.
+    let client = "POST /v1/x HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 3\r\n\r\na\nb";
+    let out = run_split(
+        &tunnel(),
+        &Script::new(client, vec![Reply::on("a\nb", ok("x"))]),
+    );
+    assert_eq!(out.statuses(&["POST"]), [200]);
+    assert_eq!(out.upstream_text(), client);
+}
+
 /// HTTP/1.0 needs no Host.
 #[test]
 fn http10_without_host_is_fine() {
