@@ -155,14 +155,33 @@ impl Exchange {
         }
     }
 
+    /// The head timer fired ([`Exchange::awaiting_head`]): a head still
+    /// incomplete is answered `408` in order, and no more requests are read
+    /// (the conversation ends once what is due is answered). Returns whether
+    /// it was; otherwise (a stale timer) nothing changes.
+    pub fn head_timeout(&mut self) -> bool {
+        if self.awaiting_head().is_none() {
+            return false;
+        }
+        self.partial_head = false;
+        let why = "the request head did not arrive in time".to_owned();
+        self.refuse_fatal(None, 408, "request-timeout", why);
+        self.settle();
+        true
+    }
+
     /// At a message boundary: parse and act on the next request head.
     fn client_head(&mut self, input: &[u8], room: usize) -> ClientAction {
+        self.partial_head = false;
         if self.upstream_eof {
             if let Some((cause, why)) = self.failure_answer() {
                 // The upstream failed before this request: it is told why.
                 if self.due.is_empty() {
                     return match parse_request_head(input, self.config.max_head_bytes) {
-                        Ok(None) if !self.client_eof => ClientAction::Wait,
+                        Ok(None) if !self.client_eof => {
+                            self.partial_head = !input.is_empty();
+                            ClientAction::Wait
+                        }
                         Ok(Some((head, _))) => self.refuse_fatal(Some(&head), 502, &cause, why),
                         _ => self.refuse_fatal(None, 502, &cause, why),
                     };
@@ -180,7 +199,10 @@ impl Exchange {
                 self.req = Req::Stopped;
                 ClientAction::Stopped
             }
-            Ok(None) => ClientAction::Wait,
+            Ok(None) => {
+                self.partial_head = !input.is_empty();
+                ClientAction::Wait
+            }
             Ok(Some((head, n))) if checks::has_bare_lf(&input[..n]) => {
                 // The parser takes a bare LF as a line end; an origin that
                 // does not would frame the message (and what follows it)
@@ -204,6 +226,7 @@ impl Exchange {
 
     /// Acts on one parsed head of `n` bytes at the front of `input`.
     fn request(&mut self, head: RequestHead, n: usize, input: &[u8], room: usize) -> ClientAction {
+        self.heads += 1;
         if head.method == "CONNECT" {
             let why = "CONNECT is not allowed inside an inspected connection".to_owned();
             return self.refuse_fatal(Some(&head), 405, "method-not-allowed", why);

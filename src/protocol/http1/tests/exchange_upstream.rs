@@ -445,3 +445,101 @@ fn no_response_clock_while_the_client_uploads_or_reads() {
     sim.run();
     assert!(sim.ex.awaiting_response().is_some(), "the 403 is out");
 }
+
+/// The head clock (slowloris inside an inspected connection): it runs from
+/// the first byte of a request head until its last, byte by byte, and never
+/// between requests; each head is a new wait.
+#[test]
+fn the_head_clock_runs_only_inside_a_head() {
+    let heads = [get("/a"), get("/b")];
+    let mut sim = Sim::new(
+        tunnel(),
+        Script::new("", vec![]),
+        Plan::default(),
+        Limits::roomy(),
+    );
+    sim.run();
+    assert_eq!(sim.ex.awaiting_head(), None, "nothing sent yet");
+    let mut ids = Vec::new();
+    for head in &heads {
+        let mut id = None;
+        for (i, b) in head.bytes().enumerate() {
+            sim.client_sends([b]);
+            sim.run();
+            if i + 1 < head.len() {
+                let now = sim.ex.awaiting_head().expect("inside a head");
+                assert_eq!(*id.get_or_insert(now), now, "one head, one wait");
+            } else {
+                assert_eq!(sim.ex.awaiting_head(), None, "the head is whole");
+            }
+        }
+        ids.extend(id);
+        assert!(!sim.ex.head_timeout(), "a stale timer changes nothing");
+        // Between requests (its response pending or not): no clock.
+        sim.upstream_sends(ok("x"));
+        sim.run();
+        assert_eq!(sim.ex.awaiting_head(), None);
+    }
+    assert_ne!(ids[0], ids[1], "a new head restarts the clock");
+    assert_eq!(sim.outcome().statuses(&["GET", "GET"]), [200, 200]);
+}
+
+/// A head still incomplete when the clock fires is answered 408, in order
+/// behind the responses still due, and the connection closes.
+#[test]
+fn a_head_that_does_not_finish_in_time_is_408() {
+    let partial = "GET /slow HTTP/1.1\r\nHost: origin.test\r\nX-A: b\r\n";
+    for cut in 1..partial.len() {
+        let mut sim = Sim::new(
+            tunnel(),
+            Script::new(get("/first") + &partial[..cut], vec![]),
+            Plan::default(),
+            Limits::roomy(),
+        );
+        sim.run();
+        assert!(sim.ex.awaiting_head().is_some(), "cut {cut}");
+        assert!(sim.ex.head_timeout(), "cut {cut}");
+        sim.run();
+        assert!(
+            sim.to_client.is_empty(),
+            "the 408 waits for the response due"
+        );
+        sim.upstream_sends(ok("first"));
+        sim.run();
+        let out = sim.outcome();
+        assert_eq!(out.end, Ending::Closed(End::Done), "cut {cut}");
+        assert_eq!(out.statuses(&["GET", "GET"]), [200, 408], "cut {cut}");
+        let r = responses(&out.to_client, &["GET", "GET"]);
+        assert_eq!(
+            r[1].header("X-Proxy-Error").as_deref(),
+            Some("request-timeout")
+        );
+        assert_eq!(r[1].header("Connection").as_deref(), Some("close"));
+        assert_eq!(out.record_statuses(), [Some(200), Some(408)]);
+        assert_eq!(out.upstream_text(), get("/first"), "nothing of it went on");
+    }
+}
+
+/// While the machine holds the client back (answers owed), its waiting
+/// bytes are not a slow head.
+#[test]
+fn no_head_clock_while_the_client_is_held_back() {
+    let mut client = String::new();
+    for i in 0..crate::protocol::http1::exchange::MAX_DUE {
+        client += &get(&format!("/{i}"));
+    }
+    client += "GET /next HTTP/1.1\r\n";
+    let mut sim = Sim::new(
+        tunnel(),
+        Script::new(&client, vec![]),
+        Plan::default(),
+        Limits::roomy(),
+    );
+    sim.run();
+    assert_eq!(
+        sim.ex.queued().exchanges,
+        crate::protocol::http1::exchange::MAX_DUE
+    );
+    assert_eq!(sim.ex.awaiting_head(), None);
+    assert!(!sim.ex.head_timeout());
+}
