@@ -49,6 +49,13 @@ impl Wire for Endpoint {
         Endpoint::read(self, buf)
     }
 
+    fn read_spare(&mut self, buf: &mut Vec<u8>) -> Io {
+        if !self.readable() {
+            return Io::WouldBlock;
+        }
+        Endpoint::read_spare(self, buf)
+    }
+
     fn write(&mut self, buf: &[u8]) -> Io {
         if !self.writable() {
             return Io::WouldBlock;
