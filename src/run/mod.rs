@@ -190,11 +190,7 @@ fn on_host(
         show(cmd)
     );
     let env = proxy_env(&addrs, auth.as_ref(), &extra_env);
-    let child = match std::process::Command::new(&argv[0])
-        .args(&argv[1..])
-        .envs(env.vars)
-        .spawn()
-    {
+    let child = match cmd_command(&argv, true).envs(env.vars).spawn() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("portcullis: cannot run {}: {e}", argv[0].to_string_lossy());
@@ -202,6 +198,53 @@ fn on_host(
         }
     };
     supervise::run(proxy, Pid::from_raw(child.id() as i32), signals)
+}
+
+/// The command that starts CMD (`argv`): as a program expects to start,
+/// whatever this process did to its own signals. `run` blocks the signals
+/// it takes with `sigwait` (and spawn keeps the mask across exec) and Rust
+/// ignores SIGPIPE, so CMD gets an empty mask and SIGPIPE at its default;
+/// other dispositions are as `run` inherited them (exec resets handlers).
+/// With `die_with_run` (CMD on the host, where no PID namespace takes it
+/// down), CMD also gets SIGKILL when `run` dies, even by SIGKILL.
+fn cmd_command(argv: &[OsString], die_with_run: bool) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
+    #[cfg(target_os = "linux")]
+    let run_pid = nix::unistd::getpid();
+    #[cfg(not(target_os = "linux"))]
+    let _ = die_with_run;
+    // SAFETY: between fork and exec the closure only makes async-signal-safe
+    // calls (sigemptyset, sigprocmask, signal, prctl, getppid) and allocates
+    // nothing (an io::Error from an errno does not allocate).
+    unsafe {
+        cmd.pre_exec(move || {
+            use nix::libc;
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            if libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::signal(libc::SIGPIPE, libc::SIG_DFL) == libc::SIG_ERR {
+                return Err(io::Error::last_os_error());
+            }
+            #[cfg(target_os = "linux")]
+            if die_with_run {
+                // Tied to the thread that forks: the main thread, which runs
+                // the proxy until the process exits.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // `run` may have died before the prctl: then nobody would kill CMD.
+                if libc::getppid() != run_pid.as_raw() {
+                    libc::_exit(128 + libc::SIGKILL);
+                }
+            }
+            Ok(())
+        });
+    }
+    cmd
 }
 
 /// The listener the variables point at: the first TCP one, else the first.

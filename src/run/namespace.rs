@@ -339,11 +339,8 @@ fn child_main(plan: &Plan, parent_raw: RawFd, child_raw: RawFd) -> i32 {
     drop(sock);
 
     let env = super::proxy_env(&addrs, plan.auth, plan.extra_env);
-    let cmd = match std::process::Command::new(&plan.cmd[0])
-        .args(&plan.cmd[1..])
-        .envs(env.vars)
-        .spawn()
-    {
+    // No PDEATHSIG for CMD: when this init dies the kernel kills the whole PID namespace.
+    let cmd = match super::cmd_command(plan.cmd, false).envs(env.vars).spawn() {
         Ok(c) => Pid::from_raw(c.id() as i32),
         Err(e) => {
             eprintln!(
