@@ -156,7 +156,7 @@ pub fn tls_ca_vars(config: &Config) -> Vec<Var> {
             .map(|(name, path)| (name.to_string(), path.display().to_string()))
             .collect(),
         Err(e) => {
-            eprintln!("portcullis: the CA for TLS termination: {e}");
+            fatal!("the CA for TLS termination: {e}");
             Vec::new()
         }
     }

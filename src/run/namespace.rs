@@ -343,10 +343,7 @@ fn child_main(plan: &Plan, parent_raw: RawFd, child_raw: RawFd) -> i32 {
     let cmd = match super::cmd_command(plan.cmd, false).envs(env.vars).spawn() {
         Ok(c) => Pid::from_raw(c.id() as i32),
         Err(e) => {
-            eprintln!(
-                "portcullis: cannot run {}: {e}",
-                plan.cmd[0].to_string_lossy()
-            );
+            fatal!("cannot run {}: {e}", plan.cmd[0].to_string_lossy());
             return super::spawn_failure_code(&e).into();
         }
     };
