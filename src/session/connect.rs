@@ -265,14 +265,31 @@ impl Plan {
                 Err(e) => {
                     log::debug!("conn={} connect {addr}: {e}", conn.id);
                     self.last_error = Some(e);
+                    if self.parent.is_some() {
+                        break; // the next address goes through the same parent
+                    }
                 }
             }
         }
+        self.unreachable(client, conn, ctx)
+    }
+
+    /// No connect succeeded: the destination's fault, or the parent
+    /// proxy's when there is one (it is the only address dialled).
+    fn unreachable(mut self, client: Endpoint, conn: &mut Conn, ctx: &mut Ctx) -> State {
         let e = self
             .last_error
             .take()
             .unwrap_or_else(|| io::Error::other("no address to connect to"));
-        refuse(Refusal::Connect(e), self.request.dialect, client, conn, ctx)
+        let refusal = match &self.parent {
+            Some(parent) => {
+                let why = format!("cannot connect to {parent}: {e}");
+                log::info!("conn={} {why}", conn.id);
+                Refusal::Parent(why)
+            }
+            None => Refusal::Connect(e),
+        };
+        refuse(refusal, self.request.dialect, client, conn, ctx)
     }
 }
 
@@ -311,6 +328,9 @@ impl Connecting {
             self.plan.last_error = Some(e);
             // The failed socket closes here, before the next attempt.
             let Connecting { client, plan, .. } = self;
+            if plan.parent.is_some() {
+                return plan.unreachable(client, conn, ctx);
+            }
             return plan.attempt(client, conn, ctx);
         }
         if !self.upstream.can_write() {
@@ -496,6 +516,14 @@ impl Connecting {
     }
 
     pub(crate) fn on_timeout(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        if let Some(parent) = &self.plan.parent {
+            // Connecting to it, or waiting for its answer: the parent's delay.
+            let why = match self.stage {
+                Dial::Tcp => format!("timed out connecting to {parent}"),
+                Dial::Parent { .. } => format!("no answer from {parent} in time"),
+            };
+            return self.parent_failed(why, conn, ctx);
+        }
         let dialect = self.plan.request.dialect;
         refuse(Refusal::Timeout, dialect, self.client, conn, ctx)
     }
