@@ -17,6 +17,7 @@ use super::passthrough::{Passthrough, Preload};
 use super::refusal::{Dialect, Refusal};
 use super::securing::Securing;
 use super::state::State;
+use crate::config::ListenAddr;
 use crate::io::Io;
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
@@ -76,7 +77,36 @@ fn decide(
         .check_resolved_as(&request.target, user, addrs, ctx.now)
     {
         Verdict::Deny(denial) => deny(client, denial, request, conn, ctx),
-        Verdict::Allow(allowed) => {
+        Verdict::Allow(mut allowed) => {
+            // Never the proxy itself, whatever the policy (audit mode too).
+            let port = request.target.port;
+            let mut ours = None;
+            allowed.addrs.retain(|ip| {
+                let addr = SocketAddr::new(*ip, port);
+                let own = ctx.settings.own.contains(addr);
+                if own {
+                    ours.get_or_insert(addr);
+                }
+                !own
+            });
+            if let (Some(addr), true) = (ours, allowed.addrs.is_empty()) {
+                ctx.stats.denied();
+                let refusal = Refusal::OwnAddress(addr);
+                log::debug!(
+                    "conn={} deny {}: {}",
+                    conn.id,
+                    request.target,
+                    refusal.describe()
+                );
+                conn.decide(
+                    Decision::Denied {
+                        rule: None,
+                        reason: refusal.describe(),
+                    },
+                    ctx,
+                );
+                return refuse(refusal, request.dialect, client, conn, ctx);
+            }
             ctx.stats.allowed();
             log::debug!(
                 "conn={} allow {} by rule {}",
@@ -122,6 +152,60 @@ fn deny(
     log::debug!("conn={} deny {}: {denial}", conn.id, request.target);
     conn.decide(Decision::denied(&denial), ctx);
     refuse(Refusal::Denied(denial), request.dialect, client, conn, ctx)
+}
+
+/// The proxy's own TCP addresses (its listeners and its admin endpoint),
+/// which no session may dial: a rule allowing loopback must not let a
+/// client reach the admin socket (and its control commands) or loop back
+/// into the proxy.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OwnAddrs {
+    addrs: Vec<SocketAddr>,
+}
+
+impl OwnAddrs {
+    /// The TCP addresses among `listening` (as bound: real ports).
+    pub(crate) fn new<'a>(listening: impl IntoIterator<Item = &'a ListenAddr>) -> OwnAddrs {
+        let addrs = listening
+            .into_iter()
+            .filter_map(|a| match a {
+                ListenAddr::Tcp(a) => Some(*a),
+                ListenAddr::Unix(_) => None,
+            })
+            .collect();
+        OwnAddrs { addrs }
+    }
+
+    /// Whether dialling `to` could reach the proxy: its port is one of ours
+    /// and it is a loopback or unspecified address (whatever address that
+    /// listener has: the safe side), the listener's own address, or, for a
+    /// listener on `0.0.0.0` or `::`, any address of this host.
+    pub(crate) fn contains(&self, to: SocketAddr) -> bool {
+        let ip = to.ip().to_canonical();
+        self.addrs.iter().any(|own| {
+            own.port() == to.port()
+                && (ip.is_loopback()
+                    || ip.is_unspecified()
+                    || own.ip().to_canonical() == ip
+                    || (own.ip().is_unspecified() && is_local(ip)))
+        })
+    }
+}
+
+/// Whether `ip` is an address of this host, as the kernel says now: a
+/// socket can bind it. Only asked for a port we listen on everywhere.
+fn is_local(ip: IpAddr) -> bool {
+    use socket2::{Domain, Socket, Type};
+    let probe = Socket::new(
+        Domain::for_address(SocketAddr::new(ip, 0)),
+        Type::DGRAM,
+        None,
+    )
+    .and_then(|s| s.bind(&SocketAddr::new(ip, 0).into()));
+    match probe {
+        Ok(()) => true,
+        Err(e) => e.raw_os_error() != Some(nix::libc::EADDRNOTAVAIL),
+    }
 }
 
 /// Waiting for the resolver; owns the client.
