@@ -645,3 +645,83 @@ fn sigkill_of_run_no_isolate_leaves_no_cmd() {
     }
     assert!(gone, "CMD outlived a SIGKILLed run: {left:?}");
 }
+
+#[test]
+fn terminated_tls_is_trusted_whatever_ca_variables_cmd_inherits() {
+    use support::tls::{https_origin, TestCa};
+    let (proxy_ca, upstream_ca) = (TestCa::new(), TestCa::new());
+    let origin = https_origin(&upstream_ca);
+    let port = origin.port();
+    let dir = TempDir::new("run-terminate");
+    let cfg = dir.path().join("portcullis.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[tls]
+ca_cert = "{}"
+ca_key = "{}"
+upstream_ca = ["{}"]
+state_dir = "{}"
+
+[[rules]]
+name = "api"
+action = "allow"
+hosts = ["localhost"]
+cidrs = ["127.0.0.1/32"]
+ports = [{port}]
+tls = "terminate"
+"#,
+            proxy_ca.cert_path.display(),
+            proxy_ca.key_path.display(),
+            upstream_ca.cert_path.display(),
+            dir.path().join("state").display(),
+        ),
+    )
+    .unwrap();
+    // CMD inherits CA variables pointing elsewhere (a bundle without the
+    // proxy's CA); curl prefers CURL_CA_BUNDLE to SSL_CERT_FILE.
+    let elsewhere = upstream_ca.cert_path.display().to_string();
+    let script = format!(
+        r#"echo "vars $SSL_CERT_FILE $CURL_CA_BUNDLE $PIP_CERT $AWS_CA_BUNDLE"
+        curl -sS --max-time 20 --noproxy '' -i https://localhost:{port}/through"#
+    );
+    let isolate = namespaces_expected();
+    for flags in [&[][..], &["--no-isolate"][..]] {
+        if flags.is_empty() && !isolate {
+            continue;
+        }
+        let mut cmd = portcullis();
+        for var in [
+            "CURL_CA_BUNDLE",
+            "PIP_CERT",
+            "AWS_CA_BUNDLE",
+            "SSL_CERT_FILE",
+        ] {
+            cmd.env(var, &elsewhere);
+        }
+        cmd.arg("run")
+            .args(flags)
+            .args(["--config", cfg.to_str().unwrap()])
+            .args(["--", "sh", "-c", &script]);
+        let out = Running::start(cmd).finish();
+        assert_eq!(out.code(), Some(0), "{flags:?}: {}", out.stderr);
+        let vars: Vec<&str> = out
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("vars "))
+            .expect("the vars line")
+            .split(' ')
+            .collect();
+        assert_eq!(vars.len(), 4, "{flags:?}: {vars:?}");
+        assert!(
+            vars.iter().all(|v| *v == vars[0] && *v != elsewhere),
+            "{flags:?}: every CA variable points at the proxy's bundle: {vars:?}"
+        );
+        assert!(
+            out.stdout.contains("GET /through"),
+            "{flags:?}: curl trusted the terminated TLS: {}",
+            out.stdout
+        );
+    }
+}
