@@ -335,6 +335,7 @@ fn a_rule_allowing_loopback_does_not_reach_the_proxy_itself() {
         "{}",
         head.raw
     );
+    drop(s);
     // Another loopback port is still allowed.
     let mut s = connect_via_http(own, &origin.target());
     assert_echo(&mut s, b"other loopback ports are fine");
@@ -370,5 +371,59 @@ fn a_listener_on_every_address_is_ours_on_each_of_them() {
         local,
         &SocketAddr::new(host_ip, port).to_string(),
         "the host's address",
+    );
+}
+
+#[test]
+fn control_errors_say_what_was_expected_and_name_the_command() {
+    let proxy = admin_on(Policy::default(), true);
+    let a = admin_addr(&proxy);
+    // Not JSON: the answer says what a line must be.
+    let v = control_line(a, "{stats please}");
+    assert_eq!(v["ok"], false, "{v}");
+    let e = v["error"].as_str().unwrap();
+    assert!(
+        e.contains("not JSON") && e.contains(r#"{"cmd":"stats"}"#),
+        "{v}"
+    );
+    assert!(v.get("cmd").is_none(), "{v}");
+    // A known command with bad arguments: the answer names it.
+    for (line, cmd) in [
+        (r#"{"cmd":"close-session","id":"x"}"#, "close-session"),
+        (r#"{"cmd":"close-session"}"#, "close-session"),
+        (
+            r#"{"cmd":"add-rule","rule":{"name":"x","action":"maybe","host":"a"}}"#,
+            "add-rule",
+        ),
+        (r#"{"cmd":"stats","extra":1}"#, "stats"),
+    ] {
+        let v = control_line(a, line);
+        assert_eq!(v["ok"], false, "{line}: {v}");
+        assert_eq!(v["cmd"], cmd, "{line}: {v}");
+    }
+    // A whole command but no newline before EOF: an error line, not run.
+    let mut s = TcpStream::connect(a).unwrap();
+    s.set_read_timeout(Some(PROMPTLY)).unwrap();
+    s.write_all(br#"{"cmd":"add-rule","rule":{"name":"late","action":"allow","host":"a.test"}}"#)
+        .unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert_eq!(answer.lines().count(), 1, "{answer:?}");
+    let v: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(v["cmd"], "add-rule", "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("incomplete line"),
+        "{v}"
+    );
+    let v = control_line(
+        a,
+        r#"{"cmd":"add-rule","rule":{"name":"probe","action":"allow","host":"b.test"}}"#,
+    );
+    assert_eq!(
+        v["rules"],
+        serde_json::json!(["probe"]),
+        "nothing changed: {v}"
     );
 }
