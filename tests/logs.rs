@@ -518,3 +518,85 @@ fn check_json_error_exit(mut cmd: Command, what: &str, needle: &str) {
         "{what}: no error line mentioning {needle:?}: {errors:?}"
     );
 }
+
+/// The JSON objects the proxy logged so far, once `done` holds for them.
+fn json_events(proxy: &ChildProxy, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let parse = || -> Vec<Value> {
+        proxy
+            .log()
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    };
+    wait_for(what, PROMPTLY, || done(&parse()));
+    parse()
+}
+
+#[test]
+fn forward_requests_refused_or_plainly_allowed_have_request_events() {
+    let origin = Origin::echo_target();
+    let proxy = ChildProxy::start(&["--log-format", "json", "--allow", &origin.target()]);
+    // Allowed under a rule that has no request rules.
+    let mut c = HttpConn::new(TcpStream::connect(proxy.addr).unwrap());
+    c.send(format!(
+        "GET http://{}/plain/x?q=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        origin.target()
+    ));
+    assert_eq!(c.response("GET").status, 200);
+    drop(c);
+    // Refused by the policy before any upstream.
+    let mut c = HttpConn::new(TcpStream::connect(proxy.addr).unwrap());
+    c.send("GET http://10.1.2.3/denied/path?q=1 HTTP/1.1\r\nHost: 10.1.2.3\r\n\r\n");
+    assert_eq!(c.response("GET").status, 403);
+    drop(c);
+    let objs = json_events(&proxy, "two request events", |o| {
+        events(o, "request").len() >= 2 && events(o, "session").len() >= 2
+    });
+    let requests = events(&objs, "request");
+    let allowed = requests
+        .iter()
+        .find(|r| r["path"] == "/plain/x")
+        .expect("the allowed request's event");
+    assert_eq!(allowed["decision"], "allow", "{allowed}");
+    assert_eq!(allowed["method"], "GET", "{allowed}");
+    let session_rule = events(&objs, "session")
+        .iter()
+        .find(|s| s["decision"] == "allow")
+        .map(|s| s["rule"].clone())
+        .expect("the allowed session");
+    assert!(session_rule.is_string(), "{session_rule}");
+    assert_eq!(allowed["rule"], session_rule, "{allowed}");
+    let denied = requests
+        .iter()
+        .find(|r| r["path"] == "/denied/path")
+        .expect("the refused request's event");
+    assert_eq!(denied["decision"], "deny", "{denied}");
+    assert_eq!(denied["method"], "GET", "{denied}");
+    assert_eq!(denied["status"], 403, "{denied}");
+    assert_eq!(denied["protocol"], "forward", "{denied}");
+    assert_eq!(denied["target"], "10.1.2.3:80", "{denied}");
+    assert!(denied["reason"].is_string(), "{denied}");
+}
+
+#[test]
+fn auth_failed_sessions_are_denied() {
+    let proxy = ChildProxy::start(&["--log-format", "json", "--auth", "u:right"]);
+    // No credentials, then wrong ones.
+    for extra in [
+        &[][..],
+        &[("Proxy-Authorization", "Basic dTp3cm9uZw==")][..],
+    ] {
+        let (_s, head) = http_connect(proxy.addr, "example.com:443", extra).expect("an answer");
+        assert_eq!(head.status, 407, "{}", head.raw);
+    }
+    let objs = json_events(&proxy, "two auth-failed sessions", |o| {
+        events(o, "session")
+            .iter()
+            .filter(|s| s["close"] == "auth-failed")
+            .count()
+            >= 2
+    });
+    for s in events(&objs, "session") {
+        assert_eq!(s["decision"], "deny", "{s}");
+    }
+}

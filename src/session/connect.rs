@@ -105,7 +105,7 @@ fn decide(
                     },
                     ctx,
                 );
-                return refuse(refusal, request.dialect, client, conn, ctx);
+                return refuse_request(refusal, &request, client, conn, ctx);
             }
             ctx.stats.allowed();
             log::debug!(
@@ -151,7 +151,35 @@ fn deny(
     ctx.stats.denied();
     log::debug!("conn={} deny {}: {denial}", conn.id, request.target);
     conn.decide(Decision::denied(&denial), ctx);
-    refuse(Refusal::Denied(denial), request.dialect, client, conn, ctx)
+    refuse_request(Refusal::Denied(denial), &request, client, conn, ctx)
+}
+
+/// Refuses `request` before an upstream answered it. A forward-proxy
+/// request gets its `request` event here: no exchange ever saw it.
+fn refuse_request(
+    refusal: Refusal,
+    request: &Request,
+    client: Endpoint,
+    conn: &mut Conn,
+    ctx: &mut Ctx,
+) -> State {
+    refuse_early(refusal, request.dialect, &request.early, client, conn, ctx)
+}
+
+/// [`refuse_request`], for a request taken apart: `early` holds a forward
+/// request's head.
+fn refuse_early(
+    refusal: Refusal,
+    dialect: Dialect,
+    early: &[u8],
+    client: Endpoint,
+    conn: &mut Conn,
+    ctx: &mut Ctx,
+) -> State {
+    if matches!(dialect, Dialect::Forward | Dialect::ForwardTls) {
+        conn.forward_refused(early, refusal.status(), refusal.describe(), ctx);
+    }
+    refuse(refusal, dialect, client, conn, ctx)
 }
 
 /// The proxy's own TCP addresses (its listeners and its admin endpoint),
@@ -244,19 +272,12 @@ impl Resolving {
                     .remember(&self.request.target.host, &addrs, ctx.now);
                 decide(self.client, self.request, &addrs, conn, ctx)
             }
-            Err(e) => refuse(
-                Refusal::Resolve(e),
-                self.request.dialect,
-                self.client,
-                conn,
-                ctx,
-            ),
+            Err(e) => refuse_request(Refusal::Resolve(e), &self.request, self.client, conn, ctx),
         }
     }
 
     pub(crate) fn on_timeout(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let dialect = self.request.dialect;
-        refuse(Refusal::Timeout, dialect, self.client, conn, ctx)
+        refuse_request(Refusal::Timeout, &self.request, self.client, conn, ctx)
     }
 }
 
@@ -373,7 +394,7 @@ impl Plan {
             }
             None => Refusal::Connect(e),
         };
-        refuse(refusal, self.request.dialect, client, conn, ctx)
+        refuse_request(refusal, &self.request, client, conn, ctx)
     }
 }
 
@@ -487,8 +508,13 @@ impl Connecting {
 
     fn parent_failed(self, why: String, conn: &mut Conn, ctx: &mut Ctx) -> State {
         log::info!("conn={} {why}", conn.id);
-        let dialect = self.plan.request.dialect;
-        refuse(Refusal::Parent(why), dialect, self.client, conn, ctx)
+        refuse_request(
+            Refusal::Parent(why),
+            &self.plan.request,
+            self.client,
+            conn,
+            ctx,
+        )
     }
 
     /// `from_upstream`: bytes the destination sent already (behind a parent
@@ -511,7 +537,8 @@ impl Connecting {
             // HTTP and TLS destinations never speak first: only a raw tunnel
             // can carry what came behind the parent's answer.
             let why = "the destination spoke before any request (through the parent proxy)";
-            return refuse(Refusal::Parent(why.into()), dialect, client, conn, ctx);
+            let refusal = Refusal::Parent(why.into());
+            return refuse_early(refusal, dialect, &early, client, conn, ctx);
         }
         let reply = match dialect {
             Dialect::Http => http::CONNECT_ESTABLISHED.to_vec(),
@@ -544,7 +571,7 @@ impl Connecting {
                     Ok(layer) => layer,
                     Err(why) => {
                         let refusal = Refusal::Connect(std::io::Error::other(why));
-                        return refuse(refusal, dialect, client, conn, ctx);
+                        return refuse_early(refusal, dialect, &early, client, conn, ctx);
                     }
                 };
                 let upstream = Channel::Tls(Box::new(Secure::new(upstream, layer)));
@@ -608,7 +635,6 @@ impl Connecting {
             };
             return self.parent_failed(why, conn, ctx);
         }
-        let dialect = self.plan.request.dialect;
-        refuse(Refusal::Timeout, dialect, self.client, conn, ctx)
+        refuse_request(Refusal::Timeout, &self.plan.request, self.client, conn, ctx)
     }
 }

@@ -129,21 +129,31 @@ impl Refusal {
         }
     }
 
-    fn http_answer(&self) -> Vec<u8> {
-        let (status, extra): (u16, &[(&str, &str)]) = match self {
+    /// The HTTP status it is answered with.
+    pub(crate) fn status(&self) -> u16 {
+        match self {
             Refusal::Malformed(_)
             | Refusal::BadHost(_)
             | Refusal::Socks(_)
-            | Refusal::SocksCommand => (400, &[]),
-            Refusal::HeadTooLarge => (431, &[]),
-            Refusal::Method(_) => (405, &[("Allow", "CONNECT")]),
-            Refusal::AuthRequired => (407, &[("Proxy-Authenticate", "Basic realm=\"portcullis\"")]),
-            Refusal::Denied(_) | Refusal::OwnAddress(_) => (403, &[]),
-            Refusal::Resolve(_) | Refusal::Connect(_) | Refusal::Parent(_) => (502, &[]),
-            Refusal::Timeout => (504, &[]),
-            Refusal::Limit(_) => (503, &[("Retry-After", "1")]),
+            | Refusal::SocksCommand => 400,
+            Refusal::HeadTooLarge => 431,
+            Refusal::Method(_) => 405,
+            Refusal::AuthRequired => 407,
+            Refusal::Denied(_) | Refusal::OwnAddress(_) => 403,
+            Refusal::Resolve(_) | Refusal::Connect(_) | Refusal::Parent(_) => 502,
+            Refusal::Timeout => 504,
+            Refusal::Limit(_) => 503,
+        }
+    }
+
+    fn http_answer(&self) -> Vec<u8> {
+        let extra: &[(&str, &str)] = match self {
+            Refusal::Method(_) => &[("Allow", "CONNECT")],
+            Refusal::AuthRequired => &[("Proxy-Authenticate", "Basic realm=\"portcullis\"")],
+            Refusal::Limit(_) => &[("Retry-After", "1")],
+            _ => &[],
         };
-        http::error_response(status, &self.cause(), &self.describe(), extra)
+        http::error_response(self.status(), &self.cause(), &self.describe(), extra)
     }
 
     fn socks_answer(&self) -> Vec<u8> {
