@@ -241,6 +241,7 @@ fn unavailable(user: Errno, root_net: Option<Errno>) -> String {
     if let Some(e) = root_net {
         s += &format!("; a plain network namespace as root failed too: {e}");
     }
+    s += ".";
     let cause = match user {
         Errno::ENOSPC => " The limit user.max_user_namespaces is 0 or reached.",
         Errno::EINVAL => " The kernel may lack user namespaces (CONFIG_USER_NS).",
