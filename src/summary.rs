@@ -78,6 +78,11 @@ pub fn render(setup: &Setup, args: &Args) -> String {
         None => writeln!(s, "admin: off"),
     };
     let _ = writeln!(s, "log_format: {}", c.log_format);
+    let _ = match &c.upstream_proxy {
+        // As written, the password left out.
+        Some(p) => writeln!(s, "upstream_proxy: {p} (rules may say direct)"),
+        None => writeln!(s, "upstream_proxy: none (every tunnel is dialled directly)"),
+    };
     let t = &c.timeouts;
     let idle = t.idle.map_or_else(|| "off".into(), format_duration);
     let _ = writeln!(
