@@ -62,7 +62,7 @@ fn main() -> ExitCode {
     if args.check {
         // As a real start would, so that limits sized to it show as they would run.
         raise_nofile_limit(false);
-        return match args.load() {
+        return match args.load().and_then(|s| summary::startable(s, &args)) {
             Ok(setup) => {
                 print!("{}", summary::render(&setup, &args));
                 ExitCode::SUCCESS

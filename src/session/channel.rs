@@ -92,6 +92,14 @@ impl Channel {
         }
     }
 
+    /// The peer's FIN arrived on the socket (bytes before it may be unread).
+    pub(crate) fn peer_finished(&self) -> bool {
+        match self {
+            Channel::Plain(ep) => ep.peer_finished(),
+            Channel::Tls(s) => s.ep.peer_finished(),
+        }
+    }
+
     /// Says whether plaintext is wanted from this side now.
     pub(crate) fn want_read(&mut self, on: bool) {
         match self {

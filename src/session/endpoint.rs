@@ -154,6 +154,12 @@ impl Endpoint {
         self.ready.event.contains(Ready::ERROR)
     }
 
+    /// The peer has finished sending: its FIN arrived (EPOLLRDHUP), whether
+    /// or not the bytes queued ahead of it have been read yet.
+    pub(crate) fn peer_finished(&self) -> bool {
+        self.ready.event.contains(Ready::READ_CLOSED)
+    }
+
     /// Reads into `buf` (never empty).
     ///
     /// A short read empties the socket's receive queue (TCP and Unix stream

@@ -48,8 +48,9 @@ pub(crate) struct Inspect {
     last_active: Instant,
     /// The response clock: the machine's wait id and when that wait began.
     waiting: Option<(u64, Instant)>,
-    /// What the session's deadline is set for now.
-    armed: Option<Wait>,
+    /// What the session's deadline is set for now, and whether it counts
+    /// the half-close timeout.
+    armed: (Option<Wait>, bool),
     /// A terminated client must finish its TLS handshake by then: one that
     /// stops after its ClientHello is not held for ever.
     handshake_until: Option<Instant>,
@@ -174,7 +175,7 @@ impl Inspect {
             idle,
             last_active: ctx.now,
             waiting: None,
-            armed: None,
+            armed: (None, false),
             handshake_until: None,
             first_bytes: false,
             own: 0,
@@ -437,21 +438,33 @@ impl Inspect {
 
     /// The conversation is over: flush what the client is owed, then close.
     fn close(
-        mut self: Box<Self>,
+        self: Box<Self>,
         answer: Option<Vec<u8>>,
         end: End,
         conn: &mut Conn,
         ctx: &mut Ctx,
     ) -> State {
-        if let Some(answer) = answer {
-            self.owe(&answer, ctx);
-        }
         let reason = match &end {
             End::Done => CloseReason::Done,
             End::UpstreamClosed | End::BadUpstream(_) => CloseReason::UpstreamGone,
             End::BadRequest(_) => CloseReason::BadRequest,
             End::ResponseTimeout => CloseReason::ResponseTimeout,
         };
+        self.close_as(answer, end, reason, conn, ctx)
+    }
+
+    /// [`Inspect::close`], for `reason`.
+    fn close_as(
+        mut self: Box<Self>,
+        answer: Option<Vec<u8>>,
+        end: End,
+        reason: CloseReason,
+        conn: &mut Conn,
+        ctx: &mut Ctx,
+    ) -> State {
+        if let Some(answer) = answer {
+            self.owe(&answer, ctx);
+        }
         match &end {
             End::BadUpstream(why) | End::BadRequest(why) => {
                 log::info!("conn={} {why}", conn.id);
@@ -524,8 +537,22 @@ impl Inspect {
         };
     }
 
+    /// The client has finished sending: its EOF was read, or its FIN was
+    /// reported with bytes ahead of it still unread. As in a tunnel, the
+    /// session may then sit silent for no longer than the half-close timeout.
+    fn half_closed(&self) -> bool {
+        self.client_eof || self.client.peer_finished()
+    }
+
+    /// When a half-closed session that stays silent is closed.
+    fn half_close_due(&self, ctx: &Ctx) -> Option<Instant> {
+        self.half_closed()
+            .then(|| self.last_active + ctx.settings.timeouts.half_close)
+    }
+
     /// Keeps the one session deadline on what the session waits for: a
-    /// response head (504 when it does not come) or, if set, idleness.
+    /// response head (504 when it does not come) or, if set, idleness; once
+    /// the client has finished, no later than the half-close timeout.
     fn rearm(&mut self, conn: &mut Conn, ctx: &Ctx) {
         if !self.client.is_handshaking() {
             self.handshake_until = None;
@@ -535,14 +562,15 @@ impl Inspect {
             (None, Some((id, _))) => Some(Wait::Response(id)),
             (None, None) => self.idle.map(|_| Wait::Idle),
         };
-        if want == self.armed {
+        let armed = (want, self.half_closed());
+        if armed == self.armed {
             return;
         }
-        self.armed = want;
+        self.armed = armed;
         // Set for the time left: a deadline that moved later since (new
         // traffic) only makes the timer fire early, and `on_timer` then sets
         // it again for what is left.
-        conn.deadline = match want {
+        let due = match want {
             Some(Wait::ClientHandshake) => self.handshake_until,
             Some(Wait::Response(_)) => self
                 .waiting
@@ -550,11 +578,15 @@ impl Inspect {
             Some(Wait::Idle) => self.idle.map(|idle| self.last_active + idle),
             None => None,
         };
+        conn.deadline = match (due, self.half_close_due(ctx)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
 
     pub(crate) fn on_timer(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
         self.unpark(ctx);
-        self.armed = None;
+        self.armed = (None, false);
         if let Some(until) = self.handshake_until {
             if ctx.now >= until && self.client.is_handshaking() {
                 log::info!(
@@ -563,6 +595,21 @@ impl Inspect {
                 );
                 return State::Done(CloseReason::HandshakeTimeout);
             }
+        }
+        if self.half_close_due(ctx).is_some_and(|due| ctx.now >= due) {
+            log::info!(
+                "conn={} the client finished and nothing moved for the half-close timeout",
+                conn.id
+            );
+            // A response still awaited is answered (504) before the close.
+            if self.ex.response_timeout() {
+                self.records(conn, ctx);
+                if let Status::Closed { answer, end } = self.ex.status() {
+                    let reason = CloseReason::HalfCloseTimeout;
+                    return self.close_as(answer, end, reason, conn, ctx);
+                }
+            }
+            return State::Done(CloseReason::HalfCloseTimeout);
         }
         if let Some((_, since)) = self.waiting {
             let due = ctx.now >= since + ctx.settings.timeouts.response;
