@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # HTTPS benchmark (scripts/bench.sh runs it last; it also runs alone): a local
 # nginx origin serving large files over TLS, downloaded with curl directly,
-# through portcullis as a plain tunnel (passthrough), through portcullis
-# terminating TLS (tls = "terminate"), through mitmproxy and through Squid
-# with ssl-bump. Loopback only: every name is *.bench.test, mapped to
+# through portcullis as a plain tunnel (passthrough; -rw: on the read/write
+# path, no splice, the floor of a relay that copies every byte without TLS),
+# through portcullis terminating TLS (tls = "terminate"), through mitmproxy
+# and through Squid with ssl-bump. Loopback only: every name is *.bench.test, mapped to
 # 127.0.0.1 by a private /etc/hosts (a mount namespace, `unshare -m`) for
 # the proxies and curl, and by `hosts_file` for Squid.
 #
@@ -52,7 +53,7 @@ TLS_STREAM_BYTES=${TLS_STREAM_BYTES:-128MiB}
 SETUP=${SETUP:-500}
 PROFILE=${PROFILE:-0}
 MITM_VENV=${MITM_VENV:-/opt/portcullis-bench/mitmproxy}
-TLS_PEERS=${TLS_PEERS:-"direct portcullis-passthrough portcullis-terminate mitmproxy squid-bump"}
+TLS_PEERS=${TLS_PEERS:-"direct portcullis-passthrough portcullis-passthrough-rw portcullis-terminate mitmproxy squid-bump"}
 
 ulimit -n "$(ulimit -Hn)"
 trap 'cleanup_started; restore_hosts' EXIT
@@ -184,9 +185,12 @@ CONF
 start_tls_peer() {
     local label=$1 port=$2 oport=$3 pid conf
     case $label in
-        portcullis-passthrough | portcullis-terminate)
+        portcullis-passthrough | portcullis-passthrough-rw | portcullis-terminate)
             conf=$WORK/$label.toml
             {
+                # -rw: the read/write path (no splice): what a relay that
+                # copies every byte through user space pays without TLS.
+                [ "$label" = portcullis-passthrough-rw ] && printf '[limits]\nsplice = false\n\n'
                 printf '[tls]\nca_cert = "%s"\nca_key = "%s"\nupstream_ca = ["%s"]\nstate_dir = "%s"\n\n' \
                     "$WORK/pki/proxy-ca.pem" "$WORK/pki/proxy-ca.key" "$WORK/pki/origin-ca.pem" "$WORK/state"
                 printf '[[rules]]\nname = "bench"\naction = "allow"\nhosts = ["*.bench.test"]\n'
@@ -278,7 +282,7 @@ curl_args() {
     local label=$1 port=$2
     case $label in
         direct) echo "--cacert $WORK/pki/origin-ca.pem" ;;
-        portcullis-passthrough) echo "-x http://127.0.0.1:$port --cacert $WORK/pki/origin-ca.pem" ;;
+        portcullis-passthrough | portcullis-passthrough-rw) echo "-x http://127.0.0.1:$port --cacert $WORK/pki/origin-ca.pem" ;;
         *) echo "-x http://127.0.0.1:$port --cacert $WORK/pki/proxy-ca.pem" ;;
     esac
 }

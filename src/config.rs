@@ -80,6 +80,7 @@ impl ListenerConfig {
 /// directories above it), so the file's mode and group are the access
 /// control.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct UnixAccess {
     /// Permission bits of the socket file; default `0o600` (the proxy's uid
     /// only). `0o660` with a [`group`](Self::group) lets that group in.
@@ -91,6 +92,7 @@ pub struct UnixAccess {
 /// A group, as configured: resolved when the socket is made, so that a
 /// file names groups of the machine it runs on.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum UnixGroup {
     /// A numeric gid.
     Gid(u32),

@@ -495,6 +495,20 @@ fn semantic_errors_carry_line_and_column() {
         e.starts_with("rules[1].hosts[0]: line 9, column 10: \"https://a.test/x\": a rule takes a host, not a URL: use a.test:443"),
         "{e}"
     );
+    let e = compile_err(&RULES.replace("host = \"example.com\"", "host = \"github.com:443\""));
+    assert!(
+        e.starts_with("rules[0].host: line 5, column 8: \"github.com:443\": a host has no port: give \"github.com\", and the port as port = 443 (or in ports)"),
+        "{e}"
+    );
+    let e = compile_err(
+        &RULES
+            .replace("name = \"build-cache\"", "name = \"ok\"")
+            .replace("/33", "/16"),
+    );
+    assert!(
+        e.starts_with("rules[2].name: line 12, column 8: \"ok\" names an earlier rule too"),
+        "{e}"
+    );
     // A whole rule: the table.
     let e = compile_err("[[rules]]\naction = \"allow\"\n");
     assert!(e.starts_with("rules[0]: line "), "{e}");

@@ -85,6 +85,32 @@ impl Stream {
         })
     }
 
+    /// Reads into the spare capacity of `buf` (not empty), retrying EINTR,
+    /// and extends it by what was read: no zeroing of memory the kernel is
+    /// about to overwrite (a terminated TLS download stages 64 KiB a read).
+    pub(crate) fn read_spare(&mut self, buf: &mut Vec<u8>) -> Io {
+        let len = buf.len();
+        let room = buf.capacity() - len;
+        debug_assert!(room > 0);
+        let fd = self.as_raw_fd();
+        let io = retrying(Dir::Read, || {
+            // SAFETY: the pointer and length describe `buf`'s spare
+            // capacity, writable and unaliased for the call; the kernel
+            // initialises the first `n` bytes it returns.
+            let n = unsafe { nix::libc::recv(fd, buf.as_mut_ptr().add(len).cast(), room, 0) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        });
+        if let Io::Progress(n) = io {
+            // SAFETY: recv initialised these `n <= room` bytes.
+            unsafe { buf.set_len(len + n) };
+        }
+        io
+    }
+
     /// Writes from `buf`, retrying EINTR. Never raises SIGPIPE: MSG_NOSIGNAL
     /// on Linux, SO_NOSIGPIPE (set by [`Stream::prepare`]) elsewhere.
     pub(crate) fn write_from(&mut self, buf: &[u8]) -> Io {
@@ -241,6 +267,28 @@ mod tests {
                 Some(Io::PeerGone(_))
             ));
         }
+    }
+
+    #[test]
+    fn read_spare_appends_what_arrived_and_nothing_more() {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        b.set_nonblocking(true).unwrap();
+        let mut st = Stream::Unix(UnixStream::from_std(b));
+        let mut buf = Vec::with_capacity(16);
+        buf.extend_from_slice(b"ab");
+        assert!(matches!(st.read_spare(&mut buf), Io::WouldBlock));
+        assert_eq!(buf, b"ab", "nothing read, nothing added");
+        std::io::Write::write_all(&mut &a, b"cdefghijklmnopqrstuvwxyz").unwrap();
+        assert!(
+            matches!(st.read_spare(&mut buf), Io::Progress(14)),
+            "the room only"
+        );
+        assert_eq!(buf, b"abcdefghijklmnop");
+        drop(a);
+        let mut rest = Vec::with_capacity(64);
+        assert!(matches!(st.read_spare(&mut rest), Io::Progress(10)));
+        assert_eq!(rest, b"qrstuvwxyz");
+        assert!(matches!(st.read_spare(&mut rest), Io::Eof));
     }
 
     #[test]

@@ -1,5 +1,13 @@
 //! The `portcullis` binary: a thin command line over the library.
 
+/// Reports an error the binary exits on (or stops doing something over):
+/// see [`report`].
+macro_rules! fatal {
+    ($($arg:tt)*) => {
+        $crate::report(log::Level::Error, format_args!($($arg)*))
+    };
+}
+
 mod args;
 mod cli;
 mod proxy_env;
@@ -8,6 +16,7 @@ mod summary;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 use log::{error, info, warn};
@@ -18,11 +27,15 @@ use portcullis::{Config, ListenAddr, ListenerProtocol, LogFormat, Proxy, ProxyHa
 use args::Args;
 
 fn main() -> ExitCode {
+    // Before parsing, so that a usage error is a JSON line too.
+    if json_requested(std::env::args_os().skip(1)) {
+        JSON_REPORTS.store(true, Ordering::Relaxed);
+    }
     let cli = match cli::Cli::try_parse() {
         Ok(c) => c,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
         Err(e) => {
-            eprintln!("portcullis: {} (see --help)", args::one_line(&e));
+            fatal!("{} (see --help)", args::one_line(&e));
             return ExitCode::from(2);
         }
     };
@@ -32,12 +45,14 @@ fn main() -> ExitCode {
         Some(cli::Command::Ca(ca)) => &ca.proxy,
         Some(cli::Command::HashPassword(_)) | None => &cli.args,
     };
+    let format = log_format(proxy_args);
+    JSON_REPORTS.store(format == LogFormat::Json, Ordering::Relaxed);
     if proxy_args.control_fd.is_some() && cli.command.is_some() {
-        eprintln!("portcullis: --control-fd is for the proxy itself, not for run or env");
+        fatal!("--control-fd is for the proxy itself, not for run or env");
         return ExitCode::from(2);
     }
-    if let Err(e) = portcullis::logging::init(log_format(proxy_args)) {
-        eprintln!("portcullis: cannot set up logging: {e}");
+    if let Err(e) = portcullis::logging::init(format) {
+        fatal!("cannot set up logging: {e}");
     }
     let args = match cli.command {
         Some(command) => return cli::main(command),
@@ -47,7 +62,7 @@ fn main() -> ExitCode {
     if args.check {
         // As a real start would, so that limits sized to it show as they would run.
         raise_nofile_limit(false);
-        return match args.load() {
+        return match args.load().and_then(|s| summary::startable(s, &args)) {
             // As a start would: the TLS files a terminating rule needs.
             Ok(setup) => match summary::check_tls(&setup) {
                 Ok(warnings) => {
@@ -55,12 +70,12 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("portcullis: cannot start: {e}");
+                    fatal!("cannot start: {e}");
                     ExitCode::FAILURE
                 }
             },
             Err(e) => {
-                eprintln!("portcullis: {e}");
+                fatal!("{e}");
                 ExitCode::from(2)
             }
         };
@@ -70,7 +85,7 @@ fn main() -> ExitCode {
     // every thread inherits the mask and only the signal thread sees these.
     let signals = handled_signals();
     if let Err(e) = signals.thread_block() {
-        eprintln!("portcullis: cannot block signals: {e}");
+        fatal!("cannot block signals: {e}");
         return ExitCode::FAILURE;
     }
     raise_nofile_limit(true);
@@ -78,7 +93,7 @@ fn main() -> ExitCode {
     let setup = match args.load() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("portcullis: {e}");
+            fatal!("{e}");
             return ExitCode::from(2);
         }
     };
@@ -86,7 +101,7 @@ fn main() -> ExitCode {
         None => None,
         Some(Ok(s)) => Some(s),
         Some(Err(e)) => {
-            eprintln!("portcullis: --control-fd: {e}");
+            fatal!("--control-fd: {e}");
             return ExitCode::from(2);
         }
     };
@@ -98,7 +113,7 @@ fn main() -> ExitCode {
     let proxy = match builder.build() {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("portcullis: cannot start: {e}");
+            fatal!("cannot start: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -126,7 +141,7 @@ fn main() -> ExitCode {
         .name("portcullis-signals".into())
         .spawn(move || signal_loop(signals, args, running, handle));
     if let Err(e) = spawned {
-        eprintln!("portcullis: cannot start the signal thread: {e}");
+        fatal!("cannot start the signal thread: {e}");
         return ExitCode::FAILURE;
     }
 
@@ -214,14 +229,76 @@ fn reload(args: &Args, running: &Config, handle: &ProxyHandle) {
 
 /// The log format: `--log-format`, else the file's `log_format` (read here
 /// once, before logging starts; its errors are reported when it is loaded
-/// for real), else text.
+/// for real, in the format it asks for if its TOML parses), else text.
 fn log_format(args: &args::Args) -> LogFormat {
     args.log_format
         .or_else(|| {
             let path = args.config.as_ref()?;
-            ConfigFile::load(path).ok().map(|f| f.log_format)
+            match ConfigFile::load(path) {
+                Ok(f) => Some(f.log_format),
+                Err(_) => {
+                    let text = std::fs::read_to_string(path).ok()?;
+                    let table = toml::from_str::<toml::Table>(&text).ok()?;
+                    table.get("log_format")?.as_str()?.parse().ok()
+                }
+            }
         })
         .unwrap_or_default()
+}
+
+/// Whether [`report`] writes JSON: `--log-format json`, or the file's `log_format`.
+static JSON_REPORTS: AtomicBool = AtomicBool::new(false);
+
+/// Writes one of the binary's own messages to stderr: the start-up and
+/// usage errors it exits on, and notes. `portcullis: MSG` with text logs;
+/// with JSON logs an `event: log` object at `level`, as the logger writes
+/// (every stderr line is then JSON). Never filtered by `RUST_LOG`: these
+/// lines explain an exit.
+fn report(level: log::Level, msg: std::fmt::Arguments) {
+    use std::io::Write;
+    let line = if JSON_REPORTS.load(Ordering::Relaxed) {
+        let record = log::Record::builder()
+            .level(level)
+            .target("portcullis")
+            .args(msg)
+            .build();
+        portcullis::logging::render(LogFormat::Json, &now_rfc3339(), &record)
+    } else {
+        format!("portcullis: {msg}")
+    };
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// The time now as the logger stamps it: RFC 3339, UTC, milliseconds.
+fn now_rfc3339() -> String {
+    let t = time::OffsetDateTime::now_utc();
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
+    )
+}
+
+/// Whether the command line asks for JSON logs (`--log-format json` or
+/// `--log-format=json`), read before clap parses it; CMD's arguments
+/// (after `--`) do not count.
+fn json_requested(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    let mut previous_was_flag = false;
+    for arg in args {
+        if arg == "--" {
+            break;
+        }
+        if arg == "--log-format=json" || (previous_was_flag && arg == "json") {
+            return true;
+        }
+        previous_was_flag = arg == "--log-format";
+    }
+    false
 }
 
 /// Takes the inherited descriptor `fd` as the control stream: it must be

@@ -142,8 +142,8 @@ impl ProxyEnv {
 }
 
 /// When a rule terminates TLS: the variables that make programs trust the
-/// proxy's CA (`SSL_CERT_FILE`, `REQUESTS_CA_BUNDLE`, `NODE_EXTRA_CA_CERTS`,
-/// `GIT_SSL_CAINFO`, `CARGO_HTTP_CAINFO`, ...), pointing at the trust bundle
+/// proxy's CA (`SSL_CERT_FILE`, `CURL_CA_BUNDLE`, `NODE_EXTRA_CA_CERTS`, ...:
+/// every one of `CA_ENV_VARS`, so none inherited wins), pointing at the trust bundle
 /// (system roots plus the CA) where one could be written. The CA is
 /// generated if it does not exist yet. Nothing when no rule terminates.
 pub fn tls_ca_vars(config: &Config) -> Vec<Var> {
@@ -156,7 +156,7 @@ pub fn tls_ca_vars(config: &Config) -> Vec<Var> {
             .map(|(name, path)| (name.to_string(), path.display().to_string()))
             .collect(),
         Err(e) => {
-            eprintln!("portcullis: the CA for TLS termination: {e}");
+            fatal!("the CA for TLS termination: {e}");
             Vec::new()
         }
     }

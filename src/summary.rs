@@ -8,6 +8,21 @@ use portcullis::ListenerProtocol;
 
 use crate::args::{Args, Setup};
 
+/// A loaded configuration, checked further for what start would refuse
+/// beyond the file itself: a Unix listener's `group` must exist here.
+pub fn startable(setup: Setup, args: &Args) -> Result<Setup, portcullis::config::ConfigError> {
+    for (i, l) in setup.config.listeners.iter().enumerate() {
+        if let Some(Err(e)) = l.unix.group.as_ref().map(|g| g.gid()) {
+            let e = portcullis::config::ConfigError::key(format!("listen[{i}].group"), e);
+            return Err(match &args.config {
+                Some(p) => e.in_file(p),
+                None => e,
+            });
+        }
+    }
+    Ok(setup)
+}
+
 /// What a start loads for TLS termination, checked without writing
 /// anything, when a rule terminates (a start fails where this fails: the
 /// CA files, a CA already in the state directory, `upstream_ca`). `Ok`
@@ -55,7 +70,8 @@ pub fn render(setup: &Setup, args: &Args, warnings: &[String]) -> String {
                 None => "the process's".to_string(),
                 Some(g) => match g.gid() {
                     Ok(gid) => format!("{g} (gid {gid})"),
-                    Err(e) => format!("{g} ({e} here)"),
+                    // Refused by `startable` before this is printed.
+                    Err(e) => format!("{g} ({e})"),
                 },
             };
             let _ = writeln!(s, "  socket file: mode {:04o}, group {group}", l.unix.mode);
@@ -89,6 +105,11 @@ pub fn render(setup: &Setup, args: &Args, warnings: &[String]) -> String {
         None => writeln!(s, "admin: off"),
     };
     let _ = writeln!(s, "log_format: {}", c.log_format);
+    let _ = match &c.upstream_proxy {
+        // As written, the password left out.
+        Some(p) => writeln!(s, "upstream_proxy: {p} (rules may say direct)"),
+        None => writeln!(s, "upstream_proxy: none (every tunnel is dialled directly)"),
+    };
     let t = &c.timeouts;
     let idle = t.idle.map_or_else(|| "off".into(), format_duration);
     let _ = writeln!(

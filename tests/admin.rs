@@ -258,3 +258,172 @@ fn idle_proxy_with_admin_on_does_not_wake_up() {
     // And it still answers.
     assert_eq!(get(a, "/metrics").0, 200);
 }
+
+/// The address in the binary's `admin endpoint on ADDR: ...` line.
+fn logged_admin_addr(proxy: &ChildProxy) -> SocketAddr {
+    let mut addr = None;
+    wait_for("the admin endpoint's line", PROMPTLY, || {
+        addr = proxy.log().iter().find_map(|l| {
+            let rest = &l[l.find("admin endpoint on ")? + "admin endpoint on ".len()..];
+            rest.split(':')
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(":")
+                .parse()
+                .ok()
+        });
+        addr.is_some()
+    });
+    addr.unwrap()
+}
+
+#[track_caller]
+fn assert_own_address_refused(proxy: SocketAddr, target: &str, what: &str) {
+    let (_s, head) = http_connect(proxy, target, &[]).expect("an answer");
+    assert_eq!(head.status, 403, "{what}: {}", head.raw);
+    let cause = head.header("X-Proxy-Error").unwrap_or_default();
+    assert!(
+        cause.starts_with("denied; own-address="),
+        "{what}: {}",
+        head.raw
+    );
+}
+
+#[test]
+fn a_rule_allowing_loopback_does_not_reach_the_proxy_itself() {
+    let origin = echo_server();
+    // A free port (`127.0.0.1:0` would clash with the listener's own `:0`).
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let proxy = ChildProxy::start(&[
+        "--allow",
+        "127.0.0.0/8",
+        "--allow",
+        "localhost",
+        "--admin",
+        &free,
+        "--admin-control",
+    ]);
+    let admin = logged_admin_addr(&proxy);
+    let own = proxy.addr;
+    // CONNECT to the admin endpoint and to the proxy's own listener, by
+    // address, by another loopback address and by name (after DNS).
+    assert_own_address_refused(own, &admin.to_string(), "the admin endpoint");
+    assert_own_address_refused(own, &own.to_string(), "the own listener");
+    assert_own_address_refused(own, &format!("127.0.0.2:{}", own.port()), "127.0.0.2");
+    assert_own_address_refused(own, &format!("localhost:{}", admin.port()), "by name");
+    // SOCKS5: not allowed.
+    assert_eq!(
+        connect_via_socks5(own, "127.0.0.1", admin.port()).err(),
+        Some(0x02)
+    );
+    // The forward proxy: 403, nothing sent to the admin endpoint.
+    let mut s = TcpStream::connect(own).unwrap();
+    write!(
+        s,
+        "GET http://{admin}/stats HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let head = read_response_head(&mut s).unwrap();
+    assert_eq!(head.status, 403, "{}", head.raw);
+    assert!(
+        head.header("X-Proxy-Error")
+            .is_some_and(|c| c.starts_with("denied; own-address=")),
+        "{}",
+        head.raw
+    );
+    drop(s);
+    // Another loopback port is still allowed.
+    let mut s = connect_via_http(own, &origin.target());
+    assert_echo(&mut s, b"other loopback ports are fine");
+    wait_for("each refusal logged as a deny", PROMPTLY, || {
+        proxy
+            .log()
+            .iter()
+            .filter(|l| l.contains("event=session") && l.contains("decision=deny"))
+            .count()
+            >= 6
+    });
+}
+
+#[test]
+fn a_listener_on_every_address_is_ours_on_each_of_them() {
+    // The host's own non-loopback address (a route lookup; nothing is sent).
+    let Some(host_ip) = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.1:9").map(|_| s))
+        .and_then(|s| s.local_addr())
+        .ok()
+        .map(|a| a.ip())
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+    else {
+        eprintln!("no non-loopback address here: nothing to check");
+        return;
+    };
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    cmd.args(["--listen", "0.0.0.0:0", "--allow", &format!("{host_ip}/32")]);
+    let proxy = ChildProxy::start_command(cmd);
+    let port = proxy.addr.port();
+    let local: SocketAddr = (std::net::Ipv4Addr::LOCALHOST, port).into();
+    assert_own_address_refused(
+        local,
+        &SocketAddr::new(host_ip, port).to_string(),
+        "the host's address",
+    );
+}
+
+#[test]
+fn control_errors_say_what_was_expected_and_name_the_command() {
+    let proxy = admin_on(Policy::default(), true);
+    let a = admin_addr(&proxy);
+    // Not JSON: the answer says what a line must be.
+    let v = control_line(a, "{stats please}");
+    assert_eq!(v["ok"], false, "{v}");
+    let e = v["error"].as_str().unwrap();
+    assert!(
+        e.contains("not JSON") && e.contains(r#"{"cmd":"stats"}"#),
+        "{v}"
+    );
+    assert!(v.get("cmd").is_none(), "{v}");
+    // A known command with bad arguments: the answer names it.
+    for (line, cmd) in [
+        (r#"{"cmd":"close-session","id":"x"}"#, "close-session"),
+        (r#"{"cmd":"close-session"}"#, "close-session"),
+        (
+            r#"{"cmd":"add-rule","rule":{"name":"x","action":"maybe","host":"a"}}"#,
+            "add-rule",
+        ),
+        (r#"{"cmd":"stats","extra":1}"#, "stats"),
+    ] {
+        let v = control_line(a, line);
+        assert_eq!(v["ok"], false, "{line}: {v}");
+        assert_eq!(v["cmd"], cmd, "{line}: {v}");
+    }
+    // A whole command but no newline before EOF: an error line, not run.
+    let mut s = TcpStream::connect(a).unwrap();
+    s.set_read_timeout(Some(PROMPTLY)).unwrap();
+    s.write_all(br#"{"cmd":"add-rule","rule":{"name":"late","action":"allow","host":"a.test"}}"#)
+        .unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert_eq!(answer.lines().count(), 1, "{answer:?}");
+    let v: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(v["cmd"], "add-rule", "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("incomplete line"),
+        "{v}"
+    );
+    let v = control_line(
+        a,
+        r#"{"cmd":"add-rule","rule":{"name":"probe","action":"allow","host":"b.test"}}"#,
+    );
+    assert_eq!(
+        v["rules"],
+        serde_json::json!(["probe"]),
+        "nothing changed: {v}"
+    );
+}

@@ -409,3 +409,195 @@ fn text_lines_parse_as_logfmt_with_the_same_fields() {
         .iter()
         .any(|r| r.get("status").map(String::as_str) == Some("400")));
 }
+
+/// Start-up and usage errors under JSON logs (the flag or the file's
+/// `log_format`): the run exits non-zero, every stderr line is a JSON `log`
+/// object, and one at level `error` says what failed.
+#[test]
+fn error_exits_under_json_print_only_json() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = busy.local_addr().unwrap().to_string();
+    let dir = TempDir::new("json-errors");
+    let json_file = dir.path().join("json.toml");
+    std::fs::write(&json_file, "log_format = \"json\"\n").unwrap();
+    let bad_file = dir.path().join("bad.toml");
+    std::fs::write(&bad_file, "log_format = \"json\"\nbogus_key = 1\n").unwrap();
+    let (json_file, bad_file) = (
+        json_file.display().to_string(),
+        bad_file.display().to_string(),
+    );
+    let unset = "PORTCULLIS_TEST_UNSET_VARIABLE";
+    let no_namespaces = std::env::var_os("PORTCULLIS_TEST_NO_NAMESPACES").is_some();
+    let isolated_missing = if no_namespaces {
+        "cannot isolate CMD"
+    } else {
+        "cannot run /nonexistent/cmd"
+    };
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--log-format", "json", "--auth-env", unset],
+            "--auth-env",
+        ),
+        (
+            vec!["--config", &json_file, "--auth-env", unset],
+            "--auth-env",
+        ),
+        (
+            vec!["--log-format", "json", "--listen", &busy],
+            "cannot start",
+        ),
+        (
+            vec!["--config", &json_file, "--listen", &busy],
+            "cannot start",
+        ),
+        (vec!["--config", &bad_file], "bogus_key"),
+        (
+            vec!["--log-format", "json", "--bogus"],
+            "unexpected argument",
+        ),
+        (vec!["--log-format=json", "--bogus"], "unexpected argument"),
+        (vec!["run", "--log-format", "json"], "required"),
+        (
+            vec!["run", "--log-format", "json", "--", "/nonexistent/cmd"],
+            isolated_missing,
+        ),
+        (
+            vec![
+                "run",
+                "--no-isolate",
+                "--config",
+                &json_file,
+                "--",
+                "/nonexistent/cmd",
+            ],
+            "cannot run /nonexistent/cmd",
+        ),
+    ];
+    let exe = env!("CARGO_BIN_EXE_portcullis");
+    for (args, needle) in &cases {
+        let mut cmd = Command::new(exe);
+        cmd.args(args);
+        check_json_error_exit(cmd, &format!("{args:?}"), needle);
+    }
+    // Where no user namespace can be made (inside `unshare -U`).
+    let probe = Command::new("unshare").args(["-U", "true"]).status();
+    if probe.is_ok_and(|s| s.success()) {
+        let mut cmd = Command::new("unshare");
+        cmd.args(["-U", exe, "run", "--log-format", "json", "--", "true"]);
+        check_json_error_exit(cmd, "unshare -U run", "cannot isolate CMD");
+    }
+}
+
+/// Runs `cmd` (its stdin closed, RUST_LOG=info): it must fail, print only
+/// JSON `log` lines on stderr, and one error line mentioning `needle`.
+#[track_caller]
+fn check_json_error_exit(mut cmd: Command, what: &str, needle: &str) {
+    let out = cmd
+        .env("RUST_LOG", "info")
+        .env("RUST_LOG_STYLE", "never")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("spawn");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{what}:\n{stderr}");
+    assert!(!out.status.success(), "{what}: should fail");
+    let mut errors = Vec::new();
+    for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {line}"));
+        assert!(v.is_object(), "{what}: not an object: {line}");
+        assert!(v["time"].is_string(), "{what}: no time: {line}");
+        if v["level"] == "error" {
+            assert_eq!(v["event"], "log", "{what}: {line}");
+            errors.push(v["message"].as_str().unwrap_or_default().to_string());
+        }
+    }
+    assert!(
+        errors.iter().any(|m| m.contains(needle)),
+        "{what}: no error line mentioning {needle:?}: {errors:?}"
+    );
+}
+
+/// The JSON objects the proxy logged so far, once `done` holds for them.
+fn json_events(proxy: &ChildProxy, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let parse = || -> Vec<Value> {
+        proxy
+            .log()
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    };
+    wait_for(what, PROMPTLY, || done(&parse()));
+    parse()
+}
+
+#[test]
+fn forward_requests_refused_or_plainly_allowed_have_request_events() {
+    let origin = Origin::echo_target();
+    let proxy = ChildProxy::start(&["--log-format", "json", "--allow", &origin.target()]);
+    // Allowed under a rule that has no request rules.
+    let mut c = HttpConn::new(TcpStream::connect(proxy.addr).unwrap());
+    c.send(format!(
+        "GET http://{}/plain/x?q=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        origin.target()
+    ));
+    assert_eq!(c.response("GET").status, 200);
+    drop(c);
+    // Refused by the policy before any upstream.
+    let mut c = HttpConn::new(TcpStream::connect(proxy.addr).unwrap());
+    c.send("GET http://10.1.2.3/denied/path?q=1 HTTP/1.1\r\nHost: 10.1.2.3\r\n\r\n");
+    assert_eq!(c.response("GET").status, 403);
+    drop(c);
+    let objs = json_events(&proxy, "two request events", |o| {
+        events(o, "request").len() >= 2 && events(o, "session").len() >= 2
+    });
+    let requests = events(&objs, "request");
+    let allowed = requests
+        .iter()
+        .find(|r| r["path"] == "/plain/x")
+        .expect("the allowed request's event");
+    assert_eq!(allowed["decision"], "allow", "{allowed}");
+    assert_eq!(allowed["method"], "GET", "{allowed}");
+    let session_rule = events(&objs, "session")
+        .iter()
+        .find(|s| s["decision"] == "allow")
+        .map(|s| s["rule"].clone())
+        .expect("the allowed session");
+    assert!(session_rule.is_string(), "{session_rule}");
+    assert_eq!(allowed["rule"], session_rule, "{allowed}");
+    let denied = requests
+        .iter()
+        .find(|r| r["path"] == "/denied/path")
+        .expect("the refused request's event");
+    assert_eq!(denied["decision"], "deny", "{denied}");
+    assert_eq!(denied["method"], "GET", "{denied}");
+    assert_eq!(denied["status"], 403, "{denied}");
+    assert_eq!(denied["protocol"], "forward", "{denied}");
+    assert_eq!(denied["target"], "10.1.2.3:80", "{denied}");
+    assert!(denied["reason"].is_string(), "{denied}");
+}
+
+#[test]
+fn auth_failed_sessions_are_denied() {
+    let proxy = ChildProxy::start(&["--log-format", "json", "--auth", "u:right"]);
+    // No credentials, then wrong ones.
+    for extra in [
+        &[][..],
+        &[("Proxy-Authorization", "Basic dTp3cm9uZw==")][..],
+    ] {
+        let (_s, head) = http_connect(proxy.addr, "example.com:443", extra).expect("an answer");
+        assert_eq!(head.status, 407, "{}", head.raw);
+    }
+    let objs = json_events(&proxy, "two auth-failed sessions", |o| {
+        events(o, "session")
+            .iter()
+            .filter(|s| s["close"] == "auth-failed")
+            .count()
+            >= 2
+    });
+    for s in events(&objs, "session") {
+        assert_eq!(s["decision"], "deny", "{s}");
+    }
+}

@@ -86,3 +86,38 @@ fn a_rule_can_route_direct_around_the_parent() {
     let mut s = connect_via_http(front.addr, &origin.target());
     assert_echo(&mut s, b"straight to the origin");
 }
+
+#[test]
+fn an_unreachable_parent_is_the_parents_fault() {
+    let origin = must_not_accept();
+    // A port nothing listens on.
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    for scheme in ["http", "socks5"] {
+        let url = format!("{scheme}://{nobody}");
+        let front = ChildProxy::start(&["--allow", &origin.target(), "--upstream-proxy", &url]);
+        let (mut s, head) = http_connect(front.addr, &origin.target(), &[]).expect("an answer");
+        assert_eq!(head.status, 502, "{scheme}: {}", head.raw);
+        assert_eq!(
+            head.header("X-Proxy-Error"),
+            Some("parent-proxy"),
+            "{scheme}: {}",
+            head.raw
+        );
+        let body = expect_closed(&mut s, "refused tunnel");
+        let body = String::from_utf8_lossy(&body);
+        assert!(
+            body.contains("parent proxy") && body.contains(&url),
+            "{scheme}: the reason names the parent: {body}"
+        );
+        // SOCKS5 clients get a general failure, not "connection refused".
+        assert_eq!(
+            connect_via_socks5(front.addr, "127.0.0.1", origin.port()).err(),
+            Some(0x01),
+            "{scheme}"
+        );
+    }
+    assert_eq!(origin.accepted(), 0);
+}

@@ -139,3 +139,93 @@ fn reload_to_inspection_closes_raw_tunnels() {
     let head = read_response_head(&mut s).expect("an answer from the inspector");
     assert_eq!(head.status, 400, "{}", head.raw);
 }
+
+/// An echo server on `addr`.
+fn echo_on(addr: &str) -> Server {
+    Server::start_on(addr.parse().unwrap(), |mut s| {
+        let mut r = s.try_clone().unwrap();
+        let _ = std::io::copy(&mut r, &mut s);
+    })
+}
+
+/// Problem 3 by address, with the binary and SIGHUP: raw tunnels opened
+/// under a plain CIDR allow to the address of `api.test` (by literal, by
+/// SOCKS5 ATYP 1, through the alias `alias.test`) are closed with reason
+/// policy-reload when the reloaded policy inspects `api.test` on their
+/// port; a tunnel to another address of the range carries on. The name was
+/// resolved before the reload (the first policy inspects it on another
+/// port). At a public address in a network namespace (see
+/// support/netns.rs): a name rule does not open loopback.
+#[test]
+fn reload_to_inspection_closes_raw_tunnels_to_the_inspected_names_address() {
+    in_netns(&["45.45.45.45", "45.45.45.46"], || {
+        let up = echo_on("45.45.45.45:0");
+        let port = up.port();
+        let _other = echo_on(&format!("45.45.45.46:{port}"));
+        let dir = TempDir::new("reload-by-address");
+        let hosts = dir.0.join("hosts");
+        std::fs::write(
+            &hosts,
+            "127.0.0.1 localhost\n45.45.45.45 api.test alias.test\n",
+        )
+        .unwrap();
+        let cfg = dir.0.join("portcullis.toml");
+        let write = |api_ports: &str| {
+            let text = format!(
+                "[[rules]]\nname = \"api\"\naction = \"allow\"\nhost = \"api.test\"\n\
+                 ports = {api_ports}\ninspect = \"http\"\n\n\
+                 [[rules]]\nname = \"net\"\naction = \"allow\"\ncidr = \"45.45.45.0/24\"\n\
+                 port = {port}\n"
+            );
+            std::fs::write(&cfg, text).unwrap();
+        };
+        // `api` inspects another port: its name is resolved and remembered,
+        // tunnels on `port` are raw.
+        let elsewhere = if port == 1 { 2 } else { port - 1 };
+        write(&format!("[{elsewhere}]"));
+        let proxy = ChildProxy::with_hosts(&hosts, &["--config", cfg.to_str().unwrap()]);
+        let p = proxy.addr;
+        // Resolved at start; a client's lookup under `api` makes sure,
+        // whatever the timing (nothing listens there: a 502 is fine).
+        let _ = http_connect(p, &format!("api.test:{elsewhere}"), &[]);
+        let mut tunnels = vec![
+            (
+                "CONNECT 45.45.45.45",
+                connect_via_http(p, &format!("45.45.45.45:{port}")),
+            ),
+            (
+                "SOCKS5 ATYP 1",
+                connect_via_socks5(p, "45.45.45.45", port).expect("SOCKS5"),
+            ),
+            (
+                "CONNECT alias.test",
+                connect_via_http(p, &format!("alias.test:{port}")),
+            ),
+        ];
+        let mut other = connect_via_http(p, &format!("45.45.45.46:{port}"));
+        for (what, s) in &mut tunnels {
+            assert_echo(s, format!("{what}: raw before the reload").as_bytes());
+        }
+        assert_echo(&mut other, b"other before the reload");
+
+        write(&format!("[{elsewhere}, {port}]"));
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(proxy.pid() as i32),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+        .unwrap();
+        for (what, s) in &mut tunnels {
+            let rest = expect_closed(s, &format!("{what} after a reload to inspection"));
+            assert!(rest.is_empty(), "{what}: {rest:?}");
+        }
+        assert_echo(&mut other, b"other after the reload");
+        wait_for("three policy-reload closes", PROMPTLY, || {
+            proxy
+                .log()
+                .iter()
+                .filter(|l| l.contains("event=session") && l.contains("close=policy-reload"))
+                .count()
+                == 3
+        });
+    });
+}

@@ -540,3 +540,188 @@ fn as_root_without_user_namespaces_a_plain_network_namespace_is_used() {
     assert!(out.stdout.contains("direct=7"), "{}", out.stdout);
     assert_eq!(origin.accepted(), 1);
 }
+
+/// Pids of the processes running `sleep ARG` (not run itself, whose own
+/// command line mentions ARG too).
+fn sleeping(arg: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if argv.len() >= 2 && argv[0].ends_with(b"sleep") && argv[1] == arg.as_bytes() {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Waits for `child` to exit, at most [`PROMPTLY`] (a signal that does not
+/// reach CMD would leave it waiting forever).
+fn exit_promptly(mut running: Running, what: &str) -> Output {
+    let exited = wait_until(PROMPTLY, || running.child.try_wait().unwrap().is_some());
+    assert!(exited, "{what}: run has not exited");
+    running.finish()
+}
+
+/// A unique `sleep` argument (bounded: leftovers of a failing run end by themselves).
+fn sleep_arg(tag: u32) -> String {
+    format!("60.{}{tag}", std::process::id())
+}
+
+#[test]
+fn sigterm_to_run_ends_a_cmd_that_installs_no_handler() {
+    let isolate = namespaces_expected();
+    for (i, flags) in [&[][..], &["--no-isolate"][..]].into_iter().enumerate() {
+        if flags.is_empty() && !isolate {
+            continue;
+        }
+        let arg = sleep_arg(i as u32);
+        let mut cmd = portcullis();
+        cmd.arg("run").args(flags).args(["--", "sleep", &arg]);
+        let running = Running::start(cmd);
+        wait_for("CMD's sleep", PROMPTLY, || !sleeping(&arg).is_empty());
+        let status = std::fs::read_to_string(format!("/proc/{}/status", sleeping(&arg)[0]))
+            .unwrap_or_default();
+        let mask = status.lines().find(|l| l.starts_with("SigBlk:"));
+        assert_eq!(
+            mask.map(|l| l.split_whitespace().nth(1)),
+            Some(Some("0000000000000000")),
+            "{flags:?}: CMD must start with no signal blocked: {status}"
+        );
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(running.pid()),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let out = exit_promptly(running, &format!("{flags:?} after SIGTERM"));
+        assert_eq!(out.code(), Some(128 + 15), "{flags:?}: {}", out.stderr);
+        wait_for("no sleep left", PROMPTLY, || sleeping(&arg).is_empty());
+    }
+}
+
+#[test]
+fn a_cmd_that_signals_itself_dies_by_the_signal() {
+    let isolate = namespaces_expected();
+    let script = "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\nprint('survived')";
+    for flags in [&[][..], &["--no-isolate"][..]] {
+        if flags.is_empty() && !isolate {
+            continue;
+        }
+        let mut cmd = portcullis();
+        cmd.arg("run")
+            .args(flags)
+            .args(["--", "python3", "-c", script]);
+        let out = exit_promptly(Running::start(cmd), &format!("{flags:?}"));
+        assert_eq!(out.code(), Some(128 + 15), "{flags:?}: {}", out.stderr);
+        assert!(
+            !out.stdout.contains("survived"),
+            "{flags:?}: {}",
+            out.stdout
+        );
+    }
+}
+
+#[test]
+fn sigkill_of_run_no_isolate_leaves_no_cmd() {
+    let arg = sleep_arg(7);
+    let mut cmd = portcullis();
+    cmd.args(["run", "--no-isolate", "--", "sleep", &arg]);
+    let mut running = Running::start(cmd);
+    wait_for("CMD's sleep", PROMPTLY, || !sleeping(&arg).is_empty());
+    running.child.kill().unwrap();
+    let _ = running.child.wait();
+    let gone = wait_until(PROMPTLY, || sleeping(&arg).is_empty());
+    let left = sleeping(&arg);
+    for pid in &left {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(gone, "CMD outlived a SIGKILLed run: {left:?}");
+}
+
+#[test]
+fn terminated_tls_is_trusted_whatever_ca_variables_cmd_inherits() {
+    use support::tls::{https_origin, TestCa};
+    let (proxy_ca, upstream_ca) = (TestCa::new(), TestCa::new());
+    let origin = https_origin(&upstream_ca);
+    let port = origin.port();
+    let dir = TempDir::new("run-terminate");
+    let cfg = dir.path().join("portcullis.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[tls]
+ca_cert = "{}"
+ca_key = "{}"
+upstream_ca = ["{}"]
+state_dir = "{}"
+
+[[rules]]
+name = "api"
+action = "allow"
+hosts = ["localhost"]
+cidrs = ["127.0.0.1/32"]
+ports = [{port}]
+tls = "terminate"
+"#,
+            proxy_ca.cert_path.display(),
+            proxy_ca.key_path.display(),
+            upstream_ca.cert_path.display(),
+            dir.path().join("state").display(),
+        ),
+    )
+    .unwrap();
+    // CMD inherits CA variables pointing elsewhere (a bundle without the
+    // proxy's CA); curl prefers CURL_CA_BUNDLE to SSL_CERT_FILE.
+    let elsewhere = upstream_ca.cert_path.display().to_string();
+    let script = format!(
+        r#"echo "vars $SSL_CERT_FILE $CURL_CA_BUNDLE $PIP_CERT $AWS_CA_BUNDLE"
+        curl -sS --max-time 20 --noproxy '' -i https://localhost:{port}/through"#
+    );
+    let isolate = namespaces_expected();
+    for flags in [&[][..], &["--no-isolate"][..]] {
+        if flags.is_empty() && !isolate {
+            continue;
+        }
+        let mut cmd = portcullis();
+        for var in [
+            "CURL_CA_BUNDLE",
+            "PIP_CERT",
+            "AWS_CA_BUNDLE",
+            "SSL_CERT_FILE",
+        ] {
+            cmd.env(var, &elsewhere);
+        }
+        cmd.arg("run")
+            .args(flags)
+            .args(["--config", cfg.to_str().unwrap()])
+            .args(["--", "sh", "-c", &script]);
+        let out = Running::start(cmd).finish();
+        assert_eq!(out.code(), Some(0), "{flags:?}: {}", out.stderr);
+        let vars: Vec<&str> = out
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("vars "))
+            .expect("the vars line")
+            .split(' ')
+            .collect();
+        assert_eq!(vars.len(), 4, "{flags:?}: {vars:?}");
+        assert!(
+            vars.iter().all(|v| *v == vars[0] && *v != elsewhere),
+            "{flags:?}: every CA variable points at the proxy's bundle: {vars:?}"
+        );
+        assert!(
+            out.stdout.contains("GET /through"),
+            "{flags:?}: curl trusted the terminated TLS: {}",
+            out.stdout
+        );
+    }
+}

@@ -130,7 +130,7 @@ fuzz_target!(|data: &[u8]| {
                     assert!(k > 0 && k <= cin.len());
                     cin.drain(..k);
                 }
-                ClientAction::Switch(_) | ClientAction::Wait | ClientAction::Stopped => break,
+                ClientAction::Switch { .. } | ClientAction::Wait | ClientAction::Stopped => break,
             }
             check_bounds(&ex);
         }

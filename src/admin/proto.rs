@@ -4,7 +4,7 @@
 //! lines, each answered in order.
 
 use super::http::{self, Head, Route};
-use crate::control::wire::{error_value, MAX_LINE};
+use crate::control::wire::{error_value, unterminated, MAX_LINE};
 
 /// Largest HTTP request head read on the admin socket.
 pub(crate) const MAX_HEAD: usize = 8 * 1024;
@@ -80,11 +80,18 @@ impl Proto {
         self.mode == Mode::Done
     }
 
-    /// The peer finished sending: a partial HTTP head or control line is
-    /// dropped (there is no one to answer), and nothing more is read.
-    pub(crate) fn eof(&mut self) {
+    /// The peer finished sending: nothing more is read. A partial HTTP head
+    /// is dropped; a partial control line is not run, and gets an error line
+    /// (returned, for a peer that still reads).
+    pub(crate) fn eof(&mut self) -> Option<Vec<u8>> {
+        let partial = self.mode == Mode::Control && !self.buf.iter().all(u8::is_ascii_whitespace);
+        let answer = partial.then(|| {
+            let line = unterminated(&String::from_utf8_lossy(&self.buf));
+            format!("{line}\n").into_bytes()
+        });
         self.mode = Mode::Done;
         self.buf = Vec::new();
+        answer
     }
 
     /// The next thing to act on, if the bytes so far make one.

@@ -31,7 +31,7 @@ pub fn main(args: &Args) -> ExitCode {
     let setup = match args.load() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("portcullis: {e}");
+            fatal!("{e}");
             return ExitCode::from(2);
         }
     };
@@ -41,7 +41,7 @@ pub fn main(args: &Args) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("portcullis: {e}");
+            fatal!("{e}");
             ExitCode::FAILURE
         }
     }

@@ -12,7 +12,7 @@ pub fn main(args: &EnvArgs) -> ExitCode {
     let setup = match args.proxy.load() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("portcullis: {e}");
+            fatal!("{e}");
             return ExitCode::from(2);
         }
     };
@@ -21,14 +21,14 @@ pub fn main(args: &EnvArgs) -> ExitCode {
             if args.shell == Shell::Json {
                 // JSON has no comments: the notes go to stderr.
                 for note in &env.notes {
-                    eprintln!("portcullis: note: {note}");
+                    crate::report(log::Level::Warn, format_args!("note: {note}"));
                 }
             }
             print!("{}", render(&env, args.shell));
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("portcullis: {e}");
+            fatal!("{e}");
             ExitCode::from(2)
         }
     }

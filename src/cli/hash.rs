@@ -46,7 +46,7 @@ pub fn read_password(input: &mut impl BufRead) -> Result<String, String> {
 pub fn main(args: &HashArgs) -> ExitCode {
     if let Some(name) = &args.user {
         if let Err(e) = portcullis::auth::check_name(name) {
-            eprintln!("portcullis: --user {name:?}: {e}");
+            fatal!("--user {name:?}: {e}");
             return ExitCode::from(2);
         }
     }
@@ -66,7 +66,7 @@ pub fn main(args: &HashArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("portcullis: {e}");
+            fatal!("{e}");
             ExitCode::from(2)
         }
     }

@@ -318,6 +318,7 @@ struct RawLimits {
 /// list of [`RuleConfig`]s, so a front end (the binary) can override parts and
 /// append rules before [`compile`](ConfigFile::compile) builds the [`Config`].
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct ConfigFile {
     /// The file this came from, for error messages (`None` for a string).
     pub path: Option<PathBuf>,

@@ -37,10 +37,28 @@ enum Wire {
 /// Top-level keys of a policy document: what the file's policy part holds.
 const POLICY_KEYS: &[&str] = &["rules", "mode", "default"];
 
+/// The commands, as the `cmd` key names them.
+const COMMANDS: &[&str] = &[
+    "replace-policy",
+    "add-rule",
+    "remove-rule",
+    "list-sessions",
+    "close-session",
+    "stats",
+];
+
+/// What a line must be, for error answers.
+const EXPECTED: &str = r#"a command is one JSON object per line, such as {"cmd":"stats"}"#;
+
 /// Parses one line (without its newline) into a command, compiling any
 /// policy it carries. The error is the answer's `error` text.
 pub(crate) fn parse(line: &str) -> Result<Command, String> {
-    let wire: Wire = serde_json::from_str(line).map_err(|e| format!("bad command: {e}"))?;
+    let value: Value = serde_json::from_str(line)
+        .map_err(|e| format!("bad command: not JSON: {EXPECTED} ({e})"))?;
+    if !value.is_object() {
+        return Err(format!("bad command: not a JSON object: {EXPECTED}"));
+    }
+    let wire: Wire = serde_json::from_value(value).map_err(|e| format!("bad command: {e}"))?;
     Ok(match wire {
         Wire::ReplacePolicy { policy } => Command::ReplacePolicy(policy_from_toml(&policy)?),
         Wire::AddRule { rule } => Command::AddRule(Box::new(rule_from(rule)?)),
@@ -119,6 +137,29 @@ pub(crate) fn answer(cmd: &str, reply: &Result<Reply, String>) -> String {
         }
     };
     value.to_string()
+}
+
+/// The command `line` names, if it is a JSON object whose `cmd` is one we
+/// know (whether or not the rest of it is right): for its error answer.
+pub(crate) fn command_name(line: &str) -> &'static str {
+    let value: Option<Value> = serde_json::from_str(line).ok();
+    let named = value.as_ref().and_then(|v| v.get("cmd")?.as_str());
+    named
+        .and_then(|n| COMMANDS.iter().find(|c| **c == n))
+        .copied()
+        .unwrap_or("")
+}
+
+/// The answer to input that ended inside a line (no newline before EOF):
+/// it is never run.
+pub(crate) fn unterminated(partial: &str) -> String {
+    error_value(
+        command_name(partial),
+        &format!(
+            "incomplete line: the input ended before its newline, so it was not run ({EXPECTED})"
+        ),
+    )
+    .to_string()
 }
 
 /// An error answer; `cmd` is empty when the line did not name one.

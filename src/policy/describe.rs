@@ -82,6 +82,12 @@ pub(crate) fn rule(r: &Rule) -> String {
             Some(d) => write!(s, ", idle_timeout {}", human(d)),
             None => write!(s, ", idle_timeout default"),
         };
+        // The parent proxy's URL as written, password left out.
+        let _ = match &r.route {
+            None => Ok(()),
+            Some(super::Route::Direct) => write!(s, ", upstream_proxy direct"),
+            Some(super::Route::Parent(p)) => write!(s, ", upstream_proxy {p}"),
+        };
     }
     if let Some(i) = &r.inspect {
         let reqs = i.describe();

@@ -300,6 +300,17 @@ impl Policy {
             .enumerate()
             .map(|(i, r)| Rule::compile(i, r, false).map_err(|e| e.at(i)))
             .collect::<Result<Vec<_>, _>>()?;
+        // Logs, metrics and remove-rule know a rule by its name.
+        let mut names = std::collections::HashSet::with_capacity(rules.len());
+        for (i, r) in rules.iter().enumerate() {
+            if !names.insert(&*r.name) {
+                let message = format!(
+                    "{:?} names an earlier rule too: rule names must be unique",
+                    r.name
+                );
+                return Err(PolicyError::field(&r.name, "name", message).at(i));
+            }
+        }
         Ok(Policy {
             rules: Arc::new(rules),
             ..Policy::default()

@@ -355,6 +355,11 @@ fn parse_host_pattern(p: &str) -> Result<Pattern, String> {
     if let Some(hint) = url_hint(p) {
         return Err(format!("{p:?}: a rule takes a host, not a URL: use {hint}"));
     }
+    if let Some((host, port)) = host_and_port(p) {
+        return Err(format!(
+            "{p:?}: a host has no port: give {host:?}, and the port as port = {port} (or in ports)"
+        ));
+    }
     if p == "*" {
         return Ok(Pattern::Host(HostPattern::Any));
     }
@@ -384,6 +389,31 @@ fn parse_host_pattern(p: &str) -> Result<Pattern, String> {
         Host::Domain(d) => Ok(Pattern::Host(HostPattern::Exact(d))),
         Host::Ip(a) => Ok(Pattern::Addr(a)),
     }
+}
+
+/// `name:PORT` or `[v6]:PORT` (one colon outside brackets, digits after
+/// it): the host and the port a rule's host pattern was given with.
+fn host_and_port(p: &str) -> Option<(&str, &str)> {
+    let (host, port) = match p.strip_prefix('[') {
+        Some(rest) => rest.split_once("]:")?,
+        None if p.matches(':').count() == 1 => p.split_once(':')?,
+        None => return None,
+    };
+    let digits = !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit());
+    (digits && !host.is_empty()).then_some((host, port))
+}
+
+/// `::1:443`: an IPv6 address whose last group could be a port after
+/// another IPv6 address. As `--allow ::1:443` it is ambiguous (Go's and
+/// most tools' host:port parsers refuse it too): `[::1]:443` or
+/// `[::1:443]` says which.
+fn ambiguous_v6_port(spec: &str) -> Option<(&str, &str)> {
+    let (addr, last) = spec.rsplit_once(':')?;
+    let port_like = !last.is_empty() && last.len() <= 5 && last.bytes().all(|b| b.is_ascii_digit());
+    (port_like
+        && spec.parse::<std::net::Ipv6Addr>().is_ok()
+        && addr.parse::<std::net::Ipv6Addr>().is_ok())
+    .then_some((addr, last))
 }
 
 /// For `scheme://[user@]host[:port][/path]`: the `host:port` meant
@@ -428,6 +458,12 @@ fn split_cli_spec(spec: &str) -> Result<(&str, Option<&str>), String> {
         };
     }
     if spec.matches(':').count() >= 2 {
+        if let Some((addr, port)) = ambiguous_v6_port(spec) {
+            return Err(format!(
+                "{spec:?} is ambiguous: write [{addr}]:{port} for port {port} of {addr}, \
+                 or [{spec}] for that address on every port"
+            ));
+        }
         return Ok((spec, None));
     }
     Ok(match spec.split_once(':') {

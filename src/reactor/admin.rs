@@ -299,7 +299,9 @@ impl AdminConn {
                         if self.stage == Stage::Linger {
                             return true;
                         }
-                        self.proto.eof();
+                        if let Some(answer) = self.proto.eof() {
+                            self.out.extend(answer);
+                        }
                         moved = true;
                     }
                     Io::PeerGone(_) => return true,

@@ -103,7 +103,7 @@ impl Reactor {
             }
             Err(e) => {
                 log::info!("control: {e}");
-                wire::error_value("", &e).to_string()
+                wire::error_value(wire::command_name(line), &e).to_string()
             }
         }
     }

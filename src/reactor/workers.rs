@@ -37,11 +37,11 @@ use super::timer::TimerWheel;
 use super::{token, Accepting, Control, Env, Hooks, Reactor, Remote, POOL_IDLE, SLOTS, TICK};
 use crate::buffer::BufPool;
 use crate::client::Identify;
-use crate::config::{Config, ListenerConfig, ListenerProtocol};
+use crate::config::{Config, ListenAddr, ListenerConfig, ListenerProtocol};
 use crate::control::{Command, Reply, SessionInfo};
 use crate::fd_budget::{self, FdBudget};
 use crate::policy::Policy;
-use crate::session::{Settings, TlsEnv};
+use crate::session::{OwnAddrs, Settings, TlsEnv};
 
 /// The reactors of one proxy, built and ready to run.
 pub(crate) struct Workers {
@@ -104,7 +104,8 @@ impl Workers {
                 l.register(p.poll.registry(), token::listener(i), exclusive)?;
             }
         }
-        let local_addrs = parts[0].listeners.iter().map(|l| l.local.clone()).collect();
+        let local_addrs: Vec<ListenAddr> =
+            parts[0].listeners.iter().map(|l| l.local.clone()).collect();
         let admin_listener = match &config.admin {
             Some(a) => {
                 let lc = ListenerConfig::new(a.listen.clone(), ListenerProtocol::Auto);
@@ -121,6 +122,7 @@ impl Workers {
             None => None,
         };
         let admin_addr = admin_listener.as_ref().map(|l| l.local.clone());
+        let own = OwnAddrs::new(local_addrs.iter().chain(&admin_addr));
         let remote = Arc::new(Remote::new(local_addrs, admin_addr, doors));
         let resolvers = ResolverPool::new(config.limits.resolver_threads, Arc::clone(&remote))?;
         let mut admin = match (admin_listener, &hooks.control) {
@@ -162,6 +164,7 @@ impl Workers {
                     limits: config.limits,
                     auth: auth.clone(),
                     upstream_proxy: config.upstream_proxy.clone(),
+                    own: own.clone(),
                 },
                 policy: config.policy.clone(),
                 remote: Arc::clone(&remote),

@@ -36,13 +36,13 @@ use crate::proxy_env::{tls_ca_vars, Endpoint, ProxyEnv, Var};
 /// `portcullis run`.
 pub fn main(run: RunArgs) -> ExitCode {
     if run.proxy.check {
-        eprintln!("portcullis: --check does not apply to run");
+        fatal!("--check does not apply to run");
         return ExitCode::from(2);
     }
     let setup = match run.proxy.load() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("portcullis: {e}");
+            fatal!("{e}");
             return ExitCode::from(2);
         }
     };
@@ -50,7 +50,7 @@ pub fn main(run: RunArgs) -> ExitCode {
     // init inherit the mask, and only sigwait takes these signals.
     let signals = supervise::signals();
     if let Err(e) = signals.thread_block() {
-        eprintln!("portcullis: cannot block signals: {e}");
+        fatal!("cannot block signals: {e}");
         return ExitCode::FAILURE;
     }
     crate::raise_nofile_limit(true);
@@ -69,10 +69,7 @@ pub fn main(run: RunArgs) -> ExitCode {
 #[cfg(target_os = "linux")]
 fn isolated(config: Config, _: &Args, cmd: &[OsString], signals: SigSet) -> ExitCode {
     if config.listeners.len() > fdpass::MAX_FDS {
-        eprintln!(
-            "portcullis: run takes at most {} listeners",
-            fdpass::MAX_FDS
-        );
+        fatal!("run takes at most {} listeners", fdpass::MAX_FDS);
         return ExitCode::from(2);
     }
     let extra_env = tls_ca_vars(&config);
@@ -86,7 +83,7 @@ fn isolated(config: Config, _: &Args, cmd: &[OsString], signals: SigSet) -> Exit
     let mut child = match namespace::spawn(&plan) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("portcullis: {e}");
+            fatal!("{e}");
             return ExitCode::FAILURE;
         }
     };
@@ -101,7 +98,7 @@ fn isolated(config: Config, _: &Args, cmd: &[OsString], signals: SigSet) -> Exit
     let proxy = match builder.build() {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("portcullis: cannot start: {e}");
+            fatal!("cannot start: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -114,7 +111,7 @@ fn isolated(config: Config, _: &Args, cmd: &[OsString], signals: SigSet) -> Exit
     }
     info!("running {} in {how}", show(cmd));
     if let Err(e) = child.start() {
-        eprintln!("portcullis: cannot start CMD: {e}");
+        fatal!("cannot start CMD: {e}");
         return ExitCode::FAILURE;
     }
     let status = supervise::run(proxy, child.pid, signals);
@@ -140,8 +137,8 @@ fn isolated(config: Config, args: &Args, cmd: &[OsString], signals: SigSet) -> E
 
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
 fn isolated(_: Config, _: &Args, _: &[OsString], _: SigSet) -> ExitCode {
-    eprintln!(
-        "portcullis: run cannot isolate CMD on this platform (network namespaces are \
+    fatal!(
+        "run cannot isolate CMD on this platform (network namespaces are \
          Linux-only, sandbox-exec macOS-only); use --no-isolate to only set the proxy variables"
     );
     ExitCode::FAILURE
@@ -168,7 +165,7 @@ fn on_host(
     let proxy = match Proxy::new(config) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("portcullis: cannot start: {e}");
+            fatal!("cannot start: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -178,7 +175,7 @@ fn on_host(
         info!("listening on {addr}");
     }
     let Some((primary, _)) = primary(&addrs) else {
-        eprintln!("portcullis: no listener");
+        fatal!("no listener");
         return ExitCode::FAILURE;
     };
     let argv: Vec<OsString> = wrap(primary)
@@ -190,18 +187,61 @@ fn on_host(
         show(cmd)
     );
     let env = proxy_env(&addrs, auth.as_ref(), &extra_env);
-    let child = match std::process::Command::new(&argv[0])
-        .args(&argv[1..])
-        .envs(env.vars)
-        .spawn()
-    {
+    let child = match cmd_command(&argv, true).envs(env.vars).spawn() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("portcullis: cannot run {}: {e}", argv[0].to_string_lossy());
+            fatal!("cannot run {}: {e}", argv[0].to_string_lossy());
             return ExitCode::from(spawn_failure_code(&e));
         }
     };
     supervise::run(proxy, Pid::from_raw(child.id() as i32), signals)
+}
+
+/// The command that starts CMD (`argv`): as a program expects to start,
+/// whatever this process did to its own signals. `run` blocks the signals
+/// it takes with `sigwait` (and spawn keeps the mask across exec) and Rust
+/// ignores SIGPIPE, so CMD gets an empty mask and SIGPIPE at its default;
+/// other dispositions are as `run` inherited them (exec resets handlers).
+/// With `die_with_run` (CMD on the host, where no PID namespace takes it
+/// down), CMD also gets SIGKILL when `run` dies, even by SIGKILL.
+fn cmd_command(argv: &[OsString], die_with_run: bool) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
+    #[cfg(target_os = "linux")]
+    let run_pid = nix::unistd::getpid();
+    #[cfg(not(target_os = "linux"))]
+    let _ = die_with_run;
+    // SAFETY: between fork and exec the closure only makes async-signal-safe
+    // calls (sigemptyset, sigprocmask, signal, prctl, getppid) and allocates
+    // nothing (an io::Error from an errno does not allocate).
+    unsafe {
+        cmd.pre_exec(move || {
+            use nix::libc;
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            if libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::signal(libc::SIGPIPE, libc::SIG_DFL) == libc::SIG_ERR {
+                return Err(io::Error::last_os_error());
+            }
+            #[cfg(target_os = "linux")]
+            if die_with_run {
+                // Tied to the thread that forks: the main thread, which runs
+                // the proxy until the process exits.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // `run` may have died before the prctl: then nobody would kill CMD.
+                if libc::getppid() != run_pid.as_raw() {
+                    libc::_exit(128 + libc::SIGKILL);
+                }
+            }
+            Ok(())
+        });
+    }
+    cmd
 }
 
 /// The listener the variables point at: the first TCP one, else the first.

@@ -241,6 +241,7 @@ fn unavailable(user: Errno, root_net: Option<Errno>) -> String {
     if let Some(e) = root_net {
         s += &format!("; a plain network namespace as root failed too: {e}");
     }
+    s += ".";
     let cause = match user {
         Errno::ENOSPC => " The limit user.max_user_namespaces is 0 or reached.",
         Errno::EINVAL => " The kernel may lack user namespaces (CONFIG_USER_NS).",
@@ -339,17 +340,11 @@ fn child_main(plan: &Plan, parent_raw: RawFd, child_raw: RawFd) -> i32 {
     drop(sock);
 
     let env = super::proxy_env(&addrs, plan.auth, plan.extra_env);
-    let cmd = match std::process::Command::new(&plan.cmd[0])
-        .args(&plan.cmd[1..])
-        .envs(env.vars)
-        .spawn()
-    {
+    // No PDEATHSIG for CMD: when this init dies the kernel kills the whole PID namespace.
+    let cmd = match super::cmd_command(plan.cmd, false).envs(env.vars).spawn() {
         Ok(c) => Pid::from_raw(c.id() as i32),
         Err(e) => {
-            eprintln!(
-                "portcullis: cannot run {}: {e}",
-                plan.cmd[0].to_string_lossy()
-            );
+            fatal!("cannot run {}: {e}", plan.cmd[0].to_string_lossy());
             return super::spawn_failure_code(&e).into();
         }
     };

@@ -44,7 +44,7 @@ pub fn run(proxy: Proxy, child: Pid, signals: SigSet) -> ExitCode {
         .name("portcullis-signals".into())
         .spawn(move || signal_loop(signals, child, handle, recorded));
     if let Err(e) = spawned {
-        eprintln!("portcullis: cannot start the signal thread: {e}");
+        fatal!("cannot start the signal thread: {e}");
         let _ = kill(child, Signal::SIGKILL);
         return ExitCode::FAILURE;
     }

@@ -49,6 +49,13 @@ impl Wire for Endpoint {
         Endpoint::read(self, buf)
     }
 
+    fn read_spare(&mut self, buf: &mut Vec<u8>) -> Io {
+        if !self.readable() {
+            return Io::WouldBlock;
+        }
+        Endpoint::read_spare(self, buf)
+    }
+
     fn write(&mut self, buf: &[u8]) -> Io {
         if !self.writable() {
             return Io::WouldBlock;
@@ -82,6 +89,14 @@ impl Channel {
         match self {
             Channel::Plain(ep) => ep.failed(),
             Channel::Tls(s) => s.ep.failed(),
+        }
+    }
+
+    /// The peer's FIN arrived on the socket (bytes before it may be unread).
+    pub(crate) fn peer_finished(&self) -> bool {
+        match self {
+            Channel::Plain(ep) => ep.peer_finished(),
+            Channel::Tls(s) => s.ep.peer_finished(),
         }
     }
 

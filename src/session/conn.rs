@@ -197,7 +197,11 @@ impl Conn {
         let log = &self.log;
         let mut e = self.event(EventKind::Session);
         e.rule = log.decision.rule().cloned();
-        e.decision = log.decision.label();
+        // A client refused for its credentials was denied, by no rule.
+        e.decision = log.decision.label().or(match reason {
+            CloseReason::AuthFailed => Some(events::Decision::Deny),
+            _ => None,
+        });
         e.reason = log
             .decision
             .reason()
@@ -211,6 +215,25 @@ impl Conn {
         e.bytes_down = Some(log.down);
         e.duration = Some(ctx.now.saturating_duration_since(log.started));
         e.close = Some(reason);
+        ctx.events.emit(&e);
+    }
+
+    /// A forward-proxy request (its head in `head`) refused before any
+    /// upstream answered (by the policy, or it could not be reached): its
+    /// `request` event, with the session's decision and the answer's
+    /// `status`. The session's own counters have it already.
+    pub(crate) fn forward_refused(&self, head: &[u8], status: u16, reason: String, ctx: &Ctx) {
+        if !ctx.events.wants() {
+            return;
+        }
+        let mut e = self.event(EventKind::Request);
+        (e.method, e.path) = exchange::forward_fields(head);
+        e.rule = self.log.decision.rule().cloned();
+        // Undecided (the name did not resolve): refused by the proxy, as an
+        // exchange's refusals are.
+        e.decision = Some(self.log.decision.label().unwrap_or(events::Decision::Deny));
+        e.reason = Some(reason);
+        e.status = Some(status);
         ctx.events.emit(&e);
     }
 
@@ -235,7 +258,12 @@ impl Conn {
         if record.authority.is_some() {
             e.target.clone_from(&record.authority);
         }
-        e.rule = rule.cloned();
+        // Under an inspecting rule without request rules (and on the forward
+        // proxy), the rule that allowed the session.
+        e.rule = match &record.decision {
+            R::Allowed(None) => self.log.decision.rule().cloned(),
+            _ => rule.cloned(),
+        };
         e.decision = Some(match outcome {
             Outcome::Allowed => events::Decision::Allow,
             Outcome::Denied => events::Decision::Deny,

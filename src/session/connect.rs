@@ -17,6 +17,7 @@ use super::passthrough::{Passthrough, Preload};
 use super::refusal::{Dialect, Refusal};
 use super::securing::Securing;
 use super::state::State;
+use crate::config::ListenAddr;
 use crate::io::Io;
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
@@ -98,7 +99,36 @@ fn decide(
                 resolved: Some(addrs.to_vec()),
             })
         }
-        Verdict::Allow(allowed) => {
+        Verdict::Allow(mut allowed) => {
+            // Never the proxy itself, whatever the policy (audit mode too).
+            let port = request.target.port;
+            let mut ours = None;
+            allowed.addrs.retain(|ip| {
+                let addr = SocketAddr::new(*ip, port);
+                let own = ctx.settings.own.contains(addr);
+                if own {
+                    ours.get_or_insert(addr);
+                }
+                !own
+            });
+            if let (Some(addr), true) = (ours, allowed.addrs.is_empty()) {
+                ctx.stats.denied();
+                let refusal = Refusal::OwnAddress(addr);
+                log::debug!(
+                    "conn={} deny {}: {}",
+                    conn.id,
+                    request.target,
+                    refusal.describe()
+                );
+                conn.decide(
+                    Decision::Denied {
+                        rule: None,
+                        reason: refusal.describe(),
+                    },
+                    ctx,
+                );
+                return refuse_request(refusal, &request, client, conn, ctx);
+            }
             ctx.stats.allowed();
             log::debug!(
                 "conn={} allow {} by rule {}",
@@ -143,7 +173,89 @@ fn deny(
     ctx.stats.denied();
     log::debug!("conn={} deny {}: {denial}", conn.id, request.target);
     conn.decide(Decision::denied(&denial), ctx);
-    refuse(Refusal::Denied(denial), request.dialect, client, conn, ctx)
+    refuse_request(Refusal::Denied(denial), &request, client, conn, ctx)
+}
+
+/// Refuses `request` before an upstream answered it. A forward-proxy
+/// request gets its `request` event here: no exchange ever saw it.
+fn refuse_request(
+    refusal: Refusal,
+    request: &Request,
+    client: Endpoint,
+    conn: &mut Conn,
+    ctx: &mut Ctx,
+) -> State {
+    refuse_early(refusal, request.dialect, &request.early, client, conn, ctx)
+}
+
+/// [`refuse_request`], for a request taken apart: `early` holds a forward
+/// request's head.
+fn refuse_early(
+    refusal: Refusal,
+    dialect: Dialect,
+    early: &[u8],
+    client: Endpoint,
+    conn: &mut Conn,
+    ctx: &mut Ctx,
+) -> State {
+    if matches!(dialect, Dialect::Forward | Dialect::ForwardTls) {
+        conn.forward_refused(early, refusal.status(), refusal.describe(), ctx);
+    }
+    refuse(refusal, dialect, client, conn, ctx)
+}
+
+/// The proxy's own TCP addresses (its listeners and its admin endpoint),
+/// which no session may dial: a rule allowing loopback must not let a
+/// client reach the admin socket (and its control commands) or loop back
+/// into the proxy.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OwnAddrs {
+    addrs: Vec<SocketAddr>,
+}
+
+impl OwnAddrs {
+    /// The TCP addresses among `listening` (as bound: real ports).
+    pub(crate) fn new<'a>(listening: impl IntoIterator<Item = &'a ListenAddr>) -> OwnAddrs {
+        let addrs = listening
+            .into_iter()
+            .filter_map(|a| match a {
+                ListenAddr::Tcp(a) => Some(*a),
+                ListenAddr::Unix(_) => None,
+            })
+            .collect();
+        OwnAddrs { addrs }
+    }
+
+    /// Whether dialling `to` could reach the proxy: its port is one of ours
+    /// and it is a loopback or unspecified address (whatever address that
+    /// listener has: the safe side), the listener's own address, or, for a
+    /// listener on `0.0.0.0` or `::`, any address of this host.
+    pub(crate) fn contains(&self, to: SocketAddr) -> bool {
+        let ip = to.ip().to_canonical();
+        self.addrs.iter().any(|own| {
+            own.port() == to.port()
+                && (ip.is_loopback()
+                    || ip.is_unspecified()
+                    || own.ip().to_canonical() == ip
+                    || (own.ip().is_unspecified() && is_local(ip)))
+        })
+    }
+}
+
+/// Whether `ip` is an address of this host, as the kernel says now: a
+/// socket can bind it. Only asked for a port we listen on everywhere.
+fn is_local(ip: IpAddr) -> bool {
+    use socket2::{Domain, Socket, Type};
+    let probe = Socket::new(
+        Domain::for_address(SocketAddr::new(ip, 0)),
+        Type::DGRAM,
+        None,
+    )
+    .and_then(|s| s.bind(&SocketAddr::new(ip, 0).into()));
+    match probe {
+        Ok(()) => true,
+        Err(e) => e.raw_os_error() != Some(nix::libc::EADDRNOTAVAIL),
+    }
 }
 
 /// Waiting for the resolver; owns the client.
@@ -202,19 +314,12 @@ impl Resolving {
                     .remember(&self.request.target.host, &addrs, ctx.now);
                 decide(self.client, self.request, &addrs, conn, ctx)
             }
-            Err(e) => refuse(
-                Refusal::Resolve(e),
-                self.request.dialect,
-                self.client,
-                conn,
-                ctx,
-            ),
+            Err(e) => refuse_request(Refusal::Resolve(e), &self.request, self.client, conn, ctx),
         }
     }
 
     pub(crate) fn on_timeout(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let dialect = self.request.dialect;
-        refuse(Refusal::Timeout, dialect, self.client, conn, ctx)
+        refuse_request(Refusal::Timeout, &self.request, self.client, conn, ctx)
     }
 }
 
@@ -307,14 +412,31 @@ impl Plan {
                 Err(e) => {
                     log::debug!("conn={} connect {addr}: {e}", conn.id);
                     self.last_error = Some(e);
+                    if self.parent.is_some() {
+                        break; // the next address goes through the same parent
+                    }
                 }
             }
         }
+        self.unreachable(client, conn, ctx)
+    }
+
+    /// No connect succeeded: the destination's fault, or the parent
+    /// proxy's when there is one (it is the only address dialled).
+    fn unreachable(mut self, client: Endpoint, conn: &mut Conn, ctx: &mut Ctx) -> State {
         let e = self
             .last_error
             .take()
             .unwrap_or_else(|| io::Error::other("no address to connect to"));
-        refuse(Refusal::Connect(e), self.request.dialect, client, conn, ctx)
+        let refusal = match &self.parent {
+            Some(parent) => {
+                let why = format!("cannot connect to {parent}: {e}");
+                log::info!("conn={} {why}", conn.id);
+                Refusal::Parent(why)
+            }
+            None => Refusal::Connect(e),
+        };
+        refuse_request(refusal, &self.request, client, conn, ctx)
     }
 }
 
@@ -353,6 +475,9 @@ impl Connecting {
             self.plan.last_error = Some(e);
             // The failed socket closes here, before the next attempt.
             let Connecting { client, plan, .. } = self;
+            if plan.parent.is_some() {
+                return plan.unreachable(client, conn, ctx);
+            }
             return plan.attempt(client, conn, ctx);
         }
         if !self.upstream.can_write() {
@@ -425,8 +550,13 @@ impl Connecting {
 
     fn parent_failed(self, why: String, conn: &mut Conn, ctx: &mut Ctx) -> State {
         log::info!("conn={} {why}", conn.id);
-        let dialect = self.plan.request.dialect;
-        refuse(Refusal::Parent(why), dialect, self.client, conn, ctx)
+        refuse_request(
+            Refusal::Parent(why),
+            &self.plan.request,
+            self.client,
+            conn,
+            ctx,
+        )
     }
 
     /// `from_upstream`: bytes the destination sent already (behind a parent
@@ -449,7 +579,8 @@ impl Connecting {
             // HTTP and TLS destinations never speak first: only a raw tunnel
             // can carry what came behind the parent's answer.
             let why = "the destination spoke before any request (through the parent proxy)";
-            return refuse(Refusal::Parent(why.into()), dialect, client, conn, ctx);
+            let refusal = Refusal::Parent(why.into());
+            return refuse_early(refusal, dialect, &early, client, conn, ctx);
         }
         let reply = match dialect {
             Dialect::Http => http::CONNECT_ESTABLISHED.to_vec(),
@@ -482,7 +613,7 @@ impl Connecting {
                     Ok(layer) => layer,
                     Err(why) => {
                         let refusal = Refusal::Connect(std::io::Error::other(why));
-                        return refuse(refusal, dialect, client, conn, ctx);
+                        return refuse_early(refusal, dialect, &early, client, conn, ctx);
                     }
                 };
                 let upstream = Channel::Tls(Box::new(Secure::new(upstream, layer)));
@@ -538,7 +669,14 @@ impl Connecting {
     }
 
     pub(crate) fn on_timeout(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let dialect = self.plan.request.dialect;
-        refuse(Refusal::Timeout, dialect, self.client, conn, ctx)
+        if let Some(parent) = &self.plan.parent {
+            // Connecting to it, or waiting for its answer: the parent's delay.
+            let why = match self.stage {
+                Dial::Tcp => format!("timed out connecting to {parent}"),
+                Dial::Parent { .. } => format!("no answer from {parent} in time"),
+            };
+            return self.parent_failed(why, conn, ctx);
+        }
+        refuse_request(Refusal::Timeout, &self.plan.request, self.client, conn, ctx)
     }
 }

@@ -28,6 +28,8 @@ pub(crate) struct Settings {
     pub(crate) auth: Option<std::sync::Arc<Users>>,
     /// The global parent proxy, if any.
     pub(crate) upstream_proxy: Option<std::sync::Arc<crate::protocol::parent::ParentProxy>>,
+    /// The proxy's own addresses, never dialled.
+    pub(crate) own: super::connect::OwnAddrs,
 }
 
 /// The tokens this session's two sockets register under.

@@ -154,6 +154,12 @@ impl Endpoint {
         self.ready.event.contains(Ready::ERROR)
     }
 
+    /// The peer has finished sending: its FIN arrived (EPOLLRDHUP), whether
+    /// or not the bytes queued ahead of it have been read yet.
+    pub(crate) fn peer_finished(&self) -> bool {
+        self.ready.event.contains(Ready::READ_CLOSED)
+    }
+
     /// Reads into `buf` (never empty).
     ///
     /// A short read empties the socket's receive queue (TCP and Unix stream
@@ -163,17 +169,32 @@ impl Endpoint {
     /// in EOF: the next read reports it without a syscall.
     pub(crate) fn read(&mut self, buf: &mut [u8]) -> Io {
         debug_assert!(!buf.is_empty());
+        let want = buf.len();
+        self.read_with(want, |s| s.read_into(buf))
+    }
+
+    /// Reads into the spare capacity of `buf` (see [`Stream::read_spare`]),
+    /// with the readiness bookkeeping of [`Endpoint::read`].
+    pub(crate) fn read_spare(&mut self, buf: &mut Vec<u8>) -> Io {
+        let want = buf.capacity() - buf.len();
+        debug_assert!(want > 0);
+        self.read_with(want, |s| s.read_spare(buf))
+    }
+
+    /// One read of up to `want` bytes by `op`, and what it says about the
+    /// socket's readiness.
+    fn read_with(&mut self, want: usize, op: impl FnOnce(&mut Stream) -> Io) -> Io {
         if self.eof_known() {
             self.ready.event.remove(Ready::READABLE);
             return Io::Eof;
         }
-        let io = self.stream.read_into(buf);
+        let io = op(&mut self.stream);
         match io {
             Io::WouldBlock | Io::Eof => self.ready.event.remove(Ready::READABLE),
-            Io::Progress(n) if n < buf.len() && !self.ready.event.contains(Ready::READ_CLOSED) => {
+            Io::Progress(n) if n < want && !self.ready.event.contains(Ready::READ_CLOSED) => {
                 self.ready.event.remove(Ready::READABLE)
             }
-            Io::Progress(n) if n < buf.len() => self.drained_to_eof = true,
+            Io::Progress(n) if n < want => self.drained_to_eof = true,
             _ => {}
         }
         io

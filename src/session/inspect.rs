@@ -56,8 +56,9 @@ pub(crate) struct Inspect {
     /// The upstream's TLS handshake must finish by then (the connect
     /// timeout: it is part of reaching the upstream).
     upstream_tls_until: Option<Instant>,
-    /// What the session's deadline is set for now.
-    armed: Option<Wait>,
+    /// What the session's deadline is set for now, and whether it counts
+    /// the half-close timeout.
+    armed: (Option<Wait>, bool),
     /// A terminated client must finish its TLS handshake by then: one that
     /// stops after its ClientHello is not held for ever.
     handshake_until: Option<Instant>,
@@ -192,7 +193,7 @@ impl Inspect {
             head_wait: None,
             head_timed_out: false,
             upstream_tls_until,
-            armed: None,
+            armed: (None, false),
             handshake_until: None,
             first_bytes: false,
             own: 0,
@@ -455,15 +456,12 @@ impl Inspect {
 
     /// The conversation is over: flush what the client is owed, then close.
     fn close(
-        mut self: Box<Self>,
+        self: Box<Self>,
         answer: Option<Vec<u8>>,
         end: End,
         conn: &mut Conn,
         ctx: &mut Ctx,
     ) -> State {
-        if let Some(answer) = answer {
-            self.owe(&answer, ctx);
-        }
         let reason = match &end {
             End::Done if self.head_timed_out => {
                 conn.log.error =
@@ -475,6 +473,21 @@ impl Inspect {
             End::BadRequest(_) => CloseReason::BadRequest,
             End::ResponseTimeout => CloseReason::ResponseTimeout,
         };
+        self.close_as(answer, end, reason, conn, ctx)
+    }
+
+    /// [`Inspect::close`], for `reason`.
+    fn close_as(
+        mut self: Box<Self>,
+        answer: Option<Vec<u8>>,
+        end: End,
+        reason: CloseReason,
+        conn: &mut Conn,
+        ctx: &mut Ctx,
+    ) -> State {
+        if let Some(answer) = answer {
+            self.owe(&answer, ctx);
+        }
         match &end {
             End::BadUpstream(why) | End::BadRequest(why) => {
                 log::info!("conn={} {why}", conn.id);
@@ -550,11 +563,25 @@ impl Inspect {
         self.head_wait = follow(self.ex.awaiting_head(), self.head_wait);
     }
 
+    /// The client has finished sending: its EOF was read, or its FIN was
+    /// reported with bytes ahead of it still unread. As in a tunnel, the
+    /// session may then sit silent for no longer than the half-close timeout.
+    fn half_closed(&self) -> bool {
+        self.client_eof || self.client.peer_finished()
+    }
+
+    /// When a half-closed session that stays silent is closed.
+    fn half_close_due(&self, ctx: &Ctx) -> Option<Instant> {
+        self.half_closed()
+            .then(|| self.last_active + ctx.settings.timeouts.half_close)
+    }
+
     /// Keeps the one session deadline on the earliest of what the session
     /// waits for: the client's TLS handshake, the upstream's (the connect
     /// timeout), a response head (504 when it does not come), the rest of
     /// a request head (408), or, if set and no response is awaited,
-    /// idleness.
+    /// idleness; once the client has finished, no later than the
+    /// half-close timeout.
     fn rearm(&mut self, conn: &mut Conn, ctx: &Ctx) {
         if !self.client.is_handshaking() {
             self.handshake_until = None;
@@ -580,19 +607,24 @@ impl Inspect {
         .into_iter()
         .flatten()
         .min_by_key(|&(_, deadline)| deadline);
-        if want.map(|(w, _)| w) == self.armed {
+        let armed = (want.map(|(w, _)| w), self.half_closed());
+        if armed == self.armed {
             return;
         }
-        self.armed = want.map(|(w, _)| w);
+        self.armed = armed;
         // Set for the time left: a deadline that moved later since (new
         // traffic) only makes the timer fire early, and `on_timer` then sets
         // it again for what is left.
-        conn.deadline = want.map(|(_, deadline)| deadline);
+        let due = want.map(|(_, deadline)| deadline);
+        conn.deadline = match (due, self.half_close_due(ctx)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
 
     pub(crate) fn on_timer(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
         self.unpark(ctx);
-        self.armed = None;
+        self.armed = (None, false);
         if let Some(until) = self.handshake_until {
             if ctx.now >= until && self.client.is_handshaking() {
                 log::info!(
@@ -632,6 +664,21 @@ impl Inspect {
                 // The 408 goes out in order, then the conversation ends.
                 return self.drive(conn, ctx);
             }
+        }
+        if self.half_close_due(ctx).is_some_and(|due| ctx.now >= due) {
+            log::info!(
+                "conn={} the client finished and nothing moved for the half-close timeout",
+                conn.id
+            );
+            // A response still awaited is answered (504) before the close.
+            if self.ex.response_timeout() {
+                self.records(conn, ctx);
+                if let Status::Closed { answer, end } = self.ex.status() {
+                    let reason = CloseReason::HalfCloseTimeout;
+                    return self.close_as(answer, end, reason, conn, ctx);
+                }
+            }
+            return State::Done(CloseReason::HalfCloseTimeout);
         }
         if let Some((_, since)) = self.waiting {
             let due = ctx.now >= since + ctx.settings.timeouts.response;

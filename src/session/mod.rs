@@ -35,6 +35,7 @@ use std::net::IpAddr;
 
 use mio::event::Event;
 
+pub(crate) use connect::OwnAddrs;
 pub(crate) use ctx::{Ctx, Effects, Settings, Tokens};
 #[cfg(target_os = "linux")]
 pub(crate) use passthrough::pipe::PipeBudget;

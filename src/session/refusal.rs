@@ -2,6 +2,7 @@
 //! each one gets in the client's own protocol.
 
 use std::io;
+use std::net::SocketAddr;
 
 use crate::policy::Denial;
 use crate::protocol::{http, socks5};
@@ -41,6 +42,8 @@ pub(crate) enum Refusal {
     BadHost(String),
     /// Policy said no.
     Denied(Denial),
+    /// The destination is the proxy's own (a listener, the admin endpoint).
+    OwnAddress(SocketAddr),
     /// DNS failed.
     Resolve(io::Error),
     /// Every address failed; the last error.
@@ -63,7 +66,7 @@ impl Refusal {
             | Refusal::SocksCommand
             | Refusal::BadHost(_) => CloseReason::BadRequest,
             Refusal::AuthRequired => CloseReason::AuthFailed,
-            Refusal::Denied(_) => CloseReason::Denied,
+            Refusal::Denied(_) | Refusal::OwnAddress(_) => CloseReason::Denied,
             Refusal::Resolve(_) => CloseReason::ResolveFailed,
             Refusal::Connect(_) | Refusal::Parent(_) => CloseReason::ConnectFailed,
             Refusal::Timeout => CloseReason::ConnectTimeout,
@@ -84,6 +87,7 @@ impl Refusal {
             Refusal::SocksCommand => "only the SOCKS5 CONNECT command is supported".into(),
             Refusal::BadHost(why) => format!("invalid target host: {why}"),
             Refusal::Denied(d) => format!("{d}"),
+            Refusal::OwnAddress(a) => format!("{a} is the proxy's own address"),
             Refusal::Resolve(e) => format!("could not resolve the target: {e}"),
             Refusal::Connect(e) => format!("could not connect to the target: {e}"),
             Refusal::Timeout => "timed out connecting to the target".into(),
@@ -108,6 +112,7 @@ impl Refusal {
             Refusal::Denied(Denial::User { rule, .. }) => {
                 format!("denied; user-not-in-rule={rule}")
             }
+            Refusal::OwnAddress(a) => format!("denied; own-address={a}"),
             Refusal::Resolve(_) => "resolve-failed".into(),
             Refusal::Connect(_) => "connect-failed".into(),
             Refusal::Timeout => "connect-timeout".into(),
@@ -124,21 +129,31 @@ impl Refusal {
         }
     }
 
-    fn http_answer(&self) -> Vec<u8> {
-        let (status, extra): (u16, &[(&str, &str)]) = match self {
+    /// The HTTP status it is answered with.
+    pub(crate) fn status(&self) -> u16 {
+        match self {
             Refusal::Malformed(_)
             | Refusal::BadHost(_)
             | Refusal::Socks(_)
-            | Refusal::SocksCommand => (400, &[]),
-            Refusal::HeadTooLarge => (431, &[]),
-            Refusal::Method(_) => (405, &[("Allow", "CONNECT")]),
-            Refusal::AuthRequired => (407, &[("Proxy-Authenticate", "Basic realm=\"portcullis\"")]),
-            Refusal::Denied(_) => (403, &[]),
-            Refusal::Resolve(_) | Refusal::Connect(_) | Refusal::Parent(_) => (502, &[]),
-            Refusal::Timeout => (504, &[]),
-            Refusal::Limit(_) => (503, &[("Retry-After", "1")]),
+            | Refusal::SocksCommand => 400,
+            Refusal::HeadTooLarge => 431,
+            Refusal::Method(_) => 405,
+            Refusal::AuthRequired => 407,
+            Refusal::Denied(_) | Refusal::OwnAddress(_) => 403,
+            Refusal::Resolve(_) | Refusal::Connect(_) | Refusal::Parent(_) => 502,
+            Refusal::Timeout => 504,
+            Refusal::Limit(_) => 503,
+        }
+    }
+
+    fn http_answer(&self) -> Vec<u8> {
+        let extra: &[(&str, &str)] = match self {
+            Refusal::Method(_) => &[("Allow", "CONNECT")],
+            Refusal::AuthRequired => &[("Proxy-Authenticate", "Basic realm=\"portcullis\"")],
+            Refusal::Limit(_) => &[("Retry-After", "1")],
+            _ => &[],
         };
-        http::error_response(status, &self.cause(), &self.describe(), extra)
+        http::error_response(self.status(), &self.cause(), &self.describe(), extra)
     }
 
     fn socks_answer(&self) -> Vec<u8> {
@@ -151,7 +166,7 @@ impl Refusal {
             | Refusal::AuthRequired => return Vec::new(),
             Refusal::Socks(e) => e.reply(),
             Refusal::SocksCommand => Reply::CommandNotSupported,
-            Refusal::BadHost(_) | Refusal::Denied(_) => Reply::NotAllowed,
+            Refusal::BadHost(_) | Refusal::Denied(_) | Refusal::OwnAddress(_) => Reply::NotAllowed,
             Refusal::Resolve(_) => Reply::HostUnreachable,
             Refusal::Connect(e) => match e.kind() {
                 io::ErrorKind::ConnectionRefused => Reply::ConnectionRefused,

@@ -61,6 +61,7 @@ impl Harness {
                 limits: Limits::default(),
                 auth: None,
                 upstream_proxy: None,
+                own: Default::default(),
             },
             tls: super::TlsEnv::new(crate::config::TlsConfig::default()),
             policy,

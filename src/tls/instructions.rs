@@ -12,7 +12,9 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// The trust variables and what reads them.
+/// The trust variables and what reads them: every one a tool prefers to
+/// `SSL_CERT_FILE` is set too, since an inherited value (a system's own
+/// bundle) would otherwise win over the proxy's CA.
 pub const CA_ENV_VARS: &[(&str, &str)] = &[
     (
         "SSL_CERT_FILE",
@@ -20,8 +22,18 @@ pub const CA_ENV_VARS: &[(&str, &str)] = &[
     ),
     ("NODE_EXTRA_CA_CERTS", "Node.js (adds to its own roots)"),
     ("REQUESTS_CA_BUNDLE", "python requests and pip"),
+    (
+        "CURL_CA_BUNDLE",
+        "curl (before SSL_CERT_FILE), python requests",
+    ),
+    ("PIP_CERT", "pip (before REQUESTS_CA_BUNDLE)"),
+    ("AWS_CA_BUNDLE", "the AWS CLI and SDKs"),
     ("GIT_SSL_CAINFO", "git over HTTPS"),
     ("CARGO_HTTP_CAINFO", "cargo"),
+    ("NIX_SSL_CERT_FILE", "programs built by Nix"),
+    ("HTTPLIB2_CA_CERTS", "python httplib2 (Google API clients)"),
+    ("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", "gRPC"),
+    ("CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE", "gcloud"),
 ];
 
 /// Where the system's roots are, on common systems.

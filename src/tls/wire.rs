@@ -16,6 +16,20 @@ use crate::io::{Io, Stream};
 pub(crate) trait Wire {
     /// Reads into `buf` (never empty).
     fn read(&mut self, buf: &mut [u8]) -> Io;
+    /// Reads into the spare capacity of `buf` (never none) and extends it
+    /// by what was read. A socket overrides it to skip zeroing the room
+    /// first; by default the room is zeroed and [`Wire::read`] fills it.
+    fn read_spare(&mut self, buf: &mut Vec<u8>) -> Io {
+        let len = buf.len();
+        buf.resize(buf.capacity(), 0);
+        let io = self.read(&mut buf[len..]);
+        let n = match io {
+            Io::Progress(n) => n,
+            _ => 0,
+        };
+        buf.truncate(len + n);
+        io
+    }
     /// Writes from `buf` (never empty).
     fn write(&mut self, buf: &[u8]) -> Io;
     /// Writes from several buffers at once (writev); by default the first
@@ -31,6 +45,9 @@ pub(crate) trait Wire {
 impl Wire for Stream {
     fn read(&mut self, buf: &mut [u8]) -> Io {
         self.read_into(buf)
+    }
+    fn read_spare(&mut self, buf: &mut Vec<u8>) -> Io {
+        Stream::read_spare(self, buf)
     }
     fn write(&mut self, buf: &[u8]) -> Io {
         self.write_from(buf)
@@ -135,13 +152,9 @@ impl Rx {
         }
         self.buf.clear();
         self.start = 0;
-        self.buf.resize(self.chunk, 0);
-        let io = wire.read(&mut self.buf);
-        let n = match io {
-            Io::Progress(n) => n,
-            _ => 0,
-        };
-        self.buf.truncate(n);
+        // Room for a chunk, not zeroed: the wire reads straight into it.
+        self.buf.reserve_exact(self.chunk);
+        let io = wire.read_spare(&mut self.buf);
         match io {
             Io::Progress(_) => Fill::Ready,
             Io::WouldBlock => {

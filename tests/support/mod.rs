@@ -16,6 +16,7 @@
 // additions merge cleanly.
 pub mod child;
 pub mod http_client;
+pub mod netns;
 pub mod origin;
 pub mod payload;
 pub mod proxy;
@@ -33,6 +34,8 @@ pub mod ws;
 pub use child::*;
 #[allow(unused_imports)]
 pub use http_client::*;
+#[allow(unused_imports)]
+pub use netns::*;
 #[allow(unused_imports)]
 pub use origin::*;
 #[allow(unused_imports)]

@@ -337,6 +337,77 @@ fn plain_messages_for_common_mistakes() {
 }
 
 #[test]
+fn an_ipv6_address_that_could_end_in_a_port_needs_brackets() {
+    let e = parse_cli_rule(Action::Allow, "::1:443")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("\"::1:443\" is ambiguous: write [::1]:443 for port 443 of ::1, or [::1:443] for that address on every port"),
+        "{e}"
+    );
+    assert!(parse_cli_rule(Action::Deny, "2001:db8::1:8080").is_err());
+    // Unambiguous: brackets, or no address before the last group.
+    for spec in [
+        "[::1]:443",
+        "[::1:443]",
+        "::1",
+        "2001:db8::1",
+        "fe80::1",
+        "2001:db8::abcd",
+        "[fd00::/8]:1-1024",
+    ] {
+        parse_cli_rule(Action::Allow, spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+    }
+}
+
+#[test]
+fn a_host_with_a_port_says_where_the_port_goes() {
+    for (host, want) in [
+        ("github.com:443", "\"github.com:443\": a host has no port: give \"github.com\", and the port as port = 443 (or in ports)"),
+        ("*.github.com:443", "give \"*.github.com\", and the port as port = 443"),
+        ("[::1]:8080", "give \"::1\", and the port as port = 8080"),
+    ] {
+        let e = Policy::from_rules(&[RuleConfig {
+            hosts: vec![host.into()],
+            ..cfg(Action::Allow)
+        }])
+        .unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("hosts[0]"), "{host}");
+        assert!(e.message.contains(want), "{host}: {e}");
+        assert!(!e.message.contains("IPv6"), "{host}: {e}");
+    }
+    // An IPv6 address is still a host.
+    Policy::from_rules(&[RuleConfig {
+        host: Some("::1".into()),
+        ..cfg(Action::Allow)
+    }])
+    .unwrap();
+}
+
+#[test]
+fn rule_names_are_unique() {
+    let named = |n: &str, h: &str| RuleConfig {
+        name: Some(n.into()),
+        host: Some(h.into()),
+        ..cfg(Action::Allow)
+    };
+    let e = Policy::from_rules(&[
+        named("a", "a.test"),
+        named("b", "b.test"),
+        named("a", "c.test"),
+    ])
+    .unwrap_err();
+    assert_eq!((e.rule, e.key.as_deref()), (Some(2), Some("name")));
+    assert!(e.message.contains("\"a\" names an earlier rule too"), "{e}");
+    // Unnamed rules are `rules[N]`: distinct.
+    let unnamed = RuleConfig {
+        host: Some("x.test".into()),
+        ..cfg(Action::Allow)
+    };
+    Policy::from_rules(&[unnamed.clone(), unnamed]).unwrap();
+}
+
+#[test]
 fn match_mode_and_tls_keys_are_checked() {
     let err = |r: RuleConfig| Policy::from_rules(&[r]).unwrap_err();
     let both = |r: RuleConfig| RuleConfig {

@@ -112,9 +112,16 @@ fn unlocked_by_a_rule_naming_it() {
         let p = pol(&[("allow", names)]);
         let v = literal(&p, addr, 443);
         assert!(allowed(&v), "{addr} with {names}: {v:?}");
-        // ... and by the address itself as a host pattern, brackets or not.
-        let p = pol(&[("allow", addr)]);
-        assert!(allowed(&literal(&p, addr, 443)), "{addr} as host");
+        // ... and by the address itself as a host pattern, brackets or not
+        // (brackets where a port could be read into it: `64:ff9b::7f00:1`).
+        let bare = parse_cli_rule(Action::Allow, addr);
+        let spec = match bare {
+            Ok(_) => addr.to_owned(),
+            Err(e) if e.message.contains("ambiguous") => format!("[{addr}]"),
+            Err(e) => panic!("{addr}: {e}"),
+        };
+        let p = pol(&[("allow", &spec)]);
+        assert!(allowed(&literal(&p, addr, 443)), "{spec} as host");
     }
     let p = pol(&[("allow", "[::1]:9000")]);
     assert!(allowed(&literal(&p, "::1", 9000)));

@@ -7,6 +7,13 @@
 //! allow. There is no cumulative limit of any kind. EOF from one side is
 //! flushed and then becomes `shutdown(Write)` on the other; the tunnel is
 //! done when both directions are.
+//!
+//! Once either peer has finished sending, the tunnel is half-closed and may
+//! sit silent for at most the half-close timeout. A peer has finished when
+//! its EOF is read, or as soon as the kernel reports its FIN (RDHUP), even
+//! while bytes ahead of the FIN are still unread because the other side is
+//! not taking them: a client that filled the tunnel toward an upstream that
+//! never reads, then closed, must not hold the session for ever.
 
 mod carrier;
 #[cfg(target_os = "linux")]
@@ -41,6 +48,8 @@ pub(crate) struct Passthrough {
     idle: Option<Duration>,
     /// How long a half-closed tunnel may sit silent.
     half_close: Duration,
+    /// The half-close deadline is set (the tunnel is half-closed for good).
+    half_close_armed: bool,
     last_active: Instant,
 }
 
@@ -118,15 +127,20 @@ impl Passthrough {
             },
             own,
         };
-        Passthrough {
+        let mut p = Passthrough {
             client,
             upstream,
             up: flow(preload.to_upstream, 0, preload.eof.0),
             down: flow(preload.to_client, preload.own, preload.eof.1),
             idle,
             half_close: ctx.settings.timeouts.half_close,
+            half_close_armed: false,
             last_active: ctx.now,
-        }
+        };
+        // Entering this state sets the deadline from `idle_timeout`, which
+        // already counts a side that finished before the tunnel opened.
+        p.half_close_armed = p.half_closed();
+        p
     }
 
     /// How long the tunnel may sit silent now: the idle timeout, and once
@@ -142,8 +156,14 @@ impl Passthrough {
         }
     }
 
+    /// A side has finished: its EOF was read, or its FIN was reported with
+    /// bytes still queued ahead of it (the flow toward the other side is
+    /// full, so they are not read yet; once they are, EOF follows).
     fn half_closed(&self) -> bool {
-        self.up.phase != FlowPhase::Open || self.down.phase != FlowPhase::Open
+        self.up.phase != FlowPhase::Open
+            || self.down.phase != FlowPhase::Open
+            || self.client.peer_finished()
+            || self.upstream.peer_finished()
     }
 
     pub(crate) fn endpoint(&mut self, side: Side) -> &mut Endpoint {
@@ -170,7 +190,6 @@ impl Passthrough {
         // An error event does not end a side at once: bytes it sent before
         // its reset are still queued, and the reads below deliver them before
         // reporting the error (the syscalls say it in the right order).
-        let was_half_closed = self.half_closed();
         let mut active = false;
         let mut rounds = 0;
         // Splice needs a socket at both ends: after a TLS upgrade, buffers carry.
@@ -219,9 +238,12 @@ impl Passthrough {
         if self.up.phase == FlowPhase::Shut && self.down.phase == FlowPhase::Shut && !owed {
             return State::Done(CloseReason::Done);
         }
-        if self.half_closed() && !was_half_closed {
+        if !self.half_close_armed && self.half_closed() {
             // One side finished: the other must finish too, or go quiet for
-            // no longer than the half-close timeout.
+            // no longer than the half-close timeout. (A FIN reported by the
+            // event that woke this call counts too: hence the flag, not a
+            // comparison with the state at entry.)
+            self.half_close_armed = true;
             let due = self.last_active + self.half_close;
             conn.deadline = Some(conn.deadline.map_or(due, |d| d.min(due)));
         }

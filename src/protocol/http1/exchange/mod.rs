@@ -92,6 +92,7 @@ mod record;
 mod request;
 mod response;
 
+pub(crate) use record::forward_fields;
 pub use record::{Decision, Record};
 
 /// Exchanges (requests whose answer is still due) held at once; past it the

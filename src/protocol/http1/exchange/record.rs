@@ -64,6 +64,24 @@ impl Record {
     }
 }
 
+/// The method and normalised path (no query) of a forward-proxy request
+/// head (`GET http://host/path?q HTTP/1.1`), clipped as records are: for a
+/// request the proxy refused before any exchange saw it. `None` for what
+/// does not parse.
+pub(crate) fn forward_fields(head: &[u8]) -> (Option<String>, Option<String>) {
+    let Ok(Some((head, _))) = crate::protocol::http::parse_request_head(head, head.len()) else {
+        return (None, None);
+    };
+    let path = crate::protocol::http1::parse_absolute_target(&head.target)
+        .ok()
+        .flatten()
+        .and_then(|t| crate::policy::normalize_path(&t.path_and_query).ok());
+    (
+        Some(clip(&head.method, 64)),
+        path.map(|p| clip(&p, MAX_PATH)),
+    )
+}
+
 /// `text` cut to at most `max` bytes (on a character boundary), with `...`
 /// when cut: text from a client that the proxy stores or echoes stays small.
 pub(super) fn clip(text: &str, max: usize) -> String {
