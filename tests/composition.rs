@@ -237,7 +237,7 @@ fn admin_via_connect(proxy: std::net::SocketAddr, target: &str) -> String {
 }
 
 /// The same through SOCKS5, the address as `atyp_addr` (ATYP byte first)
-/// and `host` in the request's Host: the status line, or `SOCKS5 reply N`
+/// and `host` (then `:port`) in the request's Host: the status line, or `SOCKS5 reply N`
 /// when refused.
 fn admin_via_socks5(
     proxy: std::net::SocketAddr,
@@ -258,7 +258,7 @@ fn admin_via_socks5(
     if rep != 0 {
         return format!("SOCKS5 reply {rep}");
     }
-    get(&mut s, host, "/v1/admin/secret")
+    get(&mut s, &format!("{host}:{port}"), "/v1/admin/secret")
 }
 
 /// A SOCKS5 address, and the Host a request through it names.
@@ -313,8 +313,9 @@ fn a_wildcard_allow_beside_an_inspecting_name_rule_never_opens_the_address() {
         );
         let p = proxy.addr;
         let mut s = connect_via_http(p, &format!("api.test:{port}"));
-        assert!(get(&mut s, "api.test", "/v1/users").contains("200"));
-        assert!(get(&mut s, "api.test", "/v1/admin/secret").contains("403"));
+        let host = format!("api.test:{port}");
+        assert!(get(&mut s, &host, "/v1/users").contains("200"));
+        assert!(get(&mut s, &host, "/v1/admin/secret").contains("403"));
         for name in ["alias.test", "API.TEST."] {
             let status = admin_via_connect(p, &format!("{name}:{port}"));
             assert!(status.starts_with("HTTP/1.1 403"), "{name}: {status}");
@@ -475,7 +476,7 @@ port = {port}
             rustls::ClientConnection::new(proxy_ca.client_config(&[b"http/1.1"]), name).unwrap();
         let mut tls = rustls::StreamOwned::new(conn, tcp);
         let mut status = |path: &str| {
-            write!(tls, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+            write!(tls, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").unwrap();
             let head = read_response_head(&mut tls).expect("an answer");
             let len: usize = head
                 .header("content-length")
