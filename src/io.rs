@@ -5,6 +5,8 @@
 //! an [`Io`] outcome. Callers then have exactly four cases to handle, and a
 //! dead peer is always [`Io::PeerGone`], whatever errno said it.
 
+mod std_listener;
+
 use std::io::{self, Read};
 use std::net::Shutdown;
 use std::os::fd::{AsRawFd, RawFd};
@@ -12,6 +14,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use mio::event::Source;
 use mio::net::{TcpStream, UnixStream};
 use mio::{Interest, Registry, Token};
+
+pub use std_listener::StdListener;
 
 /// What one read or write did.
 #[derive(Debug)]
