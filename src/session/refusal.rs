@@ -5,7 +5,7 @@ use std::io;
 
 use crate::policy::Denial;
 use crate::protocol::{http, socks5};
-use crate::stats::CloseReason;
+use crate::lifecycle::CloseReason;
 
 /// Which protocol the client spoke, so a refusal is answered in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
