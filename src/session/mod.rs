@@ -22,7 +22,6 @@ mod endpoint;
 mod handshake;
 mod inspect;
 mod passthrough;
-mod readiness;
 mod refusal;
 mod securing;
 mod state;

@@ -3,9 +3,9 @@
 
 use std::io;
 
+use crate::lifecycle::CloseReason;
 use crate::policy::Denial;
 use crate::protocol::{http, socks5};
-use crate::lifecycle::CloseReason;
 
 /// Which protocol the client spoke, so a refusal is answered in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
