@@ -62,6 +62,40 @@ pub(crate) fn retrying(dir: Dir, mut op: impl FnMut() -> io::Result<usize>) -> I
     }
 }
 
+/// What a failed `accept` means: the one classifier both accept loops
+/// (the proxy's listeners and the admin listener) use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcceptError {
+    /// EINTR: accept again now.
+    Retry,
+    /// EAGAIN: the queue is empty.
+    Drained,
+    /// The connection died in the backlog (ECONNABORTED, ECONNRESET):
+    /// nothing to serve; the next one may be fine.
+    Skip,
+    /// EMFILE, ENFILE: the process (or the system) is out of file descriptors.
+    OutOfFds,
+    /// Anything else (ENOBUFS, ENOMEM, ...): retrying now would fail the same way.
+    Fatal,
+}
+
+/// Sorts a failed `accept` into an [`AcceptError`].
+pub(crate) fn classify_accept(e: &io::Error) -> AcceptError {
+    use nix::errno::Errno;
+    match e.kind() {
+        io::ErrorKind::WouldBlock => return AcceptError::Drained,
+        io::ErrorKind::Interrupted => return AcceptError::Retry,
+        io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset => {
+            return AcceptError::Skip
+        }
+        _ => {}
+    }
+    match e.raw_os_error().map(Errno::from_raw) {
+        Some(Errno::EMFILE | Errno::ENFILE) => AcceptError::OutOfFds,
+        _ => AcceptError::Fatal,
+    }
+}
+
 /// Whether accepted TCP sockets inherit TCP_NODELAY from their listener
 /// (Linux and the BSDs copy it into the new socket), so setting it once on
 /// the listener saves a `setsockopt` per connection.
@@ -294,6 +328,26 @@ mod tests {
         assert!(matches!(st.read_spare(&mut rest), Io::Progress(10)));
         assert_eq!(rest, b"qrstuvwxyz");
         assert!(matches!(st.read_spare(&mut rest), Io::Eof));
+    }
+
+    #[test]
+    fn accept_errors() {
+        use nix::libc;
+        let os = io::Error::from_raw_os_error;
+        for (e, want) in [
+            (os(libc::EAGAIN), AcceptError::Drained),
+            (io::ErrorKind::WouldBlock.into(), AcceptError::Drained),
+            (os(libc::EINTR), AcceptError::Retry),
+            (os(libc::ECONNABORTED), AcceptError::Skip),
+            (os(libc::ECONNRESET), AcceptError::Skip),
+            (os(libc::EMFILE), AcceptError::OutOfFds),
+            (os(libc::ENFILE), AcceptError::OutOfFds),
+            (os(libc::ENOBUFS), AcceptError::Fatal),
+            (os(libc::ENOMEM), AcceptError::Fatal),
+            (io::Error::other("no errno"), AcceptError::Fatal),
+        ] {
+            assert_eq!(classify_accept(&e), want, "{e}");
+        }
     }
 
     #[test]

@@ -28,7 +28,7 @@ use crate::admin::http::{self, Route};
 use crate::admin::proto::{Input, Proto};
 use crate::admin::{metrics, report};
 use crate::io::readiness::{Readiness, Ready};
-use crate::io::{Io, Stream};
+use crate::io::{classify_accept, AcceptError, Io, Stream};
 
 /// Admin connections open at once, at most (the control fd aside).
 pub(crate) const MAX_CONNS: usize = 8;
@@ -143,14 +143,17 @@ impl Admin {
                         Err(e) => log::warn!("admin: cannot register a connection: {e}"),
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return new,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    // Out of fds or the like: the next connection raises a
-                    // new edge and retries; nothing to spin on meanwhile.
-                    log::debug!("admin: accept failed: {e}");
-                    return new;
-                }
+                Err(e) => match classify_accept(&e) {
+                    AcceptError::Drained => return new,
+                    AcceptError::Retry => {}
+                    // A connection gone from the backlog, out of fds or the
+                    // like: the next connection raises a new edge and
+                    // retries; nothing to spin on meanwhile.
+                    AcceptError::Skip | AcceptError::OutOfFds | AcceptError::Fatal => {
+                        log::debug!("admin: accept failed: {e}");
+                        return new;
+                    }
+                },
             }
         }
     }
