@@ -11,7 +11,8 @@
 //! also carry the session id and are dropped when it does not match.
 //!
 //! Sessions never touch the reactor: each call gets a [`Ctx`] (the registry,
-//! the buffer pool, settings, policy, stats) and returns [`Effects`]. Only
+//! the buffer pool, settings, policy, stats) and returns [`Effects`], which
+//! `Reactor::call` applies. Only
 //! this module touches the run queue, the timer wheel, tokens, admission
 //! counts and the resolver.
 
@@ -151,7 +152,7 @@ impl Env {
             events: &self.events,
             pins_settled: self.pins_settled,
             now,
-            effects: Effects::default(),
+            effects: Default::default(),
         }
     }
 }
@@ -263,8 +264,8 @@ impl Reactor {
     }
 
     /// Calls `f` on a live session with a fresh context, then applies the
-    /// effects it asked for.
-    fn call(&mut self, key: usize, f: impl FnOnce(&mut Session, &mut Ctx)) {
+    /// effects it returns.
+    fn call(&mut self, key: usize, f: impl FnOnce(&mut Session, &mut Ctx) -> Effects) {
         let Some(slot) = self.sessions.get_mut(key) else {
             return;
         };
@@ -272,8 +273,7 @@ impl Reactor {
             return;
         }
         let mut ctx = self.env.ctx(key, self.now);
-        f(&mut slot.session, &mut ctx);
-        let effects = ctx.effects;
+        let effects = f(&mut slot.session, &mut ctx);
         self.apply(key, effects);
     }
 
@@ -517,8 +517,7 @@ impl Reactor {
         self.next_id += self.id_step;
         let mut ctx = self.env.ctx(key, self.now);
         match Session::accept(id, stream, peer, protocol, refusing, &mut ctx) {
-            Ok(session) => {
-                let effects = ctx.effects;
+            Ok((session, effects)) => {
                 self.sessions.insert(Slot {
                     session,
                     client,

@@ -85,7 +85,10 @@ impl Harness {
         (h, effects)
     }
 
-    fn with_ctx<T>(&mut self, f: impl FnOnce(&mut Ctx) -> T) -> (T, Effects) {
+    /// Runs `f` with a fresh context, as the reactor's `call` does; returns
+    /// what `f` returns, having checked the context kept no effect back
+    /// (every entry point returns them all).
+    fn with_ctx<T>(&mut self, f: impl FnOnce(&mut Ctx) -> T) -> T {
         let registry = self.poll.registry().try_clone().unwrap();
         let mut ctx = Ctx {
             registry: &registry,
@@ -104,10 +107,11 @@ impl Harness {
             events: &self.sink,
             pins_settled: self.pins_settled,
             now: self.now,
-            effects: Effects::default(),
+            effects: Default::default(),
         };
         let out = f(&mut ctx);
-        (out, ctx.effects)
+        assert!(ctx.effects.is_empty(), "effects left behind in the context");
+        out
     }
 
     /// Sends `bytes` from the client, then hands every readiness event to
@@ -130,7 +134,7 @@ impl Harness {
             } else {
                 Side::Upstream
             };
-            last = self.with_ctx(|ctx| session.on_event(side, ev, ctx)).1;
+            last = self.with_ctx(|ctx| session.on_event(side, ev, ctx));
         }
         self.session = Some(session);
         last
@@ -192,8 +196,7 @@ fn connect_to_a_name_asks_the_reactor_to_resolve() {
     assert_eq!(h.state(), "Resolving(dns)");
     // The answer arrives: the name does not resolve, so the client gets a 502.
     let mut s = h.session.take().unwrap();
-    let (_, effects) =
-        h.with_ctx(|ctx| s.on_resolved(Err(std::io::ErrorKind::NotFound.into()), ctx));
+    let effects = h.with_ctx(|ctx| s.on_resolved(Err(std::io::ErrorKind::NotFound.into()), ctx));
     h.session = Some(s);
     assert!(h.state().starts_with("Closing"), "{}", h.state());
     let answer = String::from_utf8(h.client_reads(12)).unwrap();
@@ -296,7 +299,7 @@ fn a_raw_connection_waits_until_the_inspected_names_are_resolved() {
     // Resolved: decided again, and dialled.
     h.pins_settled = true;
     let mut s = h.session.take().unwrap();
-    let (_, effects) = h.with_ctx(|ctx| s.on_pins(ctx));
+    let effects = h.with_ctx(|ctx| s.on_pins(ctx));
     h.session = Some(s);
     assert!(!effects.await_pins);
     assert_eq!(h.state(), "Connecting(tcp)");
@@ -325,7 +328,7 @@ fn handshake_timeout_ends_the_session() {
     let _ = h.client_sends(b"CONN");
     h.now += h.settings.timeouts.handshake;
     let mut s = h.session.take().unwrap();
-    let (_, effects) = h.with_ctx(|ctx| s.on_timer(ctx));
+    let effects = h.with_ctx(|ctx| s.on_timer(ctx));
     assert_eq!(effects.closed, Some(CloseReason::HandshakeTimeout));
     assert!(s.is_done());
 }
@@ -334,7 +337,7 @@ fn handshake_timeout_ends_the_session() {
 fn an_early_timer_only_reports_the_deadline() {
     let (mut h, first) = Harness::new(Policy::default(), ListenerProtocol::Auto);
     let mut s = h.session.take().unwrap();
-    let (_, effects) = h.with_ctx(|ctx| s.on_timer(ctx));
+    let effects = h.with_ctx(|ctx| s.on_timer(ctx));
     assert_eq!(effects.closed, None, "not due yet: nothing happens");
     assert_eq!(effects.deadline, first.deadline);
 }
@@ -491,7 +494,7 @@ fn socks5_login_waits_then_answers_the_auth_status() {
     assert!(effects.verify.is_some());
     assert_eq!(h.state(), "Handshake(authenticating)");
     let mut s = h.session.take().unwrap();
-    let (_, effects) = h.with_ctx(|ctx| s.on_verified(crate::auth::Verdict::Rejected, ctx));
+    let effects = h.with_ctx(|ctx| s.on_verified(crate::auth::Verdict::Rejected, ctx));
     h.session = Some(s);
     assert_eq!(h.client_reads(2), [1, 1], "auth failure");
     assert_eq!(h.stats.snapshot().auth_failures, 1);
@@ -506,9 +509,9 @@ fn the_handshake_deadline_ends_a_login_that_waits_too_long() {
     assert_eq!(h.state(), "Handshake(authenticating)");
     h.now += h.settings.timeouts.handshake;
     let mut s = h.session.take().unwrap();
-    let (_, effects) = h.with_ctx(|ctx| s.on_timer(ctx));
+    let effects = h.with_ctx(|ctx| s.on_timer(ctx));
     assert_eq!(effects.closed, Some(CloseReason::HandshakeTimeout));
     // A verdict after the end changes nothing.
-    let (_, effects) = h.with_ctx(|ctx| s.on_verified(crate::auth::Verdict::Rejected, ctx));
+    let effects = h.with_ctx(|ctx| s.on_verified(crate::auth::Verdict::Rejected, ctx));
     assert_eq!(effects.closed, Some(CloseReason::HandshakeTimeout));
 }
