@@ -84,6 +84,14 @@ impl Channel {
         matches!(self, Channel::Plain(_))
     }
 
+    /// The plain socket, or the channel back when it carries TLS.
+    pub(crate) fn into_plain(self) -> Result<Endpoint, Channel> {
+        match self {
+            Channel::Plain(ep) => Ok(ep),
+            tls @ Channel::Tls(_) => Err(tls),
+        }
+    }
+
     /// The kernel reported an error on the socket.
     pub(crate) fn failed(&self) -> bool {
         match self {

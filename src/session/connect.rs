@@ -338,8 +338,10 @@ impl Connecting {
         if self.client.failed() {
             return State::Done(CloseReason::ClientGone);
         }
-        if let Dial::Parent { .. } = self.stage {
-            return self.parent(conn, ctx);
+        // The parent's handshake is lent to `parent`, which puts it back
+        // whenever the connect goes on waiting.
+        if let Dial::Parent { hs } = std::mem::replace(&mut self.stage, Dial::Tcp) {
+            return self.parent(hs, conn, ctx);
         }
         // epoll reports a finished connect as writable, a failed one as an
         // error (with hang-up): no syscall is needed to tell them apart, and
@@ -370,10 +372,7 @@ impl Connecting {
     }
 
     /// The parent proxy's handshake: our request out, its answer in.
-    fn parent(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let Dial::Parent { hs } = &mut self.stage else {
-            unreachable!("parent() runs in the parent stage");
-        };
+    fn parent(mut self, mut hs: ParentHandshake, conn: &mut Conn, ctx: &mut Ctx) -> State {
         if self.upstream.failed() {
             let why = "the parent proxy closed the connection".to_string();
             return self.parent_failed(why, conn, ctx);
@@ -383,11 +382,11 @@ impl Connecting {
             self.upstream.want(!pending, pending);
             if pending {
                 if !self.upstream.can_write() {
-                    return State::Connecting(self);
+                    return self.waiting(hs);
                 }
                 match self.upstream.write(hs.to_send()) {
                     Io::Progress(n) => hs.sent(n),
-                    Io::WouldBlock => return State::Connecting(self),
+                    Io::WouldBlock => return self.waiting(hs),
                     Io::Eof => {
                         let why = "the parent proxy closed the connection".to_string();
                         return self.parent_failed(why, conn, ctx);
@@ -399,12 +398,12 @@ impl Connecting {
                 continue;
             }
             if !self.upstream.can_read() {
-                return State::Connecting(self);
+                return self.waiting(hs);
             }
             let mut buf = [0u8; 4096];
             let got = match self.upstream.read(&mut buf) {
                 Io::Progress(n) => &buf[..n],
-                Io::WouldBlock => return State::Connecting(self),
+                Io::WouldBlock => return self.waiting(hs),
                 Io::Eof => &[][..],
                 Io::PeerGone(e) => {
                     return self.parent_failed(format!("the parent proxy: {e}"), conn, ctx)
@@ -421,6 +420,12 @@ impl Connecting {
                 Progress::Failed(why) => return self.parent_failed(why, conn, ctx),
             }
         }
+    }
+
+    /// Still in the parent stage: waits with its handshake.
+    fn waiting(mut self, hs: ParentHandshake) -> State {
+        self.stage = Dial::Parent { hs };
+        State::Connecting(self)
     }
 
     fn parent_failed(self, why: String, conn: &mut Conn, ctx: &mut Ctx) -> State {
