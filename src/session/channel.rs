@@ -11,8 +11,6 @@ use crate::tls::layer::TlsLayer;
 use crate::tls::wire::Wire;
 
 /// A socket, or TLS over one.
-// The TLS variant is built by the Securing state (next commit).
-#[allow(dead_code)]
 pub(crate) enum Channel {
     Plain(Endpoint),
     Tls(Box<Secure>),
@@ -26,7 +24,6 @@ pub(crate) struct Secure {
     fin_pending: bool,
 }
 
-#[allow(dead_code)]
 impl Secure {
     pub(crate) fn new(ep: Endpoint, layer: TlsLayer) -> Secure {
         Secure {
