@@ -21,24 +21,28 @@ use crate::io::Io;
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::{Allowed, Denial, Host, NameVerdict, RequestRules, Route, Target, Verdict};
+use crate::protocol::http1::SameLogin;
 use crate::protocol::parent::{ParentHandshake, ParentProxy, Progress};
 use crate::protocol::{http, socks5};
 
-/// What the handshake hands on: where to, how to answer, and the client's
-/// first payload bytes.
+/// What the handshake hands on: where to, how to answer, the client's
+/// first payload bytes, and the login later forward-proxy requests are held
+/// to.
 pub(crate) struct Request {
     target: Target,
     dialect: Dialect,
     early: Vec<u8>,
+    login: Option<SameLogin>,
 }
 
-/// Leaves the handshake for `target`: refused by name, resolving, or (for an
-/// address literal) decided at once.
+/// Leaves the handshake (or a forward proxy's upstream) for `target`:
+/// refused by name, resolving, or (for an address literal) decided at once.
 pub(crate) fn start(
     client: Endpoint,
     target: Target,
     dialect: Dialect,
     early: Vec<u8>,
+    login: Option<SameLogin>,
     conn: &mut Conn,
     ctx: &mut Ctx,
 ) -> State {
@@ -47,6 +51,7 @@ pub(crate) fn start(
         target,
         dialect,
         early,
+        login,
     };
     match request.target.host.clone() {
         Host::Ip(ip) => decide(client, request, &[ip], conn, ctx),
@@ -448,6 +453,7 @@ impl Connecting {
             target,
             dialect,
             early,
+            login,
         } = plan.request;
         let raw = plan.inspect.is_none() && matches!(dialect, Dialect::Http | Dialect::Socks5);
         if !from_upstream.is_empty() && !raw {
@@ -475,7 +481,7 @@ impl Connecting {
                     target,
                     &early,
                     plan.inspect,
-                    conn.login.clone(),
+                    login,
                     idle,
                     ctx,
                 )))
@@ -497,7 +503,7 @@ impl Connecting {
                     target,
                     &early,
                     plan.inspect,
-                    conn.login.clone(),
+                    login,
                     idle,
                     ctx,
                 )));

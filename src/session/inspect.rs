@@ -241,7 +241,9 @@ impl Inspect {
                 } else {
                     Dialect::Forward
                 };
-                return super::connect::start(client, target, dialect, early, conn, ctx);
+                // Later requests are held to the same login on the new upstream.
+                let login = this.ex.login().cloned();
+                return super::connect::start(client, target, dialect, early, login, conn, ctx);
             }
         }
         self.rearm(conn, ctx);
