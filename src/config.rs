@@ -646,9 +646,4 @@ impl Config {
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
 mod tests;
-
-#[cfg(test)]
-#[path = "config_users_tests.rs"]
-mod users_tests;
