@@ -345,7 +345,7 @@ fn answer(route: Route, remote: &Remote) -> Vec<u8> {
             http::response(200, metrics::CONTENT_TYPE, text.as_bytes())
         }
         Route::Stats => {
-            let mut body = report::stats_value(
+            let mut body = crate::stats::json::stats_value(
                 &remote.stats.snapshot(),
                 &remote.stats.rules(),
                 &remote.stats.workers(),
