@@ -326,10 +326,21 @@ impl Args {
                 rules: None,
             });
         }
-        file.rules.extend(self.allow.iter().cloned());
-        file.rules.extend(self.deny.iter().cloned());
-        file.rules.extend(self.inspect.iter().cloned());
-        file.rules.extend(self.terminate.iter().cloned());
+        // A flag given twice is one rule (flag rules are named after their
+        // flag, and rule names are unique).
+        let mut flags: Vec<&RuleConfig> = Vec::new();
+        for r in self
+            .allow
+            .iter()
+            .chain(&self.deny)
+            .chain(&self.inspect)
+            .chain(&self.terminate)
+        {
+            if !flags.contains(&r) {
+                flags.push(r);
+            }
+        }
+        file.rules.extend(flags.into_iter().cloned());
         file.default |= self.default_rule;
         let mut rules = file.rule_names();
         if file.default {

@@ -118,6 +118,16 @@ fn rule_flags_replace_the_builtin_policy() {
 }
 
 #[test]
+fn a_rule_flag_given_twice_is_one_rule() {
+    let a = parse(&["--allow", "example.com:443", "--allow", "example.com:443"]).unwrap();
+    let s = a.load().unwrap();
+    assert_eq!(s.rules, Some(vec!["--allow example.com:443".to_string()]));
+    // Two flags that differ stay two rules.
+    let a = parse(&["--allow", "example.com:443", "--inspect", "example.com:443"]).unwrap();
+    assert_eq!(a.load().unwrap().rules.map(|r| r.len()), Some(2));
+}
+
+#[test]
 fn inspect_flags_are_rule_flags() {
     let a = parse(&["--inspect", "api.example.com:8080", "--inspect", "10.1.2.3"]).unwrap();
     assert!(!a.uses_builtin_policy());
