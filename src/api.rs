@@ -13,6 +13,7 @@ use crate::config::{
 };
 use crate::control::{Command, ControlError, Reply, SessionInfo};
 use crate::events::{Callback, Event, EventSink};
+pub use crate::io::StdListener;
 use crate::io::Stream;
 use crate::policy::{Policy, RuleConfig};
 use crate::reactor::listener::Listener;
@@ -269,37 +270,6 @@ impl ProxyBuilder {
             control,
         };
         Proxy::with_listeners(self.config, adopted, hooks)
-    }
-}
-
-/// A listening socket bound by the caller, for [`ProxyBuilder::listener`].
-#[derive(Debug)]
-pub enum StdListener {
-    /// A TCP listener.
-    Tcp(std::net::TcpListener),
-    /// A Unix-domain stream listener.
-    Unix(std::os::unix::net::UnixListener),
-}
-
-impl StdListener {
-    /// A second handle on the same socket (`dup`).
-    pub fn try_clone(&self) -> io::Result<StdListener> {
-        Ok(match self {
-            StdListener::Tcp(l) => StdListener::Tcp(l.try_clone()?),
-            StdListener::Unix(l) => StdListener::Unix(l.try_clone()?),
-        })
-    }
-}
-
-impl From<std::net::TcpListener> for StdListener {
-    fn from(l: std::net::TcpListener) -> Self {
-        StdListener::Tcp(l)
-    }
-}
-
-impl From<std::os::unix::net::UnixListener> for StdListener {
-    fn from(l: std::os::unix::net::UnixListener) -> Self {
-        StdListener::Unix(l)
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::policy::Policy;
 
+pub use crate::auth::Credentials;
 pub use crate::logging::LogFormat;
 
 mod error;
@@ -273,35 +274,6 @@ impl Limits {
             max_pending_handshakes: handshakes,
             max_pending_handshakes_per_client: (handshakes / 4).max(1),
         }
-    }
-}
-
-/// Proxy credentials: HTTP `Proxy-Authorization: Basic` and SOCKS5 user/pass.
-#[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Credentials {
-    /// User name.
-    pub username: String,
-    /// Password.
-    pub password: String,
-}
-
-impl Credentials {
-    /// `username` with `password`.
-    pub fn new(username: impl Into<String>, password: impl Into<String>) -> Credentials {
-        Credentials {
-            username: username.into(),
-            password: password.into(),
-        }
-    }
-}
-
-impl fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Credentials")
-            .field("username", &self.username)
-            .field("password", &"<redacted>")
-            .finish()
     }
 }
 
@@ -648,9 +620,4 @@ impl Config {
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
 mod tests;
-
-#[cfg(test)]
-#[path = "config_users_tests.rs"]
-mod users_tests;

@@ -5,6 +5,9 @@
 //! an [`Io`] outcome. Callers then have exactly four cases to handle, and a
 //! dead peer is always [`Io::PeerGone`], whatever errno said it.
 
+pub(crate) mod readiness;
+mod std_listener;
+
 use std::io::{self, Read};
 use std::net::Shutdown;
 use std::os::fd::{AsRawFd, RawFd};
@@ -12,6 +15,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use mio::event::Source;
 use mio::net::{TcpStream, UnixStream};
 use mio::{Interest, Registry, Token};
+
+pub use std_listener::StdListener;
 
 /// What one read or write did.
 #[derive(Debug)]
@@ -54,6 +59,40 @@ pub(crate) fn retrying(dir: Dir, mut op: impl FnMut() -> io::Result<usize>) -> I
         if let Some(io) = classify(op(), dir) {
             return io;
         }
+    }
+}
+
+/// What a failed `accept` means: the one classifier both accept loops
+/// (the proxy's listeners and the admin listener) use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcceptError {
+    /// EINTR: accept again now.
+    Retry,
+    /// EAGAIN: the queue is empty.
+    Drained,
+    /// The connection died in the backlog (ECONNABORTED, ECONNRESET):
+    /// nothing to serve; the next one may be fine.
+    Skip,
+    /// EMFILE, ENFILE: the process (or the system) is out of file descriptors.
+    OutOfFds,
+    /// Anything else (ENOBUFS, ENOMEM, ...): retrying now would fail the same way.
+    Fatal,
+}
+
+/// Sorts a failed `accept` into an [`AcceptError`].
+pub(crate) fn classify_accept(e: &io::Error) -> AcceptError {
+    use nix::errno::Errno;
+    match e.kind() {
+        io::ErrorKind::WouldBlock => return AcceptError::Drained,
+        io::ErrorKind::Interrupted => return AcceptError::Retry,
+        io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset => {
+            return AcceptError::Skip
+        }
+        _ => {}
+    }
+    match e.raw_os_error().map(Errno::from_raw) {
+        Some(Errno::EMFILE | Errno::ENFILE) => AcceptError::OutOfFds,
+        _ => AcceptError::Fatal,
     }
 }
 
@@ -289,6 +328,26 @@ mod tests {
         assert!(matches!(st.read_spare(&mut rest), Io::Progress(10)));
         assert_eq!(rest, b"qrstuvwxyz");
         assert!(matches!(st.read_spare(&mut rest), Io::Eof));
+    }
+
+    #[test]
+    fn accept_errors() {
+        use nix::libc;
+        let os = io::Error::from_raw_os_error;
+        for (e, want) in [
+            (os(libc::EAGAIN), AcceptError::Drained),
+            (io::ErrorKind::WouldBlock.into(), AcceptError::Drained),
+            (os(libc::EINTR), AcceptError::Retry),
+            (os(libc::ECONNABORTED), AcceptError::Skip),
+            (os(libc::ECONNRESET), AcceptError::Skip),
+            (os(libc::EMFILE), AcceptError::OutOfFds),
+            (os(libc::ENFILE), AcceptError::OutOfFds),
+            (os(libc::ENOBUFS), AcceptError::Fatal),
+            (os(libc::ENOMEM), AcceptError::Fatal),
+            (io::Error::other("no errno"), AcceptError::Fatal),
+        ] {
+            assert_eq!(classify_accept(&e), want, "{e}");
+        }
     }
 
     #[test]

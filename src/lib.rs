@@ -10,7 +10,8 @@
 //!
 //! ```text
 //! accept ─> Handshake ─(policy allows)─> Resolving ─> Connecting ─┬─> Passthrough (raw; splice on Linux)
-//!              │  SOCKS5 or HTTP, by the first byte                └─> Inspect (HTTP/1.1) ─101─> Passthrough
+//!              │  SOCKS5 or HTTP, by the first byte                ├─> Inspect (HTTP/1.1) ─101─> Passthrough
+//!              │                                                   └─(tls = terminate)─> Securing ─> Inspect
 //!              └─(deny, bad input, limit, timeout)─> Closing: flush the answer, FIN, linger ─> closed
 //! ```
 //!

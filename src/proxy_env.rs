@@ -11,6 +11,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
+use portcullis::config::TlsConfig;
+use portcullis::tls::instructions::write_bundle;
+use portcullis::tls::CertAuthority;
 use portcullis::{Config, Credentials, ListenAddr, ListenerProtocol};
 
 /// Destinations reached directly, not through the proxy: the loopback only,
@@ -141,6 +144,21 @@ impl ProxyEnv {
     }
 }
 
+/// The CA certificate, and a trust bundle (the system's roots plus the CA)
+/// written beside the generated CA, when the system has roots to copy.
+pub fn ca_files(tls: &TlsConfig) -> Result<(PathBuf, Option<PathBuf>), String> {
+    let state_dir = tls.state_dir.clone().ok_or_else(|| {
+        "no state directory for the CA: set [tls] state_dir, or ca_cert and ca_key".to_string()
+    })?;
+    let ca = CertAuthority::from_config(tls.ca_cert.as_deref(), tls.ca_key.as_deref(), &state_dir)
+        .map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
+    let bundle = state_dir.join("bundle.pem");
+    let wrote =
+        write_bundle(ca.cert_pem(), &bundle).map_err(|e| format!("{}: {e}", bundle.display()))?;
+    Ok((ca.cert_path().to_owned(), wrote.then_some(bundle)))
+}
+
 /// When a rule terminates TLS: the variables that make programs trust the
 /// proxy's CA (`SSL_CERT_FILE`, `CURL_CA_BUNDLE`, `NODE_EXTRA_CA_CERTS`, ...:
 /// every one of `CA_ENV_VARS`, so none inherited wins), pointing at the trust bundle
@@ -150,7 +168,7 @@ pub fn tls_ca_vars(config: &Config) -> Vec<Var> {
     if !config.policy.terminates_any() {
         return Vec::new();
     }
-    match crate::cli::ca::ca_files(&config.tls) {
+    match ca_files(&config.tls) {
         Ok((cert, bundle)) => portcullis::tls::instructions::ca_env(&cert, bundle.as_deref())
             .into_iter()
             .map(|(name, path)| (name.to_string(), path.display().to_string()))

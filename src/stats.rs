@@ -4,6 +4,8 @@
 //! binary's SIGUSR1 handler, tests) take a [`StatsSnapshot`]. Counters are
 //! relaxed atomics: each is exact on its own, a snapshot is not a transaction.
 
+pub(crate) mod json;
+
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

@@ -239,7 +239,7 @@ mod tests {
             assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
         }
         // The session limits are sized to this machine's open-file limit
-        // (config_tests checks the sizing); here only that they are shown.
+        // (config/tests/validation.rs checks the sizing); here only that they are shown.
         assert!(
             out.lines().any(|l| l.starts_with("sessions: max_sessions ")
                 && l.contains("(defaults sized to an open file limit of ")),

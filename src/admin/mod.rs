@@ -6,7 +6,7 @@
 //! One admin socket serves two protocols, told apart by the first byte:
 //!
 //! - **HTTP/1.1**: `GET /metrics` (Prometheus text exposition format,
-//!   [`metrics`]) and `GET /stats` (JSON, [`report`]); other paths get
+//!   [`metrics`]) and `GET /stats` (JSON, [`crate::stats::json`]); other paths get
 //!   `404`, other methods `405`. One request per connection, answered with
 //!   `Connection: close`.
 //! - **Control**: a connection whose first byte is `{` sends JSON command

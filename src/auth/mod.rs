@@ -18,7 +18,34 @@ use std::sync::Arc;
 pub use file::parse_auth_file;
 pub use phc::{hash_password, hash_password_with, PhcHash, MAX_M_COST_KIB, MAX_P_COST, MAX_T_COST};
 
-use crate::config::Credentials;
+/// Proxy credentials: HTTP `Proxy-Authorization: Basic` and SOCKS5 user/pass.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Credentials {
+    /// User name.
+    pub username: String,
+    /// Password.
+    pub password: String,
+}
+
+impl Credentials {
+    /// `username` with `password`.
+    pub fn new(username: impl Into<String>, password: impl Into<String>) -> Credentials {
+        Credentials {
+            username: username.into(),
+            password: password.into(),
+        }
+    }
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
 
 /// Threads that verify hashed passwords (argon2 is CPU-bound; the reactor
 /// keeps a core of its own).

@@ -2,29 +2,12 @@
 //! how to make programs trust it. Generates the CA (into the state
 //! directory) if it does not exist yet, so the answer is usable at once.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use portcullis::config::TlsConfig;
-use portcullis::tls::instructions::{ca_instructions, write_bundle};
-use portcullis::tls::CertAuthority;
+use portcullis::tls::instructions::ca_instructions;
 
 use crate::args::Args;
-
-/// The CA certificate, and a trust bundle (the system's roots plus the CA)
-/// written beside the generated CA, when the system has roots to copy.
-pub fn ca_files(tls: &TlsConfig) -> Result<(PathBuf, Option<PathBuf>), String> {
-    let state_dir = tls.state_dir.clone().ok_or_else(|| {
-        "no state directory for the CA: set [tls] state_dir, or ca_cert and ca_key".to_string()
-    })?;
-    let ca = CertAuthority::from_config(tls.ca_cert.as_deref(), tls.ca_key.as_deref(), &state_dir)
-        .map_err(|e| e.to_string())?;
-    std::fs::create_dir_all(&state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
-    let bundle = state_dir.join("bundle.pem");
-    let wrote =
-        write_bundle(ca.cert_pem(), &bundle).map_err(|e| format!("{}: {e}", bundle.display()))?;
-    Ok((ca.cert_path().to_owned(), wrote.then_some(bundle)))
-}
+use crate::proxy_env::ca_files;
 
 /// Runs `portcullis ca`.
 pub fn main(args: &Args) -> ExitCode {

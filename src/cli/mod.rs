@@ -7,12 +7,12 @@ pub mod ca;
 pub mod env;
 pub mod hash;
 
-use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::args::Args;
+use crate::run::RunArgs;
 
 // The whole command line: the proxy's flags, or a subcommand. (A plain
 // comment: a doc comment would replace the about text `Args` brings.)
@@ -52,50 +52,12 @@ pub struct CaArgs {
     pub proxy: Args,
 }
 
-const RUN_AFTER_HELP: &str = "\
-CMD runs in new user, network and PID namespaces (a plain network and PID
-namespace when user namespaces are unavailable and portcullis runs as root).
-Its only network is a loopback where the proxy listens (127.0.0.1:3128, or
---listen); HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (socks5h), NO_PROXY
-(localhost,127.0.0.1,::1) and GRPC_PROXY are set in both cases, and
-NODE_USE_ENV_PROXY=1. Any other connection fails: there is no route.
-The policy is the proxy's: the built-in default allows the public internet
-on ports 80 and 443 only.
-
-The exit status is CMD's (128+N if a signal N killed it). SIGINT, SIGTERM,
-SIGHUP and SIGQUIT are forwarded to CMD. When CMD exits, every process it
-left in the namespace is killed and the proxy stops.
-
-Examples:
-  portcullis run -- cargo build
-  portcullis run --allow github.com:443 -- git clone https://github.com/o/r
-  portcullis run --no-isolate -- npm install";
-
 const ENV_AFTER_HELP: &str = "\
 Examples:
   eval \"$(portcullis env)\"
   eval \"$(portcullis env --config portcullis.toml)\"
   portcullis env --shell fish | source
   portcullis env --listen 127.0.0.1:8080 --shell json";
-
-/// `portcullis run [proxy options] -- CMD ARGS...`
-#[derive(Debug, clap::Args)]
-#[command(after_help = RUN_AFTER_HELP)]
-pub struct RunArgs {
-    /// The proxy's flags.
-    #[command(flatten)]
-    pub proxy: Args,
-
-    /// No namespace: only set the proxy variables and run CMD (on the host
-    /// network, so CMD can still connect directly). The listener defaults to
-    /// an ephemeral port on 127.0.0.1.
-    #[arg(long)]
-    pub no_isolate: bool,
-
-    /// The command to run, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    pub cmd: Vec<OsString>,
-}
 
 /// `portcullis env [proxy options] [--shell sh|fish|json]`
 #[derive(Debug, clap::Args)]

@@ -129,7 +129,7 @@ pub(crate) fn answer(cmd: &str, reply: &Result<Reply, String>) -> String {
                 Reply::Stats(snapshot, rules) => {
                     m.insert(
                         "stats".into(),
-                        crate::admin::report::stats_value(snapshot, rules, &[], None),
+                        crate::stats::json::stats_value(snapshot, rules, &[], None),
                     );
                 }
             }

@@ -1,6 +1,7 @@
 //! The admin endpoint's sockets: its listener and its connections, the
 //! control fd among them. Each connection is a tiny session of its own:
-//! registered once (edge-triggered, readiness tracked here), driven by the
+//! registered once (edge-triggered, its readiness in the same
+//! [`Readiness`] a session's sockets keep), driven by the
 //! reactor on its events, bounded by a deadline in the reactor's timer
 //! wheel (none for the control fd, the embedding host's lifeline). What the
 //! bytes mean is `crate::admin` (sans IO); control lines are executed by the
@@ -26,7 +27,8 @@ use super::{token, Remote};
 use crate::admin::http::{self, Route};
 use crate::admin::proto::{Input, Proto};
 use crate::admin::{metrics, report};
-use crate::io::{Io, Stream};
+use crate::io::readiness::{Readiness, Ready};
+use crate::io::{classify_accept, AcceptError, Io, Stream};
 
 /// Admin connections open at once, at most (the control fd aside).
 pub(crate) const MAX_CONNS: usize = 8;
@@ -67,8 +69,8 @@ pub(crate) struct AdminConn {
     kind: Kind,
     proto: Proto,
     out: Vec<u8>,
-    readable: bool,
-    writable: bool,
+    /// What the kernel reported and what the connection wants now.
+    ready: Readiness,
     peer_eof: bool,
     stage: Stage,
     /// When it is closed unless it moves on.
@@ -141,14 +143,17 @@ impl Admin {
                         Err(e) => log::warn!("admin: cannot register a connection: {e}"),
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return new,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    // Out of fds or the like: the next connection raises a
-                    // new edge and retries; nothing to spin on meanwhile.
-                    log::debug!("admin: accept failed: {e}");
-                    return new;
-                }
+                Err(e) => match classify_accept(&e) {
+                    AcceptError::Drained => return new,
+                    AcceptError::Retry => {}
+                    // A connection gone from the backlog, out of fds or the
+                    // like: the next connection raises a new edge and
+                    // retries; nothing to spin on meanwhile.
+                    AcceptError::Skip | AcceptError::OutOfFds | AcceptError::Fatal => {
+                        log::debug!("admin: accept failed: {e}");
+                        return new;
+                    }
+                },
             }
         }
     }
@@ -182,8 +187,10 @@ impl Admin {
             },
             out: Vec::new(),
             // A fresh socket: try it at once (its request is usually queued).
-            readable: true,
-            writable: true,
+            ready: Readiness {
+                event: Ready::READABLE | Ready::WRITABLE,
+                interest: Ready::EMPTY,
+            },
             peer_eof: false,
             stage: Stage::Open,
             deadline,
@@ -199,8 +206,12 @@ impl Admin {
     /// Folds a readiness event into the connection's readiness.
     pub(crate) fn absorb(&mut self, slot: usize, ev: &Event) {
         if let Some(c) = self.conns.get_mut(slot) {
-            c.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
-            c.writable |= ev.is_writable() || ev.is_write_closed() || ev.is_error();
+            c.ready.absorb(ev);
+            // No separate error path here: an error makes both a read and
+            // a write worth trying, and the syscall reports it.
+            if ev.is_error() {
+                c.ready.event.insert(Ready::READABLE | Ready::WRITABLE);
+            }
         }
     }
 
@@ -259,13 +270,19 @@ impl AdminConn {
                 }
             }
             // Flush.
-            while !self.out.is_empty() && self.writable {
+            loop {
+                self.ready
+                    .interest
+                    .set(Ready::WRITABLE, !self.out.is_empty());
+                if !self.ready.ready().contains(Ready::WRITABLE) {
+                    break;
+                }
                 match self.stream.write_from(&self.out) {
                     Io::Progress(n) => {
                         self.out.drain(..n);
                         moved = true;
                     }
-                    Io::WouldBlock => self.writable = false,
+                    Io::WouldBlock => self.ready.event.remove(Ready::WRITABLE),
                     Io::Eof | Io::PeerGone(_) => return true,
                 }
             }
@@ -284,7 +301,10 @@ impl AdminConn {
                 Stage::Open if self.out.len() < OUT_HIGH => self.proto.room().min(READ_CHUNK),
                 Stage::Open => 0,
             };
-            if self.readable && room > 0 && !self.peer_eof {
+            self.ready
+                .interest
+                .set(Ready::READABLE, room > 0 && !self.peer_eof);
+            if self.ready.ready().contains(Ready::READABLE) {
                 let mut buf = vec![0u8; room];
                 match self.stream.read_into(&mut buf) {
                     Io::Progress(n) => {
@@ -293,7 +313,7 @@ impl AdminConn {
                         }
                         moved = true;
                     }
-                    Io::WouldBlock => self.readable = false,
+                    Io::WouldBlock => self.ready.event.remove(Ready::READABLE),
                     Io::Eof => {
                         self.peer_eof = true;
                         if self.stage == Stage::Linger {
@@ -327,7 +347,7 @@ fn answer(route: Route, remote: &Remote) -> Vec<u8> {
             http::response(200, metrics::CONTENT_TYPE, text.as_bytes())
         }
         Route::Stats => {
-            let mut body = report::stats_value(
+            let mut body = crate::stats::json::stats_value(
                 &remote.stats.snapshot(),
                 &remote.stats.rules(),
                 &remote.stats.workers(),

@@ -114,10 +114,10 @@ impl Listener {
 
     /// Adopts a socket the caller bound and put in the listening state.
     pub(crate) fn from_std(
-        listener: crate::api::StdListener,
+        listener: crate::io::StdListener,
         protocol: ListenerProtocol,
     ) -> io::Result<Listener> {
-        use crate::api::StdListener;
+        use crate::io::StdListener;
         let check = |s: socket2::SockRef<'_>| -> io::Result<()> {
             #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
             if !s.is_listener()? {

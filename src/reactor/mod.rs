@@ -11,7 +11,8 @@
 //! also carry the session id and are dropped when it does not match.
 //!
 //! Sessions never touch the reactor: each call gets a [`Ctx`] (the registry,
-//! the buffer pool, settings, policy, stats) and returns [`Effects`]. Only
+//! the buffer pool, settings, policy, stats) and returns [`Effects`], which
+//! `Reactor::call` applies. Only
 //! this module touches the run queue, the timer wheel, tokens, admission
 //! counts and the resolver.
 
@@ -42,7 +43,7 @@ use crate::client::{ClientKey, Identify, Peer};
 use crate::config::ListenerProtocol;
 use crate::events::EventSink;
 use crate::fd_budget;
-use crate::io::Stream;
+use crate::io::{classify_accept, AcceptError, Stream};
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::Policy;
 use crate::session::{Ctx, Effects, Session, Settings, TlsEnv, Tokens};
@@ -151,7 +152,7 @@ impl Env {
             events: &self.events,
             pins_settled: self.pins_settled,
             now,
-            effects: Effects::default(),
+            effects: Default::default(),
         }
     }
 }
@@ -263,8 +264,8 @@ impl Reactor {
     }
 
     /// Calls `f` on a live session with a fresh context, then applies the
-    /// effects it asked for.
-    fn call(&mut self, key: usize, f: impl FnOnce(&mut Session, &mut Ctx)) {
+    /// effects it returns.
+    fn call(&mut self, key: usize, f: impl FnOnce(&mut Session, &mut Ctx) -> Effects) {
         let Some(slot) = self.sessions.get_mut(key) else {
             return;
         };
@@ -272,8 +273,7 @@ impl Reactor {
             return;
         }
         let mut ctx = self.env.ctx(key, self.now);
-        f(&mut slot.session, &mut ctx);
-        let effects = ctx.effects;
+        let effects = f(&mut slot.session, &mut ctx);
         self.apply(key, effects);
     }
 
@@ -465,28 +465,26 @@ impl Reactor {
                     self.env.remote.stats.accepted(self.worker);
                     self.admit(stream, peer, protocol);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // The connection died in the backlog: nothing to serve, carry on.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
-                    ) => {}
-                // Out of fds with nobody waiting (accept takes an fd before
-                // it looks at the queue): nothing to make room for; the next
-                // client raises a new edge.
-                Err(e) if out_of_fds(&e) && !listener.has_pending() => return true,
-                // Out of fds: make room by shedding, then accept again.
-                Err(e) if out_of_fds(&e) && sheds < MAX_SHED_ROUNDS && self.shed(&e) => {
-                    sheds += 1;
-                }
-                // EMFILE, ENFILE, ENOBUFS, ENOMEM: retrying now would fail the
-                // same way, so pause behind a timer instead of spinning.
-                Err(e) => {
-                    self.pause_accepting(&e);
-                    return true;
-                }
+                Err(e) => match classify_accept(&e) {
+                    AcceptError::Drained => return true,
+                    // The connection died in the backlog: nothing to serve, carry on.
+                    AcceptError::Retry | AcceptError::Skip => {}
+                    // Out of fds with nobody waiting (accept takes an fd
+                    // before it looks at the queue): nothing to make room
+                    // for; the next client raises a new edge.
+                    AcceptError::OutOfFds if !listener.has_pending() => return true,
+                    // Out of fds: make room by shedding, then accept again.
+                    AcceptError::OutOfFds if sheds < MAX_SHED_ROUNDS && self.shed(&e) => {
+                        sheds += 1;
+                    }
+                    // EMFILE, ENFILE, ENOBUFS, ENOMEM: retrying now would
+                    // fail the same way, so pause behind a timer instead of
+                    // spinning.
+                    AcceptError::OutOfFds | AcceptError::Fatal => {
+                        self.pause_accepting(&e);
+                        return true;
+                    }
+                },
             }
         }
     }
@@ -519,8 +517,7 @@ impl Reactor {
         self.next_id += self.id_step;
         let mut ctx = self.env.ctx(key, self.now);
         match Session::accept(id, stream, peer, protocol, refusing, &mut ctx) {
-            Ok(session) => {
-                let effects = ctx.effects;
+            Ok((session, effects)) => {
                 self.sessions.insert(Slot {
                     session,
                     client,
@@ -747,14 +744,6 @@ impl Reactor {
 /// panicked, which stops the proxy anyway: the counts are still usable.
 fn lock(admission: &Mutex<Admission>) -> MutexGuard<'_, Admission> {
     admission.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// EMFILE or ENFILE: the process (or the system) is out of file descriptors.
-fn out_of_fds(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error().map(nix::errno::Errno::from_raw),
-        Some(nix::errno::Errno::EMFILE | nix::errno::Errno::ENFILE)
-    )
 }
 
 fn protocol_name(p: ListenerProtocol) -> &'static str {

@@ -30,8 +30,45 @@ use portcullis::config::ConfigFile;
 use portcullis::{Config, Credentials, ListenAddr, ListenerConfig, ListenerProtocol, Proxy};
 
 use crate::args::Args;
-use crate::cli::RunArgs;
 use crate::proxy_env::{tls_ca_vars, Endpoint, ProxyEnv, Var};
+
+const RUN_AFTER_HELP: &str = "\
+CMD runs in new user, network and PID namespaces (a plain network and PID
+namespace when user namespaces are unavailable and portcullis runs as root).
+Its only network is a loopback where the proxy listens (127.0.0.1:3128, or
+--listen); HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (socks5h), NO_PROXY
+(localhost,127.0.0.1,::1) and GRPC_PROXY are set in both cases, and
+NODE_USE_ENV_PROXY=1. Any other connection fails: there is no route.
+The policy is the proxy's: the built-in default allows the public internet
+on ports 80 and 443 only.
+
+The exit status is CMD's (128+N if a signal N killed it). SIGINT, SIGTERM,
+SIGHUP and SIGQUIT are forwarded to CMD. When CMD exits, every process it
+left in the namespace is killed and the proxy stops.
+
+Examples:
+  portcullis run -- cargo build
+  portcullis run --allow github.com:443 -- git clone https://github.com/o/r
+  portcullis run --no-isolate -- npm install";
+
+/// `portcullis run [proxy options] -- CMD ARGS...`
+#[derive(Debug, clap::Args)]
+#[command(after_help = RUN_AFTER_HELP)]
+pub struct RunArgs {
+    /// The proxy's flags.
+    #[command(flatten)]
+    pub proxy: Args,
+
+    /// No namespace: only set the proxy variables and run CMD (on the host
+    /// network, so CMD can still connect directly). The listener defaults to
+    /// an ephemeral port on 127.0.0.1.
+    #[arg(long)]
+    pub no_isolate: bool,
+
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
 
 /// `portcullis run`.
 pub fn main(run: RunArgs) -> ExitCode {

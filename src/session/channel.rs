@@ -11,8 +11,6 @@ use crate::tls::layer::TlsLayer;
 use crate::tls::wire::Wire;
 
 /// A socket, or TLS over one.
-// The TLS variant is built by the Securing state (next commit).
-#[allow(dead_code)]
 pub(crate) enum Channel {
     Plain(Endpoint),
     Tls(Box<Secure>),
@@ -26,7 +24,6 @@ pub(crate) struct Secure {
     fin_pending: bool,
 }
 
-#[allow(dead_code)]
 impl Secure {
     pub(crate) fn new(ep: Endpoint, layer: TlsLayer) -> Secure {
         Secure {
@@ -82,6 +79,14 @@ impl Channel {
 
     pub(crate) fn is_plain(&self) -> bool {
         matches!(self, Channel::Plain(_))
+    }
+
+    /// The plain socket, or the channel back when it carries TLS.
+    pub(crate) fn into_plain(self) -> Result<Endpoint, Channel> {
+        match self {
+            Channel::Plain(ep) => Ok(ep),
+            tls @ Channel::Tls(_) => Err(tls),
+        }
     }
 
     /// The kernel reported an error on the socket.

@@ -24,9 +24,6 @@ pub(crate) struct Conn {
     /// tunnel with idle timeouts off).
     pub(crate) deadline: Option<Instant>,
     pub(crate) log: AccessLog,
-    /// The forward proxy's login, checked against each later request's
-    /// credentials.
-    pub(crate) login: Option<crate::protocol::http1::SameLogin>,
 }
 
 /// What the session event at close reports.
@@ -137,7 +134,6 @@ impl Conn {
         Conn {
             id,
             deadline: None,
-            login: None,
             log: AccessLog {
                 peer,
                 started: now,

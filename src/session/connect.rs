@@ -22,24 +22,28 @@ use crate::io::Io;
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::{Allowed, Denial, Host, NameVerdict, RequestRules, Route, Target, Verdict};
+use crate::protocol::http1::SameLogin;
 use crate::protocol::parent::{ParentHandshake, ParentProxy, Progress};
 use crate::protocol::{http, socks5};
 
-/// What the handshake hands on: where to, how to answer, and the client's
-/// first payload bytes.
+/// What the handshake hands on: where to, how to answer, the client's
+/// first payload bytes, and the login later forward-proxy requests are held
+/// to.
 pub(crate) struct Request {
     target: Target,
     dialect: Dialect,
     early: Vec<u8>,
+    login: Option<SameLogin>,
 }
 
-/// Leaves the handshake for `target`: refused by name, resolving, or (for an
-/// address literal) decided at once.
+/// Leaves the handshake (or a forward proxy's upstream) for `target`:
+/// refused by name, resolving, or (for an address literal) decided at once.
 pub(crate) fn start(
     client: Endpoint,
     target: Target,
     dialect: Dialect,
     early: Vec<u8>,
+    login: Option<SameLogin>,
     conn: &mut Conn,
     ctx: &mut Ctx,
 ) -> State {
@@ -48,6 +52,7 @@ pub(crate) fn start(
         target,
         dialect,
         early,
+        login,
     };
     match request.target.host.clone() {
         Host::Ip(ip) => decide(client, request, &[ip], conn, ctx),
@@ -460,8 +465,10 @@ impl Connecting {
         if self.client.failed() {
             return State::Done(CloseReason::ClientGone);
         }
-        if let Dial::Parent { .. } = self.stage {
-            return self.parent(conn, ctx);
+        // The parent's handshake is lent to `parent`, which puts it back
+        // whenever the connect goes on waiting.
+        if let Dial::Parent { hs } = std::mem::replace(&mut self.stage, Dial::Tcp) {
+            return self.parent(hs, conn, ctx);
         }
         // epoll reports a finished connect as writable, a failed one as an
         // error (with hang-up): no syscall is needed to tell them apart, and
@@ -495,10 +502,7 @@ impl Connecting {
     }
 
     /// The parent proxy's handshake: our request out, its answer in.
-    fn parent(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let Dial::Parent { hs } = &mut self.stage else {
-            unreachable!("parent() runs in the parent stage");
-        };
+    fn parent(mut self, mut hs: ParentHandshake, conn: &mut Conn, ctx: &mut Ctx) -> State {
         if self.upstream.failed() {
             let why = "the parent proxy closed the connection".to_string();
             return self.parent_failed(why, conn, ctx);
@@ -508,11 +512,11 @@ impl Connecting {
             self.upstream.want(!pending, pending);
             if pending {
                 if !self.upstream.can_write() {
-                    return State::Connecting(self);
+                    return self.waiting(hs);
                 }
                 match self.upstream.write(hs.to_send()) {
                     Io::Progress(n) => hs.sent(n),
-                    Io::WouldBlock => return State::Connecting(self),
+                    Io::WouldBlock => return self.waiting(hs),
                     Io::Eof => {
                         let why = "the parent proxy closed the connection".to_string();
                         return self.parent_failed(why, conn, ctx);
@@ -524,12 +528,12 @@ impl Connecting {
                 continue;
             }
             if !self.upstream.can_read() {
-                return State::Connecting(self);
+                return self.waiting(hs);
             }
             let mut buf = [0u8; 4096];
             let got = match self.upstream.read(&mut buf) {
                 Io::Progress(n) => &buf[..n],
-                Io::WouldBlock => return State::Connecting(self),
+                Io::WouldBlock => return self.waiting(hs),
                 Io::Eof => &[][..],
                 Io::PeerGone(e) => {
                     return self.parent_failed(format!("the parent proxy: {e}"), conn, ctx)
@@ -546,6 +550,12 @@ impl Connecting {
                 Progress::Failed(why) => return self.parent_failed(why, conn, ctx),
             }
         }
+    }
+
+    /// Still in the parent stage: waits with its handshake.
+    fn waiting(mut self, hs: ParentHandshake) -> State {
+        self.stage = Dial::Parent { hs };
+        State::Connecting(self)
     }
 
     fn parent_failed(self, why: String, conn: &mut Conn, ctx: &mut Ctx) -> State {
@@ -573,6 +583,7 @@ impl Connecting {
             target,
             dialect,
             early,
+            login,
         } = plan.request;
         let raw = plan.inspect.is_none() && matches!(dialect, Dialect::Http | Dialect::Socks5);
         if !from_upstream.is_empty() && !raw {
@@ -601,7 +612,7 @@ impl Connecting {
                     target,
                     &early,
                     plan.inspect,
-                    conn.login.clone(),
+                    login,
                     idle,
                     ctx,
                 )))
@@ -623,7 +634,7 @@ impl Connecting {
                     target,
                     &early,
                     plan.inspect,
-                    conn.login.clone(),
+                    login,
                     idle,
                     ctx,
                 )));

@@ -1,5 +1,5 @@
 //! What a session may use and what it asks for: the narrow context the
-//! reactor lends it for one call, and the effects it hands back.
+//! reactor lends it for one call, and the effects each call returns.
 //!
 //! The session layer defines both, so it needs nothing from the reactor:
 //! tokens arrive as plain `mio::Token`s, and everything that belongs to the
@@ -61,11 +61,19 @@ pub(crate) struct Ctx<'a> {
     pub(crate) pins_settled: bool,
     /// The time of this reactor iteration.
     pub(crate) now: Instant,
-    /// What the handler asks of the reactor; returned when the call ends.
-    pub(crate) effects: Effects,
+    /// What the handler asks of the reactor, gathered during the call and
+    /// returned by the session's entry point when it ends: only the session
+    /// layer can read it, so the caller must use the returned value.
+    pub(crate) effects: Pending,
 }
 
-/// What a session asks of the reactor after a call.
+/// The [`Effects`] a call is gathering (the lender builds it with
+/// `Default::default()`; its contents are private to the session layer).
+#[derive(Debug, Default)]
+pub(crate) struct Pending(Effects);
+
+/// What a session asks of the reactor after a call: every entry point of
+/// [`super::Session`] returns it.
 #[derive(Debug, Default)]
 #[must_use]
 pub(crate) struct Effects {
@@ -88,24 +96,64 @@ pub(crate) struct Effects {
     pub(crate) closed: Option<CloseReason>,
 }
 
+impl Effects {
+    /// Asks nothing at all.
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        !self.again
+            && self.resolve.is_none()
+            && self.verify.is_none()
+            && !self.await_pins
+            && !self.left_handshake
+            && self.deadline.is_none()
+            && self.closed.is_none()
+    }
+}
+
+impl Pending {
+    /// Nothing gathered (every effect of the last call was returned).
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 impl Ctx<'_> {
     /// Asks to be run again next iteration (budget spent, work left).
     pub(crate) fn again(&mut self) {
-        self.effects.again = true;
+        self.effects.0.again = true;
     }
 
     /// Asks the reactor to verify a login off the loop.
     pub(crate) fn verify(&mut self, job: Verify) {
-        self.effects.verify = Some(job);
+        self.effects.0.verify = Some(job);
     }
 
     /// Asks to be called back once the policy's inspected names are resolved.
     pub(crate) fn await_pins(&mut self) {
-        self.effects.await_pins = true;
+        self.effects.0.await_pins = true;
     }
 
     /// Asks the reactor to resolve `host`.
     pub(crate) fn resolve(&mut self, host: String) {
-        self.effects.resolve = Some(host);
+        self.effects.0.resolve = Some(host);
+    }
+
+    /// Says the session left its handshake.
+    pub(super) fn left_handshake(&mut self) {
+        self.effects.0.left_handshake = true;
+    }
+
+    /// Ends the call: what it gathered, with the session's deadline and
+    /// close reason, handed back (and the context left with nothing).
+    pub(super) fn finish(
+        &mut self,
+        deadline: Option<Instant>,
+        closed: Option<CloseReason>,
+    ) -> Effects {
+        let mut effects = std::mem::take(&mut self.effects.0);
+        effects.deadline = deadline;
+        effects.closed = closed;
+        effects
     }
 }

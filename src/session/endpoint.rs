@@ -10,7 +10,7 @@ use std::io;
 
 use mio::{Interest, Registry, Token};
 
-use super::readiness::{Readiness, Ready};
+use crate::io::readiness::{Readiness, Ready};
 use crate::io::{Io, Stream};
 
 /// A registered socket and what its readiness edges said.

@@ -213,13 +213,13 @@ impl Handshake {
         };
         conn.log.protocol = Some(dialect.into());
         conn.log.user = self.user.as_deref().map(str::to_owned);
-        conn.login = self.login.take().filter(|_| self.user.is_some());
+        let login = self.login.take().filter(|_| self.user.is_some());
         match leave {
             Leave::To {
                 target,
                 dialect,
                 early,
-            } => connect::start(self.client, target, dialect, early, conn, ctx),
+            } => connect::start(self.client, target, dialect, early, login, conn, ctx),
             Leave::Refuse(refusal, dialect) => refuse(refusal, dialect, self.client, conn, ctx),
             Leave::Answer { bytes, reason, why } => {
                 answer(&bytes, reason, why, self.client, conn, ctx)

@@ -238,25 +238,31 @@ impl Inspect {
             Err(Stop::Closed(answer, end)) => return self.close(answer, end, conn, ctx),
             Err(Stop::WrongProtocol(bytes, why)) => {
                 log::info!("conn={} {why}", conn.id);
-                let Channel::Plain(client) = self.client else {
-                    unreachable!("only a plaintext client is sniffed");
-                };
                 let reason = CloseReason::BadRequest;
+                let Ok(client) = self.client.into_plain() else {
+                    // Only a plaintext client is sniffed.
+                    debug_assert!(false, "a TLS client sniffed for TLS");
+                    return State::Done(reason);
+                };
                 return super::closing::answer(&bytes, reason, why.into(), client, conn, ctx);
             }
             Err(Stop::Switch(target, tls)) => {
                 // The old upstream closes here; the client goes on to the new one.
                 let this = *self;
                 let early = this.cin.data().to_vec();
-                let Channel::Plain(client) = this.client else {
-                    unreachable!("the forward proxy's client is plaintext");
+                let Ok(client) = this.client.into_plain() else {
+                    // The forward proxy's client is plaintext.
+                    debug_assert!(false, "a TLS client switching upstreams");
+                    return State::Done(CloseReason::BadRequest);
                 };
                 let dialect = if tls {
                     Dialect::ForwardTls
                 } else {
                     Dialect::Forward
                 };
-                return super::connect::start(client, target, dialect, early, conn, ctx);
+                // Later requests are held to the same login on the new upstream.
+                let login = this.ex.login().cloned();
+                return super::connect::start(client, target, dialect, early, login, conn, ctx);
             }
         }
         self.rearm(conn, ctx);

@@ -2,8 +2,10 @@
 //! relays between them.
 //!
 //! The reactor owns sessions in a slab and calls [`Session::on_event`],
-//! [`Session::on_timer`], [`Session::on_resolved`], [`Session::on_reload`]
-//! and [`Session::run`], lending a [`Ctx`] and getting [`Effects`] back. Each
+//! [`Session::on_timer`], [`Session::on_resolved`], [`Session::on_verified`],
+//! [`Session::on_pins`], [`Session::on_reload`], [`Session::abort`] and
+//! [`Session::run`], lending a [`Ctx`]; each returns the [`Effects`]
+//! the call asks of the reactor (`#[must_use]`: the reactor applies them). Each
 //! handler runs the current state, which consumes itself and returns the
 //! next; [`Session::step`] is the one place a state changes, so every
 //! transition (a sub-stage change included) is logged there, the phase gauges move
@@ -22,7 +24,6 @@ mod endpoint;
 mod handshake;
 mod inspect;
 mod passthrough;
-mod readiness;
 mod refusal;
 mod securing;
 mod state;
@@ -60,6 +61,7 @@ pub(crate) struct Session {
 impl Session {
     /// Registers an accepted client and starts its handshake. `refusing`
     /// names the limit the client is past, if any: it is answered and closed.
+    /// Returns the session and the effects of its first run.
     pub(crate) fn accept(
         id: u64,
         stream: Stream,
@@ -67,7 +69,7 @@ impl Session {
         protocol: ListenerProtocol,
         refusing: Option<&'static str>,
         ctx: &mut Ctx,
-    ) -> io::Result<Session> {
+    ) -> io::Result<(Session, Effects)> {
         let client = Endpoint::accepted(stream, ctx.tokens.client, ctx.registry)?;
         let mut conn = Conn::new(id, peer, ctx.now);
         conn.deadline_in(ctx.now, ctx.settings.timeouts.handshake);
@@ -76,8 +78,8 @@ impl Session {
         log::debug!("conn={id} accepted: {state}");
         let mut session = Session { conn, state };
         // The request is usually queued already: read it now, not a wakeup later.
-        session.run(ctx);
-        Ok(session)
+        let effects = session.run(ctx);
+        Ok((session, effects))
     }
 
     pub(crate) fn id(&self) -> u64 {
@@ -95,80 +97,83 @@ impl Session {
     }
 
     /// A readiness event on one of the session's sockets.
-    pub(crate) fn on_event(&mut self, side: Side, ev: &Event, ctx: &mut Ctx) {
+    pub(crate) fn on_event(&mut self, side: Side, ev: &Event, ctx: &mut Ctx) -> Effects {
         // An event for a socket the state no longer owns (dropped earlier in
         // this same poll batch) is ignored.
         if self.state.absorb(side, ev) {
-            self.run(ctx);
+            self.run(ctx)
         } else {
-            self.report(ctx);
+            self.report(ctx)
         }
     }
 
     /// Runs the current state until it stops changing: a new state acts at
     /// once on readiness already seen, because edges do not repeat.
-    pub(crate) fn run(&mut self, ctx: &mut Ctx) {
+    pub(crate) fn run(&mut self, ctx: &mut Ctx) -> Effects {
         while self.step(ctx, State::drive) {}
-        self.report(ctx);
+        self.report(ctx)
     }
 
     /// The session's deadline passed.
-    pub(crate) fn on_timer(&mut self, ctx: &mut Ctx) {
+    pub(crate) fn on_timer(&mut self, ctx: &mut Ctx) -> Effects {
         if self.conn.deadline.is_some_and(|d| d > ctx.now) {
             // Moved later since the reactor armed it: nothing due yet.
-            self.report(ctx);
-            return;
+            return self.report(ctx);
         }
         self.conn.deadline = None;
         if self.step(ctx, State::on_timer) {
-            self.run(ctx);
+            self.run(ctx)
         } else {
-            self.report(ctx);
+            self.report(ctx)
         }
     }
 
     /// The resolver answered.
-    pub(crate) fn on_resolved(&mut self, result: io::Result<Vec<IpAddr>>, ctx: &mut Ctx) {
+    pub(crate) fn on_resolved(
+        &mut self,
+        result: io::Result<Vec<IpAddr>>,
+        ctx: &mut Ctx,
+    ) -> Effects {
         let changed = self.step(ctx, |state, conn, ctx| match state {
             State::Resolving(r) => r.on_resolved(result, conn, ctx),
             other => other,
         });
         if changed {
-            self.run(ctx);
+            self.run(ctx)
         } else {
-            self.report(ctx);
+            self.report(ctx)
         }
     }
 
     /// The policy's inspected names are resolved (it asked to wait for them).
-    pub(crate) fn on_pins(&mut self, ctx: &mut Ctx) {
+    pub(crate) fn on_pins(&mut self, ctx: &mut Ctx) -> Effects {
         let changed = self.step(ctx, |state, conn, ctx| match state {
             State::Resolving(r) => r.on_pins(conn, ctx),
             other => other,
         });
         if changed {
-            self.run(ctx);
+            self.run(ctx)
         } else {
-            self.report(ctx);
+            self.report(ctx)
         }
     }
 
     /// The verifier pool answered this session's login.
-    pub(crate) fn on_verified(&mut self, verdict: crate::auth::Verdict, ctx: &mut Ctx) {
+    pub(crate) fn on_verified(&mut self, verdict: crate::auth::Verdict, ctx: &mut Ctx) -> Effects {
         let changed = self.step(ctx, |state, conn, ctx| match state {
             State::Handshake(h) => h.on_verified(verdict, conn, ctx),
             other => other,
         });
         if changed {
-            self.run(ctx);
+            self.run(ctx)
         } else {
-            self.report(ctx);
+            self.report(ctx)
         }
     }
 
     /// A new policy is in force: a tunnel it no longer allows is closed; an
     /// inspected session takes the new request rules.
-    pub(crate) fn on_reload(&mut self, ctx: &mut Ctx) {
+    pub(crate) fn on_reload(&mut self, ctx: &mut Ctx) -> Effects {
         if !matches!(
             self.state,
             State::Connecting(_) | State::Securing(_) | State::Passthrough(_) | State::Inspect(_)
@@ -245,27 +250,30 @@ impl Session {
                 }
             }
         }
-        self.report(ctx);
+        self.report(ctx)
     }
 
     /// Ends the session now, whatever it was doing (shutdown).
-    pub(crate) fn abort(&mut self, reason: CloseReason, ctx: &mut Ctx) {
+    pub(crate) fn abort(&mut self, reason: CloseReason, ctx: &mut Ctx) -> Effects {
         if !self.is_done() {
             self.step(ctx, |_, _, _| State::Done(reason));
         }
-        self.report(ctx);
+        self.report(ctx)
     }
 
-    /// Hands the reactor what it needs to know after a call.
-    fn report(&self, ctx: &mut Ctx) {
-        ctx.effects.deadline = if self.is_done() {
+    /// Ends a call: the effects it asked for, with what the reactor needs
+    /// to know after any call (the deadline, and whether it ended).
+    fn report(&self, ctx: &mut Ctx) -> Effects {
+        let closed = match self.state {
+            State::Done(reason) => Some(reason),
+            _ => None,
+        };
+        let deadline = if closed.is_some() {
             None
         } else {
             self.conn.deadline
         };
-        if let State::Done(reason) = self.state {
-            ctx.effects.closed = Some(reason);
-        }
+        ctx.finish(deadline, closed)
     }
 
     /// Runs `f` on the current state and enters the state it returns. This is
@@ -290,7 +298,7 @@ impl Session {
         }
         log::debug!("conn={} {from}=>{next}", self.conn.id);
         if from_phase == Some(Phase::Handshake) {
-            ctx.effects.left_handshake = true;
+            ctx.left_handshake();
         }
         let timeouts = &ctx.settings.timeouts;
         match &next {

@@ -4,9 +4,9 @@
 use std::io;
 use std::net::SocketAddr;
 
+use crate::lifecycle::CloseReason;
 use crate::policy::Denial;
 use crate::protocol::{http, socks5};
-use crate::stats::CloseReason;
 
 /// Which protocol the client spoke, so a refusal is answered in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

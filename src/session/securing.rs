@@ -21,7 +21,7 @@ use crate::policy::{Allowed, RequestRules, Target};
 use crate::protocol::http;
 use crate::tls::accept::{HelloPoll, TlsAccept};
 use crate::tls::layer::{LayerLimits, TlsLayer};
-use crate::tls::{alert_record, sniff, Sniff};
+use crate::tls::{alert_record, sniff, ClientHelloInfo, Sniff};
 
 /// Bytes read while looking for the start of a ClientHello.
 const SNIFF_CHUNK: usize = 512;
@@ -108,42 +108,59 @@ impl Securing {
             }
         }
         self.client.want(true, false);
+        // The stage is lent to its handler, which puts it back whenever the
+        // state goes on waiting.
+        match std::mem::replace(&mut self.stage, Stage::Sniff(Vec::new())) {
+            Stage::Sniff(first) => self.sniff(first, conn, ctx),
+            Stage::Hello(accept) => self.poll_hello(accept, conn, ctx),
+        }
+    }
+
+    /// Reads the client's first bytes until they tell TLS from anything else.
+    fn sniff(mut self, mut first: Vec<u8>, conn: &mut Conn, ctx: &mut Ctx) -> State {
         loop {
-            match &mut self.stage {
-                Stage::Sniff(first) => match sniff(first) {
-                    Sniff::Tls => {
-                        let accept = TlsAccept::new(first, LayerLimits::default());
-                        self.stage = Stage::Hello(Box::new(accept));
-                        // Through the transition point: the sub-stage is logged.
+            match sniff(&first) {
+                Sniff::Tls => {
+                    let accept = TlsAccept::new(&first, LayerLimits::default());
+                    self.stage = Stage::Hello(Box::new(accept));
+                    // Through the transition point: the sub-stage is logged.
+                    return State::Securing(self);
+                }
+                Sniff::NeedMore => {
+                    if !self.client.can_read() {
+                        self.stage = Stage::Sniff(first);
                         return State::Securing(self);
                     }
-                    Sniff::NeedMore => {
-                        if !self.client.can_read() {
+                    let len = first.len();
+                    first.resize(len + SNIFF_CHUNK, 0);
+                    let io = self.client.read(&mut first[len..]);
+                    first.truncate(len + if let Io::Progress(n) = io { n } else { 0 });
+                    match io {
+                        Io::Progress(_) => {}
+                        Io::WouldBlock => {
+                            self.stage = Stage::Sniff(first);
                             return State::Securing(self);
                         }
-                        let len = first.len();
-                        first.resize(len + SNIFF_CHUNK, 0);
-                        let io = self.client.read(&mut first[len..]);
-                        first.truncate(len + if let Io::Progress(n) = io { n } else { 0 });
-                        match io {
-                            Io::Progress(_) => {}
-                            Io::WouldBlock => return State::Securing(self),
-                            Io::Eof | Io::PeerGone(_) => {
-                                return State::Done(CloseReason::ClientGone)
-                            }
-                        }
+                        Io::Eof | Io::PeerGone(_) => return State::Done(CloseReason::ClientGone),
                     }
-                    other => return self.not_tls(other, conn, ctx),
-                },
-                Stage::Hello(accept) => match accept.poll(&mut self.client) {
-                    HelloPoll::Ready => return self.hello(conn, ctx),
-                    HelloPoll::WouldBlock => return State::Securing(self),
-                    HelloPoll::Gone(_) => return State::Done(CloseReason::ClientGone),
-                    HelloPoll::Failed { failure, alert } => {
-                        let why = format!("TLS from the client: {}", failure.reason());
-                        return answer(&alert, CloseReason::TlsFailed, why, self.client, conn, ctx);
-                    }
-                },
+                }
+                other => return self.not_tls(other, conn, ctx),
+            }
+        }
+    }
+
+    /// Reads the ClientHello.
+    fn poll_hello(mut self, mut accept: Box<TlsAccept>, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        match accept.poll(&mut self.client) {
+            HelloPoll::Ready(info) => self.hello(accept, info, conn, ctx),
+            HelloPoll::WouldBlock => {
+                self.stage = Stage::Hello(accept);
+                State::Securing(self)
+            }
+            HelloPoll::Gone(_) => State::Done(CloseReason::ClientGone),
+            HelloPoll::Failed { failure, alert } => {
+                let why = format!("TLS from the client: {}", failure.reason());
+                answer(&alert, CloseReason::TlsFailed, why, self.client, conn, ctx)
             }
         }
     }
@@ -166,22 +183,21 @@ impl Securing {
 
     /// The ClientHello is in: check its SNI, mint the leaf, and go on to
     /// both handshakes.
-    fn hello(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+    fn hello(
+        self,
+        accept: Box<TlsAccept>,
+        info: ClientHelloInfo,
+        conn: &mut Conn,
+        ctx: &mut Ctx,
+    ) -> State {
         let Securing {
             client,
             upstream,
-            stage,
             target,
             rules,
             idle,
             ..
         } = self;
-        let Stage::Hello(accept) = stage else {
-            unreachable!("hello() follows a Ready poll");
-        };
-        let Some(info) = accept.hello() else {
-            unreachable!("a Ready poll has a ClientHello");
-        };
         let name = match info.leaf_name(&target.host) {
             Ok(name) => name,
             Err(refusal) => {

@@ -3,12 +3,23 @@
 //! next one; [`super::Session::step`] enters it.
 //!
 //! ```text
-//! Handshake ──> Resolving ──> Connecting ──┬──> Passthrough ─────────────┐
-//!                   ^                      └──> Inspect ──101──> Passthrough
-//!                   └──── forward proxy, next host ───┘               │
-//!     │ refusal, error, timeout (any state)                           │
-//!     └──────────────────────────────> Closing ──> Done <─────────────┘
+//! Handshake ──┬──> Resolving (dns, pins) ──> Connecting ──┬──> Passthrough
+//!             └─ an address literal ─────────────^        ├──> Inspect ──101──> Passthrough
+//!                (unless it waits for pins)               │       └─ forward proxy, next host ─> Resolving
+//!                                                         └─(tls = terminate)─> Securing ──> Inspect
+//! refusal, error, timeout (any state) ──> Closing ──> Done
+//! a tunnel finished, the client gone (any state) ───> Done
 //! ```
+//!
+//! Sub-stages (`Handshake(authenticating)`, `Resolving(pins)`,
+//! `Inspect(awaiting-response)`, ...) are part of a state's [`Label`], and a
+//! change of label is logged by `step` like a change of state. Most states
+//! return to `step` at each sub-stage change, so each is logged. Inspect's
+//! and Passthrough's sub-stages are derived from their fields instead
+//! (whether a response is due, which directions are open), and one call may
+//! pass through several (a whole request and its response inside one pump:
+//! `http`, `awaiting-response`, `http`; both EOFs read in one call): for
+//! those two, what is logged is the net change over the call.
 
 use std::fmt;
 

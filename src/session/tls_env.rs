@@ -87,15 +87,12 @@ impl TlsEnv {
 
     /// The upstream-facing config (webpki roots plus `upstream_ca`).
     pub(crate) fn client_config(&mut self) -> Result<Arc<ClientConfig>, String> {
-        if self.clients.is_none() {
-            let clients =
-                ClientConfigs::new(&self.config.upstream_ca).map_err(|e| e.to_string())?;
-            self.clients = Some(clients);
-        }
-        Ok(self
-            .clients
-            .as_ref()
-            .map(ClientConfigs::config)
-            .unwrap_or_else(|| unreachable!()))
+        let clients = match &mut self.clients {
+            Some(clients) => clients,
+            None => self
+                .clients
+                .insert(ClientConfigs::new(&self.config.upstream_ca).map_err(|e| e.to_string())?),
+        };
+        Ok(clients.config())
     }
 }

@@ -171,8 +171,8 @@ fn alert_bytes(mut alert: rustls::server::AcceptedAlert) -> Vec<u8> {
 /// What polling for the ClientHello did.
 #[derive(Debug)]
 pub(crate) enum HelloPoll {
-    /// The ClientHello is in: see [`TlsAccept::hello`].
-    Ready,
+    /// The ClientHello is in: what it asked for (also [`TlsAccept::hello`]).
+    Ready(ClientHelloInfo),
     /// More bytes are needed and the wire has none now.
     WouldBlock,
     /// The wire failed or closed before a ClientHello.
@@ -210,8 +210,8 @@ impl TlsAccept {
     /// Reads until the ClientHello is complete. Call on readable edges
     /// until `Ready`, then decide and [`complete`](Self::complete).
     pub(crate) fn poll(&mut self, wire: &mut (impl Wire + ?Sized)) -> HelloPoll {
-        if self.accepted.is_some() {
-            return HelloPoll::Ready;
+        if let Some((_, info)) = &self.accepted {
+            return HelloPoll::Ready(info.clone());
         }
         loop {
             match self.rx.fill(wire) {
@@ -243,8 +243,8 @@ impl TlsAccept {
                         server_name: ch.server_name().map(str::to_owned),
                         alpn: ch.alpn().map(|a| a.map(<[u8]>::to_vec).collect()),
                     };
-                    self.accepted = Some((accepted, info));
-                    return HelloPoll::Ready;
+                    self.accepted = Some((accepted, info.clone()));
+                    return HelloPoll::Ready(info);
                 }
                 Err((e, alert)) => {
                     return HelloPoll::Failed {

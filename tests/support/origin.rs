@@ -581,3 +581,170 @@ impl HttpConn {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::support::scripted::{Scripted, Step};
+    use crate::support::{expected_hash, sha256};
+
+    /// `wire` in two pieces, cut at `k`, behind a reader (an empty piece
+    /// would read as EOF, so a cut at either end gives one piece).
+    fn split(wire: &[u8], k: usize) -> BufReader<Scripted> {
+        let pieces = [&wire[..k], &wire[k..]];
+        BufReader::new(Scripted::new(
+            pieces
+                .iter()
+                .filter(|p| !p.is_empty())
+                .map(|p| Step::Data(p.to_vec()))
+                .collect(),
+        ))
+    }
+
+    /// What is left after a reader stopped.
+    fn rest(mut r: BufReader<Scripted>) -> Vec<u8> {
+        let mut v = Vec::new();
+        r.read_to_end(&mut v).unwrap();
+        v
+    }
+
+    #[test]
+    fn heads_are_read_whole_at_every_split() {
+        let one = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
+        let two = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+        // A stray CRLF between messages is skipped (RFC 9112 2.2).
+        let wire = [&one[..], b"\r\n", &two[..], b"body"].concat();
+        for k in 0..=wire.len() {
+            let mut r = split(&wire, k);
+            assert_eq!(read_head(&mut r).unwrap().unwrap(), one, "cut at {k}");
+            assert_eq!(read_head(&mut r).unwrap().unwrap(), two, "cut at {k}");
+            assert_eq!(rest(r), b"body", "cut at {k}: the body stays unread");
+        }
+    }
+
+    #[test]
+    fn eof_before_a_head_is_none_inside_one_an_error() {
+        assert!(read_head(&mut split(b"", 0)).unwrap().is_none());
+        let wire = b"GET / HTTP/1.1\r\nHost: x\r\n";
+        for k in 0..=wire.len() {
+            let e = read_head(&mut split(wire, k)).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "cut at {k}");
+        }
+        // EOF inside a line.
+        let e = read_head(&mut split(b"GET / HT", 3)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn length_bodies_stop_at_their_length() {
+        let wire = b"0123456789NEXT";
+        for k in 0..=wire.len() {
+            let mut r = split(wire, k);
+            let body = read_body(&mut r, Framing::Length(10)).unwrap();
+            assert_eq!(body.len, 10);
+            assert_eq!(body.bytes, b"0123456789");
+            assert_eq!(body.hash, sha256(b"0123456789"));
+            assert_eq!(rest(r), b"NEXT", "cut at {k}");
+        }
+        let e = read_body(&mut split(b"short", 2), Framing::Length(10)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        let none = read_body(&mut split(b"NEXT", 1), Framing::None).unwrap();
+        assert_eq!((none.len, none.bytes.len()), (0, 0));
+    }
+
+    #[test]
+    fn chunked_bodies_with_trailers_at_every_split() {
+        let wire = b"4\r\nWiki\r\n5;ext=1\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nX-Sum: abc\r\nX-Two:  2 \r\n\r\nNEXT";
+        let data = b"Wikipedia in\r\n\r\nchunks.";
+        for k in 0..=wire.len() {
+            let mut r = split(wire, k);
+            let body = read_body(&mut r, Framing::Chunked).unwrap();
+            assert_eq!(body.bytes, data, "cut at {k}");
+            assert_eq!(body.len, data.len() as u64);
+            assert_eq!(body.hash, sha256(data));
+            assert_eq!(
+                body.trailers,
+                [("X-Sum".into(), "abc".into()), ("X-Two".into(), "2".into())],
+                "cut at {k}"
+            );
+            assert_eq!(rest(r), b"NEXT", "cut at {k}");
+        }
+    }
+
+    #[test]
+    fn broken_chunked_bodies_are_errors() {
+        for (wire, what) in [
+            (&b"zz\r\n"[..], "a bad size line"),
+            (b"4\r\nWikiX\r\n0\r\n\r\n", "data not followed by CRLF"),
+            (b"4\r\nWi", "EOF in the data"),
+            (b"4\r\nWiki\r\n0\r\nX-Sum: 1\r\n", "EOF in the trailers"),
+            (b"", "EOF at a chunk"),
+        ] {
+            assert!(
+                read_body(&mut split(wire, wire.len() / 2), Framing::Chunked).is_err(),
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn until_close_bodies_read_to_eof() {
+        let wire = b"all of it, to the end";
+        for k in 0..=wire.len() {
+            let body = read_body(&mut split(wire, k), Framing::UntilClose).unwrap();
+            assert_eq!(body.bytes, wire, "cut at {k}");
+        }
+        // A reset ends such a body like an EOF.
+        let mut r = BufReader::new(Scripted::new(vec![
+            Step::Data(b"cut".to_vec()),
+            Step::Err(io::ErrorKind::ConnectionReset),
+        ]));
+        assert_eq!(
+            read_body(&mut r, Framing::UntilClose).unwrap().bytes,
+            b"cut"
+        );
+    }
+
+    #[test]
+    fn write_chunked_round_trips_through_read_body() {
+        for (len, sizes) in [
+            (0u64, &[7usize][..]),
+            (1, &[1][..]),
+            (1000, &[1, 2, 300][..]),
+            (70_000, &[0, 65_536][..]),
+        ] {
+            let mut wire = Vec::new();
+            write_chunked(&mut wire, 9, len, sizes, &[("X-Len", &len.to_string())]).unwrap();
+            wire.extend_from_slice(b"NEXT");
+            let mut r = BufReader::new(Scripted::pieces(&wire, 333));
+            let body = read_body(&mut r, Framing::Chunked).unwrap();
+            assert_eq!(body.len, len, "{sizes:?}");
+            assert_eq!(body.hash, expected_hash(9, len), "{sizes:?}");
+            assert_eq!(body.trailers, [("X-Len".into(), len.to_string())]);
+            assert_eq!(rest(r), b"NEXT", "{sizes:?}");
+        }
+    }
+
+    #[test]
+    fn framing_follows_transfer_encoding_then_length() {
+        let h = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect()
+        };
+        let chunked = h(&[
+            ("Transfer-Encoding", "gzip, Chunked"),
+            ("Content-Length", "3"),
+        ]);
+        assert_eq!(framing_of(&chunked, false).unwrap(), Framing::Chunked);
+        let length = h(&[("content-length", " 12 ")]);
+        assert_eq!(framing_of(&length, false).unwrap(), Framing::Length(12));
+        assert_eq!(framing_of(&[], false).unwrap(), Framing::None);
+        assert_eq!(framing_of(&[], true).unwrap(), Framing::UntilClose);
+        let gzip = h(&[("Transfer-Encoding", "gzip")]);
+        assert!(framing_of(&gzip, false).is_err());
+        assert_eq!(framing_of(&gzip, true).unwrap(), Framing::UntilClose);
+        assert!(framing_of(&h(&[("Content-Length", "x")]), false).is_err());
+    }
+}

@@ -70,8 +70,15 @@ fn hello_gives_sni_and_alpn_fed_a_byte_at_a_time() {
         assert!(matches!(accept.poll(&mut b), HelloPoll::WouldBlock));
     }
     a.inject(&hello[hello.len() - 1..]);
-    assert!(matches!(accept.poll(&mut b), HelloPoll::Ready));
-    let info = accept.hello().unwrap();
+    let HelloPoll::Ready(ready) = accept.poll(&mut b) else {
+        panic!("the ClientHello is in");
+    };
+    let info = accept.hello().unwrap().clone();
+    assert_eq!(ready, info, "Ready carries the ClientHello");
+    assert!(
+        matches!(accept.poll(&mut b), HelloPoll::Ready(again) if again == ready),
+        "and keeps saying so"
+    );
     assert_eq!(info.server_name.as_deref(), Some("example.test"));
     assert_eq!(info.alpn, Some(vec![b"h2".to_vec(), b"http/1.1".to_vec()]));
 }
@@ -85,7 +92,7 @@ fn hello_from_a_prefix() {
     let mut accept = TlsAccept::new(&hello[..10], LayerLimits::default());
     assert!(matches!(accept.poll(&mut b), HelloPoll::WouldBlock));
     let mut accept = TlsAccept::new(&hello, LayerLimits::default());
-    assert!(matches!(accept.poll(&mut b), HelloPoll::Ready));
+    assert!(matches!(accept.poll(&mut b), HelloPoll::Ready(_)));
 }
 
 #[test]

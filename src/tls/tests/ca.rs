@@ -233,7 +233,7 @@ fn external_ca_signs_verifiable_leaves() {
     c.flush(&mut cw);
     assert!(matches!(
         accept.poll(&mut sw),
-        crate::tls::accept::HelloPoll::Ready
+        crate::tls::accept::HelloPoll::Ready(_)
     ));
     let mut s = accept
         .complete(crate::tls::ServerConfigs::new().for_leaf(minter.mint(&name).unwrap().key))

@@ -490,7 +490,7 @@ fn serving(
     let mut c = TlsLayer::client(clients.config(), host, SMALL).unwrap();
     let mut accept = TlsAccept::new(&[], SMALL);
     c.flush(cw);
-    assert!(matches!(accept.poll(sw), HelloPoll::Ready));
+    assert!(matches!(accept.poll(sw), HelloPoll::Ready(_)));
     let s = accept
         .complete(ServerConfigs::new().for_leaf(leaf.key))
         .map_err(|(f, _)| f)
@@ -581,7 +581,7 @@ fn ip_target_sends_no_sni_and_verifies_the_ip() {
     let mut c = TlsLayer::client(f.clients().config(), &ip, SMALL).unwrap();
     let mut accept = TlsAccept::new(&[], SMALL);
     c.flush(&mut cw);
-    assert!(matches!(accept.poll(&mut sw), HelloPoll::Ready));
+    assert!(matches!(accept.poll(&mut sw), HelloPoll::Ready(_)));
     let hello = accept.hello().unwrap().clone();
     assert_eq!(hello.server_name, None);
     assert_eq!(hello.leaf_name(&ip), Ok(ip.clone()));

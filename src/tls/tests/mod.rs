@@ -103,7 +103,7 @@ impl Fixture {
         for _ in 0..100_000 {
             client.flush(cw);
             match accept.poll(sw) {
-                HelloPoll::Ready => {
+                HelloPoll::Ready(_) => {
                     ready = true;
                     break;
                 }

@@ -578,6 +578,11 @@ impl Exchange {
         self.config.login = login;
     }
 
+    /// The login later requests are held to, if any.
+    pub fn login(&self) -> Option<&SameLogin> {
+        self.config.login.as_ref()
+    }
+
     /// The finished per-request records, oldest first: one per request
     /// parsed (or refused unparsed), once the client got its status, or
     /// once the conversation ended without answering it.

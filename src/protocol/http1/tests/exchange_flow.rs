@@ -289,6 +289,34 @@ fn an_early_answer_ends_the_upload() {
             assert_eq!(got.end, Ending::Closed(End::Done), "cut at {cut}");
         }
     }
+
+    // A small upload, split at every byte both ways: the client always gets
+    // exactly the answer, and the conversation ends the same way.
+    let head = post("/small", "Content-Length: 100\r\n", "");
+    let client = head.clone() + &"y".repeat(100);
+    let script = Script::new(
+        &client,
+        vec![
+            Reply::on("Content-Length: 100\r\n\r\n", answer),
+            Reply::eof(),
+        ],
+    );
+    let out = run_split_client(&tunnel(), &script);
+    assert_eq!(out.client_text(), answer);
+    assert_eq!(out.end, Ending::Closed(End::Done));
+    assert_eq!(out.record_statuses(), [Some(413)]);
+    // Fed a byte at a time, the answer comes while the body streams.
+    let every = (0..=client.len()).collect();
+    let plan = Plan {
+        client_cuts: every,
+        ..Plan::default()
+    };
+    let early = run_with(&tunnel(), &script, plan, Limits::roomy());
+    assert!(early.upstream_text().starts_with(&head));
+    assert!(
+        early.to_upstream.len() < client.len(),
+        "the upload was cut off"
+    );
 }
 
 /// An early answer that keeps the connection: the rest of the body still
@@ -314,6 +342,22 @@ fn an_early_keep_alive_answer_lets_the_body_finish() {
     assert_eq!(out.upstream_text(), client);
     assert_eq!(out.client_text(), ok("early") + &ok("next"));
     assert_eq!(out.end, Ending::Stalled);
+
+    // The same conversation scripted, split at every byte both ways: the
+    // answer comes once half the body is up (early whenever the cuts hold
+    // the rest back), and every run relays the same bytes.
+    let script = Script::new(
+        &client,
+        vec![
+            Reply::on("01234", ok("early")),
+            Reply::on("GET /next", ok("next")),
+        ],
+    );
+    let out = run_split(&tunnel(), &script);
+    assert_eq!(out.upstream_text(), client);
+    assert_eq!(out.client_text(), ok("early") + &ok("next"));
+    assert_eq!(out.end, Ending::Stalled);
+    assert_eq!(out.record_statuses(), [Some(200), Some(200)]);
 }
 
 #[test]

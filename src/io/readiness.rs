@@ -1,11 +1,14 @@
 //! Readiness in user space: what the kernel said about a socket (`event`)
-//! and what the session wants from it (`interest`).
+//! and what its owner wants from it (`interest`). The one readiness type:
+//! sessions' sockets (`session::endpoint::Endpoint`) and admin connections
+//! (`reactor::admin`) both keep theirs in a [`Readiness`].
 //!
 //! Sockets are registered once, for both directions, edge-triggered, so the
 //! kernel reports each edge once. The `event` bits remember an edge until a
-//! syscall returns WouldBlock (only [`super::endpoint::Endpoint`] clears them);
-//! `interest` follows the session's buffers. Acting on `event & interest`
-//! means no `epoll_ctl` per buffer-full/resume cycle and no lost edge.
+//! syscall returns WouldBlock (only the socket's owner clears them, in the
+//! method that made the syscall); `interest` follows the owner's buffers.
+//! Acting on `event & interest` means no `epoll_ctl` per buffer-full/resume
+//! cycle and no lost edge.
 
 use std::fmt;
 use std::ops::{BitAnd, BitOr};

@@ -1,0 +1,184 @@
+//! The handshake and what follows it: the deadlines each state arms,
+//! resolving, waiting for the inspected names, refusals, SOCKS5
+//! sub-stages, timers.
+
+use super::*;
+
+#[test]
+fn accept_arms_the_handshake_deadline() {
+    let (h, effects) = Harness::new(Policy::default(), ListenerProtocol::Auto);
+    assert_eq!(
+        effects.deadline,
+        Some(h.now + h.settings.timeouts.handshake)
+    );
+    assert_eq!(effects.closed, None);
+    assert_eq!(h.state(), "Handshake(sniff)");
+}
+
+#[test]
+fn connect_to_a_name_asks_the_reactor_to_resolve() {
+    let (mut h, _) = Harness::new(allow("example.test:443"), ListenerProtocol::Auto);
+    let effects = h.client_sends(b"CONNECT example.test:443 HTTP/1.1\r\n\r\n");
+    assert_eq!(effects.resolve.as_deref(), Some("example.test"));
+    assert!(
+        effects.left_handshake,
+        "admission must hear the handshake ended"
+    );
+    assert_eq!(
+        effects.deadline,
+        Some(h.now + h.settings.timeouts.connect),
+        "resolve and connect share the connect deadline"
+    );
+    assert_eq!(h.state(), "Resolving(dns)");
+    // The answer arrives: the name does not resolve, so the client gets a 502.
+    let mut s = h.session.take().unwrap();
+    let effects = h.with_ctx(|ctx| s.on_resolved(Err(std::io::ErrorKind::NotFound.into()), ctx));
+    h.session = Some(s);
+    assert!(h.state().starts_with("Closing"), "{}", h.state());
+    let answer = String::from_utf8(h.client_reads(12)).unwrap();
+    assert_eq!(answer, "HTTP/1.1 502");
+    assert_eq!(
+        effects.deadline,
+        Some(h.now + h.settings.timeouts.close),
+        "Closing is bounded by the close timer"
+    );
+}
+
+#[test]
+fn a_denied_address_is_answered_403_and_counted() {
+    let (mut h, _) = Harness::new(allow("127.0.0.1:443"), ListenerProtocol::Auto);
+    let _ = h.client_sends(b"CONNECT 127.0.0.2:443 HTTP/1.1\r\n\r\n");
+    let answer = String::from_utf8(h.client_reads(12)).unwrap();
+    assert_eq!(answer, "HTTP/1.1 403");
+    assert_eq!(h.stats.snapshot().denied, 1);
+    // The client closes: Closing's linger sees EOF, and the session ends.
+    h.peer.shutdown(std::net::Shutdown::Write).unwrap();
+    let effects = h.poll_events();
+    assert_eq!(effects.closed, Some(CloseReason::Denied));
+    assert_eq!(effects.deadline, None);
+    assert!(h.session().is_done());
+    assert_eq!(h.stats.snapshot().closed.get(CloseReason::Denied), 1);
+    // One session event, with the decision and why.
+    let seen = h.seen.lock().unwrap();
+    let [e] = &seen[..] else { panic!("{seen:?}") };
+    assert_eq!(e.kind, EventKind::Session);
+    assert_eq!(e.conn, 7);
+    assert_eq!(e.protocol, Some(events::Protocol::Connect));
+    assert_eq!((e.client.as_str(), e.client_uid), ("unix", Some(0)));
+    assert_eq!(e.target.as_deref(), Some("127.0.0.2:443"));
+    assert_eq!(e.decision, Some(events::Decision::Deny));
+    assert_eq!(e.rule, None, "no rule denied it: deny by default");
+    assert_eq!(e.reason.as_deref(), Some("no rule allows this destination"));
+    assert_eq!(e.close, Some(CloseReason::Denied));
+    assert_eq!((e.bytes_up, e.bytes_down), (Some(0), Some(0)));
+    // Counted under no rule.
+    let rules = h.stats.rules();
+    assert_eq!(rules.len(), 1);
+    assert_eq!((rules[0].0.as_str(), rules[0].1.denied), ("-", 1));
+}
+
+#[test]
+fn socks5_byte_by_byte_walks_its_sub_stages() {
+    let port = closed_port();
+    let (mut h, _) = Harness::new(allow(&format!("127.0.0.1:{port}")), ListenerProtocol::Auto);
+    let mut stages = vec![h.state()];
+    let [hi, lo] = port.to_be_bytes();
+    let mut request = vec![5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1, hi, lo];
+    let last = request.pop().unwrap();
+    for b in request {
+        let _ = h.client_sends(&[b]);
+        if stages.last() != Some(&h.state()) {
+            stages.push(h.state());
+        }
+    }
+    assert_eq!(
+        stages,
+        [
+            "Handshake(sniff)",
+            "Handshake(socks5-greeting)",
+            "Handshake(socks5-request)"
+        ]
+    );
+    assert_eq!(h.client_reads(2), [5, 0], "method selection: no auth");
+    let effects = h.client_sends(&[last]);
+    assert!(effects.left_handshake);
+    assert_eq!(effects.resolve, None, "an address needs no resolver");
+    assert_eq!(h.state(), "Connecting(tcp)");
+    // The refused connect arrives as an error edge: SOCKS5 reply 0x05.
+    let effects = h.poll_events();
+    assert!(h.state().starts_with("Closing"), "{}", h.state());
+    assert_eq!(h.client_reads(2), [5, 5], "connection refused");
+    assert_eq!(effects.deadline, Some(h.now + h.settings.timeouts.close));
+}
+
+#[test]
+fn a_raw_connection_waits_until_the_inspected_names_are_resolved() {
+    let port = closed_port();
+    let (mut h, _) = Harness::new(allow(&format!("127.0.0.1:{port}")), ListenerProtocol::Auto);
+    h.pins_settled = false;
+    let effects = h.client_sends(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes());
+    assert!(effects.await_pins, "the reactor must call back");
+    assert_eq!(effects.resolve, None);
+    assert_eq!(h.state(), "Resolving(pins)");
+    assert_eq!(
+        effects.deadline,
+        Some(h.now + h.settings.timeouts.connect),
+        "the wait is bounded by the connect deadline"
+    );
+    assert_eq!(h.stats.snapshot().allowed, 0, "not decided yet");
+    // Resolved: decided again, and dialled.
+    h.pins_settled = true;
+    let mut s = h.session.take().unwrap();
+    let effects = h.with_ctx(|ctx| s.on_pins(ctx));
+    h.session = Some(s);
+    assert!(!effects.await_pins);
+    assert_eq!(h.state(), "Connecting(tcp)");
+    assert_eq!(h.stats.snapshot().allowed, 1);
+}
+
+#[test]
+fn the_wait_for_the_inspected_names_times_out_closed() {
+    let port = closed_port();
+    let (mut h, _) = Harness::new(allow(&format!("127.0.0.1:{port}")), ListenerProtocol::Auto);
+    h.pins_settled = false;
+    let _ = h.client_sends(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes());
+    h.now += h.settings.timeouts.connect;
+    let mut s = h.session.take().unwrap();
+    let _ = h.with_ctx(|ctx| s.on_timer(ctx));
+    h.session = Some(s);
+    assert_eq!(
+        String::from_utf8(h.client_reads(12)).unwrap(),
+        "HTTP/1.1 504"
+    );
+}
+
+#[test]
+fn handshake_timeout_ends_the_session() {
+    let (mut h, _) = Harness::new(Policy::default(), ListenerProtocol::Auto);
+    let _ = h.client_sends(b"CONN");
+    h.now += h.settings.timeouts.handshake;
+    let mut s = h.session.take().unwrap();
+    let effects = h.with_ctx(|ctx| s.on_timer(ctx));
+    assert_eq!(effects.closed, Some(CloseReason::HandshakeTimeout));
+    assert!(s.is_done());
+}
+
+#[test]
+fn an_early_timer_only_reports_the_deadline() {
+    let (mut h, first) = Harness::new(Policy::default(), ListenerProtocol::Auto);
+    let mut s = h.session.take().unwrap();
+    let effects = h.with_ctx(|ctx| s.on_timer(ctx));
+    assert_eq!(effects.closed, None, "not due yet: nothing happens");
+    assert_eq!(effects.deadline, first.deadline);
+}
+
+#[test]
+fn an_oversized_head_gets_431() {
+    let (mut h, _) = Harness::new(Policy::default(), ListenerProtocol::Http);
+    h.settings.limits.max_head_bytes = 1024;
+    let mut head = b"CONNECT a.test:443 HTTP/1.1\r\nX: ".to_vec();
+    head.resize(2000, b'a');
+    let _ = h.client_sends(&head);
+    let answer = String::from_utf8(h.client_reads(12)).unwrap();
+    assert_eq!(answer, "HTTP/1.1 431");
+}
