@@ -63,10 +63,17 @@ fn main() -> ExitCode {
         // As a real start would, so that limits sized to it show as they would run.
         raise_nofile_limit(false);
         return match args.load().and_then(|s| summary::startable(s, &args)) {
-            Ok(setup) => {
-                print!("{}", summary::render(&setup, &args));
-                ExitCode::SUCCESS
-            }
+            // As a start would: the TLS files a terminating rule needs.
+            Ok(setup) => match summary::check_tls(&setup) {
+                Ok(warnings) => {
+                    print!("{}", summary::render(&setup, &args, &warnings));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    fatal!("cannot start: {e}");
+                    ExitCode::FAILURE
+                }
+            },
             Err(e) => {
                 fatal!("{e}");
                 ExitCode::from(2)

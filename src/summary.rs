@@ -23,8 +23,35 @@ pub fn startable(setup: Setup, args: &Args) -> Result<Setup, portcullis::config:
     Ok(setup)
 }
 
-/// What `--check` prints for a configuration that loaded.
-pub fn render(setup: &Setup, args: &Args) -> String {
+/// What a start loads for TLS termination, checked without writing
+/// anything, when a rule terminates (a start fails where this fails: the
+/// CA files, a CA already in the state directory, `upstream_ca`). `Ok`
+/// holds warnings for the summary.
+pub fn check_tls(setup: &Setup) -> Result<Vec<String>, String> {
+    use portcullis::tls::{CertAuthority, ClientConfigs};
+    let tls = &setup.config.tls;
+    let upstream = ClientConfigs::new(&tls.upstream_ca).map(drop);
+    if !setup.config.policy.terminates_any() {
+        // Only `https://` forward requests would use it.
+        return Ok(upstream
+            .err()
+            .map(|e| format!("tls.upstream_ca: {e} (`GET https://` requests would fail)"))
+            .into_iter()
+            .collect());
+    }
+    upstream.map_err(|e| format!("TLS termination: {e}"))?;
+    let state_dir = tls.state_dir.as_deref().ok_or(
+        "TLS termination: no state directory for the generated CA: set [tls] state_dir, \
+         or ca_cert and ca_key",
+    )?;
+    CertAuthority::check_config(tls.ca_cert.as_deref(), tls.ca_key.as_deref(), state_dir)
+        .map(|notes| notes.into_iter().map(|n| format!("tls: {n}")).collect())
+        .map_err(|e| format!("TLS termination: {e}"))
+}
+
+/// What `--check` prints for a configuration that loaded, with `warnings`
+/// (from [`check_tls`]) after the policy's.
+pub fn render(setup: &Setup, args: &Args, warnings: &[String]) -> String {
     let c = &setup.config;
     let mut s = String::new();
     let _ = match &args.config {
@@ -146,7 +173,7 @@ pub fn render(setup: &Setup, args: &Args) -> String {
     for rule in policy.describe() {
         let _ = writeln!(s, "{rule}");
     }
-    for w in policy.warnings() {
+    for w in policy.warnings().iter().chain(warnings) {
         let _ = writeln!(s, "warning: {w}");
     }
     s.push_str("OK\n");
@@ -185,7 +212,7 @@ mod tests {
     fn check(args: &[&str]) -> String {
         let a = Args::try_parse_from(std::iter::once("portcullis").chain(args.iter().copied()))
             .unwrap();
-        render(&a.load().unwrap(), &a)
+        render(&a.load().unwrap(), &a, &[])
     }
 
     #[test]

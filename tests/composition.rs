@@ -86,23 +86,24 @@ fn every_spelling_of_an_inspected_name_is_inspected() {
     let proxy = ChildProxy::start(&["--config", cfg.to_str().unwrap()]);
     // The name itself: inspected although the CIDR allow matches too.
     let mut s = connect_via_http(proxy.addr, &format!("localhost:{port}"));
-    assert!(get(&mut s, "localhost", "/v1/users").contains("200"));
-    assert!(get(&mut s, "localhost", "/v1/admin/secret").contains("403"));
+    let host = format!("localhost:{port}");
+    assert!(get(&mut s, &host, "/v1/users").contains("200"));
+    assert!(get(&mut s, &host, "/v1/admin/secret").contains("403"));
     // Its address, in every spelling, by CONNECT: still inspected under `api`
     // (the proxy resolved `localhost` at start and remembers its address).
     for literal in ["127.0.0.1", "[::ffff:127.0.0.1]", "0x7f000001", "127.1"] {
         let mut s = connect_via_http(proxy.addr, &format!("{literal}:{port}"));
         let host = if literal.starts_with('[') {
-            literal.to_owned()
+            format!("{literal}:{port}")
         } else {
-            "127.0.0.1".to_owned()
+            format!("127.0.0.1:{port}")
         };
         let status = get(&mut s, &host, "/v1/admin/secret");
         assert!(status.contains("403"), "{literal}: {status}");
     }
     // SOCKS5 by address (ATYP 1).
     let mut s = connect_via_socks5(proxy.addr, "127.0.0.1", port).expect("SOCKS5");
-    assert!(get(&mut s, "127.0.0.1", "/v1/admin/secret").contains("403"));
+    assert!(get(&mut s, &format!("127.0.0.1:{port}"), "/v1/admin/secret").contains("403"));
     // The forward proxy by address.
     let mut s = TcpStream::connect(proxy.addr).unwrap();
     s.set_read_timeout(Some(PROMPTLY)).unwrap();
@@ -131,11 +132,11 @@ fn audit_mode_lets_through_and_says_would_deny() {
     let proxy = ChildProxy::start(&["--config", cfg.to_str().unwrap(), "--audit"]);
     // A request the rules deny goes through, logged would-deny.
     let mut s = connect_via_http(proxy.addr, &format!("localhost:{port}"));
-    assert!(get(&mut s, "localhost", "/v1/admin/secret").contains("200"));
+    assert!(get(&mut s, &format!("localhost:{port}"), "/v1/admin/secret").contains("200"));
     // A connection no rule allows goes through, logged would-deny.
     let other = origin();
     let mut t = connect_via_http(proxy.addr, &other.target());
-    assert!(get(&mut t, "127.0.0.1", "/x").contains("200"));
+    assert!(get(&mut t, &other.target(), "/x").contains("200"));
     drop((s, t));
     wait_for("would-deny lines", PROMPTLY, || {
         let log = proxy.log().join("\n");
@@ -236,7 +237,7 @@ fn admin_via_connect(proxy: std::net::SocketAddr, target: &str) -> String {
 }
 
 /// The same through SOCKS5, the address as `atyp_addr` (ATYP byte first)
-/// and `host` in the request's Host: the status line, or `SOCKS5 reply N`
+/// and `host` (then `:port`) in the request's Host: the status line, or `SOCKS5 reply N`
 /// when refused.
 fn admin_via_socks5(
     proxy: std::net::SocketAddr,
@@ -257,7 +258,7 @@ fn admin_via_socks5(
     if rep != 0 {
         return format!("SOCKS5 reply {rep}");
     }
-    get(&mut s, host, "/v1/admin/secret")
+    get(&mut s, &format!("{host}:{port}"), "/v1/admin/secret")
 }
 
 /// A SOCKS5 address, and the Host a request through it names.
@@ -312,8 +313,9 @@ fn a_wildcard_allow_beside_an_inspecting_name_rule_never_opens_the_address() {
         );
         let p = proxy.addr;
         let mut s = connect_via_http(p, &format!("api.test:{port}"));
-        assert!(get(&mut s, "api.test", "/v1/users").contains("200"));
-        assert!(get(&mut s, "api.test", "/v1/admin/secret").contains("403"));
+        let host = format!("api.test:{port}");
+        assert!(get(&mut s, &host, "/v1/users").contains("200"));
+        assert!(get(&mut s, &host, "/v1/admin/secret").contains("403"));
         for name in ["alias.test", "API.TEST."] {
             let status = admin_via_connect(p, &format!("{name}:{port}"));
             assert!(status.starts_with("HTTP/1.1 403"), "{name}: {status}");
@@ -474,7 +476,7 @@ port = {port}
             rustls::ClientConnection::new(proxy_ca.client_config(&[b"http/1.1"]), name).unwrap();
         let mut tls = rustls::StreamOwned::new(conn, tcp);
         let mut status = |path: &str| {
-            write!(tls, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+            write!(tls, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").unwrap();
             let head = read_response_head(&mut tls).expect("an answer");
             let len: usize = head
                 .header("content-length")

@@ -84,9 +84,9 @@ fn setup() -> (Origin, SpawnedProxy, HttpConn) {
     (origin, proxy, c)
 }
 
-fn post_chunked_head(path: &str) -> String {
+fn post_chunked_head(path: &str, host: &str) -> String {
     format!(
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nTrailer: X-Req-Trailer\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\nTrailer: X-Req-Trailer\r\n\r\n"
     )
 }
 
@@ -95,7 +95,7 @@ fn post_chunked_head(path: &str) -> String {
 fn chunked_exchange(c: &mut HttpConn, origin: &Origin, len: u64, v: u32, nth: usize) {
     let (up_seed, down_seed) = (len ^ 0xa5a5 ^ v as u64, len ^ 0x5a5a ^ v as u64);
     let path = format!("/chunked/{len}/{down_seed}/{v}");
-    c.send(post_chunked_head(&path));
+    c.send(post_chunked_head(&path, &origin.target()));
     write_chunked(
         &mut c.w,
         up_seed,
@@ -176,31 +176,32 @@ fn chunked_64mib_each_way_streamed() {
 
 #[test]
 fn bodiless_responses_head_204_304() {
-    let (_origin, _proxy, mut c) = setup();
-    c.send("HEAD /head HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    let (origin, _proxy, mut c) = setup();
+    let host = origin.target();
+    c.send(format!("HEAD /head HTTP/1.1\r\nHost: {host}\r\n\r\n"));
     let r = c.response("HEAD");
     assert_eq!(r.status, 200, "{}", r.raw_head);
     assert_eq!(r.header("Content-Length"), Some("1234"));
     assert_eq!(r.body.len, 0);
     // The next response parses: no body bytes were expected after the HEAD answer.
-    let r = c.get("127.0.0.1", "/after-head");
+    let r = c.get(&host, "/after-head");
     assert_eq!(r.text(), "GET /after-head 0");
 
-    let r = c.get("127.0.0.1", "/204");
+    let r = c.get(&host, "/204");
     assert_eq!(r.status, 204, "{}", r.raw_head);
-    let r = c.get("127.0.0.1", "/after-204");
+    let r = c.get(&host, "/after-204");
     assert_eq!(r.text(), "GET /after-204 0");
 
-    let r = c.get("127.0.0.1", "/304");
+    let r = c.get(&host, "/304");
     assert_eq!(r.status, 304, "{}", r.raw_head);
-    let r = c.get("127.0.0.1", "/after-304");
+    let r = c.get(&host, "/after-304");
     assert_eq!(r.text(), "GET /after-304 0");
 
     // HEAD, 204 and 304 pipelined, then a GET.
-    c.send(
-        "HEAD /head HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /204 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n\
-         GET /304 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /last HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
-    );
+    c.send(format!(
+        "HEAD /head HTTP/1.1\r\nHost: {host}\r\n\r\nGET /204 HTTP/1.1\r\nHost: {host}\r\n\r\n\
+         GET /304 HTTP/1.1\r\nHost: {host}\r\n\r\nGET /last HTTP/1.1\r\nHost: {host}\r\n\r\n"
+    ));
     assert_eq!(c.response("HEAD").status, 200);
     assert_eq!(c.response("GET").status, 204);
     assert_eq!(c.response("GET").status, 304);
@@ -210,9 +211,8 @@ fn bodiless_responses_head_204_304() {
 #[test]
 fn expect_100_continue_then_final() {
     let (origin, _proxy, mut c) = setup();
-    c.send(
-        "POST /continue HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
-    );
+    let host = origin.target();
+    c.send(format!("POST /continue HTTP/1.1\r\nHost: {host}\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"));
     // The body is sent only once the interim answer came through.
     let interim = c.response("POST");
     assert_eq!(interim.status, 100, "{}", interim.raw_head);
@@ -221,18 +221,17 @@ fn expect_100_continue_then_final() {
     assert_eq!(r.status, 200, "{}", r.raw_head);
     assert_eq!(r.text(), "POST /continue 5");
     assert_eq!(origin.requests()[0].body.bytes, b"hello");
-    let r = c.get("127.0.0.1", "/next");
+    let r = c.get(&host, "/next");
     assert_eq!(r.text(), "GET /next 0");
 }
 
 #[test]
 fn three_pipelined_requests_in_one_write() {
     let (origin, _proxy, mut c) = setup();
-    c.send(
-        "GET /one HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n\
-         POST /two HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\n\r\nabc\
-         POST /three HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nxy\r\n0\r\n\r\n",
-    );
+    let host = origin.target();
+    c.send(format!("GET /one HTTP/1.1\r\nHost: {host}\r\n\r\n\
+         POST /two HTTP/1.1\r\nHost: {host}\r\nContent-Length: 3\r\n\r\nabc\
+         POST /three HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nxy\r\n0\r\n\r\n"));
     assert_eq!(c.response("GET").text(), "GET /one 0");
     assert_eq!(c.response("POST").text(), "POST /two 3");
     assert_eq!(c.response("POST").text(), "POST /three 2");
@@ -244,8 +243,9 @@ fn three_pipelined_requests_in_one_write() {
 
 #[test]
 fn close_delimited_response_ends_at_upstream_eof() {
-    let (_origin, proxy, mut c) = setup();
-    let r = c.get("127.0.0.1", "/until-close");
+    let (origin, proxy, mut c) = setup();
+    let host = origin.target();
+    let r = c.get(&host, "/until-close");
     assert_eq!(r.status, 200, "{}", r.raw_head);
     assert_eq!(r.body.len, 300_000, "the whole close-delimited body");
     assert_eq!(hex(&r.body.hash), hex(&expected_hash(77, 300_000)));
@@ -258,7 +258,9 @@ fn close_delimited_response_ends_at_upstream_eof() {
 #[track_caller]
 fn client_smuggling(request: &str) {
     let (origin, _proxy, mut c) = setup();
-    c.send(request);
+    let host = origin.target();
+    let request = request.replace("Host: 127.0.0.1\r\n", &format!("Host: {host}\r\n"));
+    c.send(&request);
     let r = c.response("POST");
     assert_eq!(r.status, 400, "{request:?}: {}", r.raw_head);
     assert!(r.header("X-Proxy-Error").is_some(), "{}", r.raw_head);
@@ -288,10 +290,11 @@ fn request_with_two_content_lengths_is_400() {
 /// A response the proxy cannot frame: 502 before any of it reached the client, then close.
 #[track_caller]
 fn upstream_breaks(path: &str) {
-    let (_origin, proxy, mut c) = setup();
+    let (origin, proxy, mut c) = setup();
+    let host = origin.target();
     // A good exchange first: the connection was working.
-    assert_eq!(c.get("127.0.0.1", "/fine").text(), "GET /fine 0");
-    let r = c.get("127.0.0.1", path);
+    assert_eq!(c.get(&host, "/fine").text(), "GET /fine 0");
+    let r = c.get(&host, path);
     assert_eq!(r.status, 502, "{path}: {}", r.raw_head);
     assert!(r.header("X-Proxy-Error").is_some(), "{}", r.raw_head);
     c.expect_eof("after a 502");
@@ -327,8 +330,9 @@ fn no_response_head_in_time_is_504() {
         })),
     );
     let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &origin.target()));
-    assert_eq!(c.get("127.0.0.1", "/fine").text(), "GET /fine 0");
-    let r = c.get("127.0.0.1", "/hang");
+    let host = origin.target();
+    assert_eq!(c.get(&host, "/fine").text(), "GET /fine 0");
+    let r = c.get(&host, "/hang");
     assert_eq!(r.status, 504, "{}", r.raw_head);
     assert!(r.header("X-Proxy-Error").is_some(), "{}", r.raw_head);
     c.expect_eof("after a 504");
@@ -342,10 +346,11 @@ fn no_response_head_in_time_is_504() {
 #[test]
 fn oversized_request_head_is_431() {
     let (origin, _proxy, mut c) = setup();
-    assert_eq!(c.get("127.0.0.1", "/fine").text(), "GET /fine 0");
+    let host = origin.target();
+    assert_eq!(c.get(&host, "/fine").text(), "GET /fine 0");
     let big = "a".repeat(40 * 1024);
     c.send(format!(
-        "GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: {big}\r\n\r\n"
+        "GET /big HTTP/1.1\r\nHost: {host}\r\nX-Big: {big}\r\n\r\n"
     ));
     let r = c.response("GET");
     assert_eq!(r.status, 431, "{}", r.raw_head);
@@ -384,7 +389,10 @@ fn slow_upload_is_not_a_response_timeout() {
         })),
     );
     let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &origin.target()));
-    c.send("POST /fine HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3000\r\n\r\n");
+    let host = origin.target();
+    c.send(format!(
+        "POST /fine HTTP/1.1\r\nHost: {host}\r\nContent-Length: 3000\r\n\r\n"
+    ));
     for _ in 0..10 {
         std::thread::sleep(Duration::from_millis(100));
         c.send([b'x'; 300]);
@@ -403,8 +411,9 @@ fn slow_upload_is_not_a_response_timeout() {
 /// to a request pipelined behind it may be appended to its body.
 #[test]
 fn nothing_follows_a_close_delimited_response() {
-    let (_origin, proxy, mut c) = setup();
-    c.send("GET /until-close HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /fine HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    let (origin, proxy, mut c) = setup();
+    let host = origin.target();
+    c.send(format!("GET /until-close HTTP/1.1\r\nHost: {host}\r\n\r\nGET /fine HTTP/1.1\r\nHost: {host}\r\n\r\n"));
     let r = c.response("GET");
     assert_eq!(r.status, 200, "{}", r.raw_head);
     assert_eq!(r.body.len, 300_000, "the body is exactly the upstream's");
@@ -430,9 +439,10 @@ fn expect_continue_to_a_silent_upstream_is_504() {
         t.response = Duration::from_millis(500);
     })));
     let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &target));
-    c.send(
-        "PUT /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n",
-    );
+    let host = target.clone();
+    c.send(format!(
+        "PUT /x HTTP/1.1\r\nHost: {host}\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n"
+    ));
     let r = c.response("PUT");
     assert_eq!(r.status, 504, "{}", r.raw_head);
     c.expect_eof("after a 504");
@@ -446,8 +456,9 @@ fn expect_continue_to_a_silent_upstream_is_504() {
 /// request.
 #[test]
 fn unsolicited_upstream_bytes_close_without_an_answer() {
-    let (_origin, proxy, mut c) = setup();
-    let r = c.get("127.0.0.1", "/extra");
+    let (origin, proxy, mut c) = setup();
+    let host = origin.target();
+    let r = c.get(&host, "/extra");
     assert_eq!(
         (r.status, r.text()),
         (200, "hello".to_string()),
@@ -469,9 +480,8 @@ fn slow_reader_of_pipelined_responses_gets_no_504() {
         })),
     );
     let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &origin.target()));
-    c.send(
-        "GET /chunked/3000000/5/0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /fine HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
-    );
+    let host = origin.target();
+    c.send(format!("GET /chunked/3000000/5/0 HTTP/1.1\r\nHost: {host}\r\n\r\nGET /fine HTTP/1.1\r\nHost: {host}\r\n\r\n"));
     // Read nothing for well over the response timeout: both responses are
     // sent at once and wait in the proxy's buffers and the socket's.
     std::thread::sleep(Duration::from_millis(1200));

@@ -94,14 +94,15 @@ requests = [
         drop(c);
         // An inspected tunnel: allowed and denied on one connection.
         let mut c = HttpConn::new(connect_via_http(proxy.addr, &self.origin.target()));
-        assert_eq!(c.get("127.0.0.1", "/ok/a").status, 200);
-        assert_eq!(c.get("127.0.0.1", "/no/b").status, 403);
+        let host = self.origin.target();
+        assert_eq!(c.get(&host, "/ok/a").status, 200);
+        assert_eq!(c.get(&host, "/no/b").status, 403);
         drop(c);
         // Hostile paths, each in a tunnel of its own (a refusal ends one).
         for path in ["/ok/q\"u=o%5Ct%0A", "/ok/%E2%80%A8\"x=1"] {
             let mut c = HttpConn::new(connect_via_http(proxy.addr, &self.origin.target()));
             c.send(format!(
-                "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+                "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
             ));
             let _ = c.read_response("GET");
         }

@@ -56,8 +56,8 @@ fn api(port: u16) -> RuleConfig {
 }
 
 /// One request on an open tunnel; the status line of the answer.
-fn get(s: &mut TcpStream, path: &str) -> String {
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+fn get(s: &mut TcpStream, port: u16, path: &str) -> String {
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").unwrap();
     let head = read_response_head(s).expect("an answer");
     let len: usize = head
         .header("content-length")
@@ -78,7 +78,7 @@ fn the_first_connection_by_address_is_already_inspected() {
         // At once, before the proxy could have resolved `localhost` had it
         // not waited for it.
         let mut s = connect_via_http(proxy_addr(&proxy), &format!("127.0.0.1:{port}"));
-        let status = get(&mut s, "/v1/admin/secret");
+        let status = get(&mut s, port, "/v1/admin/secret");
         assert!(status.contains("403"), "round {round}: {status}");
     }
 }
@@ -91,9 +91,9 @@ fn a_reload_that_brings_an_inspected_name_closes_raw_tunnels_to_its_address() {
     let p = proxy_addr(&proxy);
     // Raw tunnels to the address `localhost` will turn out to have.
     let mut by_literal = connect_via_http(p, &format!("127.0.0.1:{port}"));
-    assert!(get(&mut by_literal, "/v1/admin/secret").contains("200"));
+    assert!(get(&mut by_literal, port, "/v1/admin/secret").contains("200"));
     let mut by_socks = connect_via_socks5(p, "127.0.0.1", port).expect("SOCKS5");
-    assert!(get(&mut by_socks, "/v1/admin/secret").contains("200"));
+    assert!(get(&mut by_socks, port, "/v1/admin/secret").contains("200"));
 
     // The new policy inspects `localhost`, a name nobody resolved yet.
     proxy.reload(Policy::from_rules(&[api(port), loopback(port)]).unwrap());
@@ -104,5 +104,5 @@ fn a_reload_that_brings_an_inspected_name_closes_raw_tunnels_to_its_address() {
     });
     // And a new connection by address is inspected.
     let mut s = connect_via_http(p, &format!("127.0.0.1:{port}"));
-    assert!(get(&mut s, "/v1/admin/secret").contains("403"));
+    assert!(get(&mut s, port, "/v1/admin/secret").contains("403"));
 }

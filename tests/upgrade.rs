@@ -272,15 +272,18 @@ fn declined_upgrade_keeps_http() {
     let proxy =
         start_proxy(Policy::from_rules(&[parse_cli_inspect(&origin.target()).unwrap()]).unwrap());
     let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &origin.target()));
+    let host = origin.target();
 
-    c.send(upgrade_request("/ws", "127.0.0.1"));
+    c.send(upgrade_request("/ws", &host));
     let r = c.response("GET");
     assert_eq!(r.status, 200, "{}", r.raw_head);
     assert_eq!(r.text(), "no upgrade for you");
-    assert_eq!(c.get("127.0.0.1", "/second").text(), "GET /second");
+    assert_eq!(c.get(&host, "/second").text(), "GET /second");
 
     // Pipelined behind a declined upgrade: held until the answer, then parsed.
-    c.send(upgrade_request("/ws2", "127.0.0.1") + "GET /third HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    c.send(
+        upgrade_request("/ws2", &host) + &format!("GET /third HTTP/1.1\r\nHost: {host}\r\n\r\n"),
+    );
     assert_eq!(c.response("GET").text(), "no upgrade for you");
     assert_eq!(c.response("GET").text(), "GET /third");
 

@@ -35,7 +35,10 @@ impl Queue {
 fn config(flags: u8) -> ExchangeConfig {
     let origin = Target::new("origin.test", 80).unwrap();
     let mode = if flags & 1 == 0 {
-        Mode::Tunnel { target: origin }
+        Mode::Tunnel {
+            target: origin,
+            tls: false,
+        }
     } else {
         Mode::Forward {
             upstream: origin,

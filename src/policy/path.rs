@@ -31,6 +31,21 @@
 //! The canonical spelling ([`Path::canonical`]) re-encodes only what a path
 //! cannot carry raw (upper-case hex), so it reads the same to every origin and
 //! normalising it again changes nothing.
+//!
+//! Deny rules also judge each reading folded ([`folded`]) as some origins
+//! fold it before routing (IIS and Windows file names, .NET
+//! `OrdinalIgnoreCase`, best-fit code pages), where that changes anything:
+//!
+//! | In the decoded path | The folded reading has |
+//! |---|---|
+//! | `ı` (U+0131), `İ` (U+0130) | `i` |
+//! | `ſ` (U+017F) | `s` |
+//! | `K` (Kelvin sign, U+212A) | `k` |
+//! | fullwidth ASCII `！`-`～` (U+FF01-U+FF5E) | the ASCII character (`／` is `/`, a segment boundary; `＼` too) |
+//! | trailing `.` and spaces on a segment (`admin.`, `admin%20`, `admin%2E%2E`) | the segment without them (one of only dots and spaces drops out) |
+//!
+//! and `.` / `..` segments the folding makes are removed again. Never for
+//! allow rules: folding only ever makes a deny match more.
 
 use std::fmt::Write;
 
@@ -217,6 +232,70 @@ impl Path {
             }
         }
         s
+    }
+}
+
+/// The readings folded as some origins fold paths (module docs), for deny
+/// rules: one per reading the folding changes.
+pub(crate) fn folded(readings: &[Vec<&[u8]>]) -> Vec<Vec<Vec<u8>>> {
+    readings.iter().filter_map(|r| fold_reading(r)).collect()
+}
+
+/// One reading folded, or `None` when folding changes nothing.
+fn fold_reading(segs: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
+    /// Ends the segment in `cur`: dot segments resolved, trailing dots and
+    /// spaces dropped.
+    fn end_segment(cur: &mut String, out: &mut Vec<Vec<u8>>, changed: &mut bool) {
+        match cur.as_str() {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            seg => {
+                let kept = seg.trim_end_matches(['.', ' ']);
+                *changed |= kept.len() != seg.len();
+                if !kept.is_empty() {
+                    out.push(kept.as_bytes().to_vec());
+                }
+            }
+        }
+        cur.clear();
+    }
+    let mut changed = false;
+    let mut out: Vec<Vec<u8>> = Vec::with_capacity(segs.len());
+    let mut cur = String::new();
+    for seg in segs {
+        // Segments are valid UTF-8 (`decode_segment` checks), and cut at
+        // ASCII `;` only.
+        let text = std::str::from_utf8(seg).ok()?;
+        for c in text.chars() {
+            let f = fold_char(c);
+            changed |= f != c;
+            if f == '/' || f == '\\' {
+                end_segment(&mut cur, &mut out, &mut changed);
+            } else {
+                cur.push(f);
+            }
+        }
+        end_segment(&mut cur, &mut out, &mut changed);
+    }
+    if !changed {
+        return None;
+    }
+    if out.is_empty() {
+        out.push(Vec::new());
+    }
+    Some(out)
+}
+
+/// A character as a folding origin may read it (module docs).
+fn fold_char(c: char) -> char {
+    match c {
+        '\u{0130}' | '\u{0131}' => 'i',
+        '\u{017F}' => 's',
+        '\u{212A}' => 'k',
+        '\u{FF01}'..='\u{FF5E}' => char::from_u32(c as u32 - 0xFEE0).unwrap_or(c),
+        _ => c,
     }
 }
 

@@ -13,8 +13,11 @@
 //! reading, an allow request rule set allows only if every reading is
 //! allowed. Deny request rules also match generously, as lenient origins
 //! route: method and path compared ASCII-case-insensitively (Express and
-//! ASP.NET route `/ADMIN` to `/admin`), and a trailing `/` ignored on either
-//! side. Allow request rules match exactly.
+//! ASP.NET route `/ADMIN` to `/admin`), a trailing `/` ignored on either
+//! side, and each reading judged again folded as some origins fold it
+//! (`path::folded`: `ı` and `İ` as `i`, `ſ` as `s`, fullwidth ASCII as
+//! ASCII, trailing dots and spaces dropped). Allow request rules match
+//! exactly.
 
 use std::sync::Arc;
 
@@ -130,7 +133,14 @@ impl RuleRequests {
 
     /// This rule's own verdict on a request: the allowing label, or the
     /// denying one.
-    fn judge(&self, method: &str, readings: &[Vec<&[u8]>]) -> Result<Arc<str>, Arc<str>> {
+    /// `folded`: the readings as folding origins read them, judged by deny
+    /// rules only.
+    fn judge(
+        &self,
+        method: &str,
+        readings: &[Vec<&[u8]>],
+        folded: &[Vec<&[u8]>],
+    ) -> Result<Arc<str>, Arc<str>> {
         if self.rules.is_empty() {
             return Ok(self.name.clone());
         }
@@ -138,6 +148,7 @@ impl RuleRequests {
         for r in denies {
             if readings
                 .iter()
+                .chain(folded)
                 .any(|segs| r.matches_generously(method, segs))
             {
                 return Err(r.label.clone());
@@ -218,7 +229,12 @@ impl RequestRules {
             }
         };
         let readings = parsed.readings();
-        self.combine(|part| part.judge(method, &readings))
+        let folded = path::folded(&readings);
+        let folded: Vec<Vec<&[u8]>> = folded
+            .iter()
+            .map(|r| r.iter().map(Vec::as_slice).collect())
+            .collect();
+        self.combine(|part| part.judge(method, &readings, &folded))
     }
 
     /// Checks an `Upgrade` token (case-insensitive): may the connection switch

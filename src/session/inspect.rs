@@ -48,6 +48,14 @@ pub(crate) struct Inspect {
     last_active: Instant,
     /// The response clock: the machine's wait id and when that wait began.
     waiting: Option<(u64, Instant)>,
+    /// The head clock: the machine's partial head and when it was first
+    /// seen (a head must be whole within the handshake timeout).
+    head_wait: Option<(u64, Instant)>,
+    /// The head clock fired: the conversation ends with a `408`.
+    head_timed_out: bool,
+    /// The upstream's TLS handshake must finish by then (the connect
+    /// timeout: it is part of reaching the upstream).
+    upstream_tls_until: Option<Instant>,
     /// What the session's deadline is set for now, and whether it counts
     /// the half-close timeout.
     armed: (Option<Wait>, bool),
@@ -65,7 +73,9 @@ pub(crate) struct Inspect {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wait {
     ClientHandshake,
+    UpstreamHandshake,
     Response(u64),
+    Head(u64),
     Idle,
 }
 
@@ -103,7 +113,10 @@ impl Inspect {
         let mut s = Inspect::new(
             client,
             upstream,
-            Mode::Tunnel { target },
+            Mode::Tunnel {
+                target,
+                tls: !plain,
+            },
             rules,
             early,
             idle,
@@ -161,6 +174,8 @@ impl Inspect {
             max_head_bytes: ctx.settings.limits.max_head_bytes,
             ..ExchangeConfig::new(mode)
         };
+        let upstream_tls_until =
+            (!upstream.is_plain()).then(|| ctx.now + ctx.settings.timeouts.connect);
         Inspect {
             client,
             upstream,
@@ -175,6 +190,9 @@ impl Inspect {
             idle,
             last_active: ctx.now,
             waiting: None,
+            head_wait: None,
+            head_timed_out: false,
+            upstream_tls_until,
             armed: (None, false),
             handshake_until: None,
             first_bytes: false,
@@ -451,6 +469,11 @@ impl Inspect {
         ctx: &mut Ctx,
     ) -> State {
         let reason = match &end {
+            End::Done if self.head_timed_out => {
+                conn.log.error =
+                    Some("the client did not send a whole request head in time".into());
+                CloseReason::HandshakeTimeout
+            }
             End::Done => CloseReason::Done,
             End::UpstreamClosed | End::BadUpstream(_) => CloseReason::UpstreamGone,
             End::BadRequest(_) => CloseReason::BadRequest,
@@ -534,13 +557,16 @@ impl Inspect {
         ))
     }
 
-    /// Follows the machine's response clock: a new wait restarts it.
+    /// Follows the machine's response and head clocks: a new wait restarts
+    /// its clock.
     fn note_wait(&mut self, now: Instant) {
-        self.waiting = match (self.ex.awaiting_response(), self.waiting) {
+        let follow = |id: Option<u64>, clock: Option<(u64, Instant)>| match (id, clock) {
             (Some(id), Some((w, since))) if w == id => Some((w, since)),
             (Some(id), _) => Some((id, now)),
             (None, _) => None,
         };
+        self.waiting = follow(self.ex.awaiting_response(), self.waiting);
+        self.head_wait = follow(self.ex.awaiting_head(), self.head_wait);
     }
 
     /// The client has finished sending: its EOF was read, or its FIN was
@@ -556,19 +582,38 @@ impl Inspect {
             .then(|| self.last_active + ctx.settings.timeouts.half_close)
     }
 
-    /// Keeps the one session deadline on what the session waits for: a
-    /// response head (504 when it does not come) or, if set, idleness; once
-    /// the client has finished, no later than the half-close timeout.
+    /// Keeps the one session deadline on the earliest of what the session
+    /// waits for: the client's TLS handshake, the upstream's (the connect
+    /// timeout), a response head (504 when it does not come), the rest of
+    /// a request head (408), or, if set and no response is awaited,
+    /// idleness; once the client has finished, no later than the
+    /// half-close timeout.
     fn rearm(&mut self, conn: &mut Conn, ctx: &Ctx) {
         if !self.client.is_handshaking() {
             self.handshake_until = None;
         }
-        let want = match (self.handshake_until, self.waiting) {
-            (Some(_), _) => Some(Wait::ClientHandshake),
-            (None, Some((id, _))) => Some(Wait::Response(id)),
-            (None, None) => self.idle.map(|_| Wait::Idle),
+        if self.upstream_gone || !self.upstream.is_handshaking() {
+            self.upstream_tls_until = None;
+        }
+        let t = &ctx.settings.timeouts;
+        let idle = match (self.waiting, self.idle) {
+            (None, Some(idle)) => Some((Wait::Idle, self.last_active + idle)),
+            _ => None,
         };
-        let armed = (want, self.half_closed());
+        let want = [
+            self.handshake_until.map(|d| (Wait::ClientHandshake, d)),
+            self.upstream_tls_until
+                .map(|d| (Wait::UpstreamHandshake, d)),
+            self.waiting
+                .map(|(id, since)| (Wait::Response(id), since + t.response)),
+            self.head_wait
+                .map(|(id, since)| (Wait::Head(id), since + t.handshake)),
+            idle,
+        ]
+        .into_iter()
+        .flatten()
+        .min_by_key(|&(_, deadline)| deadline);
+        let armed = (want.map(|(w, _)| w), self.half_closed());
         if armed == self.armed {
             return;
         }
@@ -576,14 +621,7 @@ impl Inspect {
         // Set for the time left: a deadline that moved later since (new
         // traffic) only makes the timer fire early, and `on_timer` then sets
         // it again for what is left.
-        let due = match want {
-            Some(Wait::ClientHandshake) => self.handshake_until,
-            Some(Wait::Response(_)) => self
-                .waiting
-                .map(|(_, since)| since + ctx.settings.timeouts.response),
-            Some(Wait::Idle) => self.idle.map(|idle| self.last_active + idle),
-            None => None,
-        };
+        let due = want.map(|(_, deadline)| deadline);
         conn.deadline = match (due, self.half_close_due(ctx)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -600,6 +638,37 @@ impl Inspect {
                     conn.id
                 );
                 return State::Done(CloseReason::HandshakeTimeout);
+            }
+        }
+        if let Some(until) = self.upstream_tls_until {
+            if ctx.now >= until && self.upstream.is_handshaking() && !self.upstream_gone {
+                // The connect timeout: a server that accepts and never
+                // answers the ClientHello (a plaintext one, a wrong port).
+                let why = "the TLS handshake with the upstream did not complete in time";
+                log::info!("conn={} {why}", conn.id);
+                self.upstream_tls_until = None;
+                self.upstream_gone = true;
+                self.upstream_eof = true;
+                self.ex.upstream_failed("upstream-tls", why);
+                let _ = self.responses();
+                self.records(conn, ctx);
+                if let Status::Closed { answer, end } = self.ex.status() {
+                    return self.close(answer, end, conn, ctx);
+                }
+                // No request is due yet: the next one is answered 502.
+                return self.drive(conn, ctx);
+            }
+        }
+        if let Some((_, since)) = self.head_wait {
+            if ctx.now >= since + ctx.settings.timeouts.handshake && self.ex.head_timeout() {
+                log::info!(
+                    "conn={} the client did not send a whole request head in time",
+                    conn.id
+                );
+                self.head_wait = None;
+                self.head_timed_out = true;
+                // The 408 goes out in order, then the conversation ends.
+                return self.drive(conn, ctx);
             }
         }
         if self.half_close_due(ctx).is_some_and(|due| ctx.now >= due) {

@@ -40,11 +40,16 @@ impl TlsEnv {
         }
     }
 
-    /// Loads (or generates, first time) the CA, once.
+    /// Loads (or generates, first time) the CA, once, and the upstream trust
+    /// anchors. `--check` runs the same checks
+    /// (`CertAuthority::check_config`, `ClientConfigs::new`).
     pub(crate) fn prepare_termination(&mut self) -> Result<(), String> {
         if self.terminator.is_some() {
             return Ok(());
         }
+        // Every terminated tunnel speaks TLS upstream: a bad `upstream_ca`
+        // stops the start too, rather than fail each tunnel.
+        self.client_config()?;
         let cfg = &self.config;
         let state_dir = cfg.state_dir.clone().ok_or_else(|| {
             "no state directory for the generated CA: set [tls] state_dir, or ca_cert and ca_key"

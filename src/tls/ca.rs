@@ -6,7 +6,12 @@
 //! after. Generation is serialised by an advisory lock on `ca.lock`, files
 //! are written under temporary names and renamed into place (key first: a
 //! certificate on disk means its key is there), and the key file is created
-//! with mode 0600 (never chmod-ed after).
+//! with mode 0600.
+//!
+//! Whoever can write the state directory can swap the CA the proxy reuses:
+//! one writable by group or others is refused (one the proxy creates is
+//! 0700), and a key file there readable by group or others is tightened to
+//! 0600 with a warning.
 
 use std::fmt;
 use std::fs::{self, DirBuilder, File, OpenOptions};
@@ -92,7 +97,12 @@ impl CertAuthority {
         state_dir: &Path,
     ) -> Result<CertAuthority, CaError> {
         match (ca_cert, ca_key) {
-            (Some(c), Some(k)) => CertAuthority::load(c, k),
+            (Some(c), Some(k)) => {
+                if let Some(warning) = loose_key_warning(k) {
+                    log::warn!("{warning}");
+                }
+                CertAuthority::load(c, k)
+            }
             (None, None) => CertAuthority::load_or_generate(state_dir),
             (Some(c), None) => Err(CaError::new(c, "ca_cert is set but ca_key is not")),
             (None, Some(k)) => Err(CaError::new(k, "ca_key is set but ca_cert is not")),
@@ -167,15 +177,48 @@ impl CertAuthority {
         Ok(ca)
     }
 
+    /// What [`CertAuthority::from_config`] would load, without writing
+    /// anything (`--check`): the same checks, failing where it would fail
+    /// (a CA still to be generated is fine if its directory is). Returns
+    /// warnings: a key file readable by group or others.
+    pub fn check_config(
+        ca_cert: Option<&Path>,
+        ca_key: Option<&Path>,
+        state_dir: &Path,
+    ) -> Result<Vec<String>, CaError> {
+        let mut notes = Vec::new();
+        match (ca_cert, ca_key) {
+            (Some(c), Some(k)) => {
+                notes.extend(loose_key_warning(k));
+                CertAuthority::load(c, k)?;
+            }
+            (None, None) => {
+                let cert = state_dir.join(CERT_FILE);
+                let key = state_dir.join(KEY_FILE);
+                if state_dir.is_dir() {
+                    check_state_dir(state_dir)?;
+                }
+                if cert.exists() {
+                    if let Some(w) = loose_key_warning(&key) {
+                        notes.push(format!("{w} (a start tightens it to 0600)"));
+                    }
+                    CertAuthority::load(&cert, &key)?;
+                }
+            }
+            (Some(c), None) => return Err(CaError::new(c, "ca_cert is set but ca_key is not")),
+            (None, Some(k)) => return Err(CaError::new(k, "ca_key is set but ca_cert is not")),
+        }
+        Ok(notes)
+    }
+
     /// Loads the CA kept in `dir`, generating it there first if there is none.
     /// Safe against concurrent first starts: one generates, the others wait
-    /// for it and load the same CA.
+    /// for it and load the same CA. A directory writable by group or others
+    /// is refused (one made here is 0700); a key file readable by them is
+    /// tightened to 0600, with a warning.
     pub fn load_or_generate(dir: &Path) -> Result<CertAuthority, CaError> {
         let cert = dir.join(CERT_FILE);
         let key = dir.join(KEY_FILE);
-        if cert.exists() {
-            return CertAuthority::load(&cert, &key);
-        }
         if !dir.is_dir() {
             DirBuilder::new()
                 .recursive(true)
@@ -184,6 +227,11 @@ impl CertAuthority {
                 .map_err(|e| {
                     CaError::new(dir, format!("cannot create the state directory: {e}"))
                 })?;
+        }
+        check_state_dir(dir)?;
+        if cert.exists() {
+            tighten_key(&key)?;
+            return CertAuthority::load(&cert, &key);
         }
         let lock_path = dir.join(LOCK_FILE);
         let lock_file = OpenOptions::new()
@@ -246,6 +294,73 @@ impl CertAuthority {
         }
         Ok(())
     }
+}
+
+/// Refuses a state directory group or others may write: they could replace
+/// the CA (certificate and key) the proxy reuses.
+fn check_state_dir(dir: &Path) -> Result<(), CaError> {
+    let mode = fs::metadata(dir)
+        .map_err(|e| CaError::new(dir, format!("cannot read the state directory: {e}")))?
+        .permissions()
+        .mode();
+    if mode & 0o022 != 0 {
+        return Err(CaError::new(
+            dir,
+            format!(
+                "the CA's state directory is writable by {} (mode {:04o}): another user \
+                 could replace the CA; make it private (chmod 700 {}) or set another \
+                 [tls] state_dir",
+                if mode & 0o002 != 0 {
+                    "others"
+                } else {
+                    "its group"
+                },
+                mode & 0o7777,
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A warning when the key file at `path` may be read by group or others.
+fn loose_key_warning(path: &Path) -> Option<String> {
+    let mode = fs::metadata(path).ok()?.permissions().mode() & 0o7777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "{}: the CA key is readable by group or others (mode {mode:04o})",
+            path.display()
+        )
+    })
+}
+
+/// Tightens the state directory's key file to 0600 (through the open file,
+/// so what is checked is what is changed), warning when it was wider.
+fn tighten_key(path: &Path) -> Result<(), CaError> {
+    let Ok(file) = File::open(path) else {
+        // Missing or unreadable: loading says so.
+        return Ok(());
+    };
+    let mode = file
+        .metadata()
+        .map_err(|e| CaError::new(path, format!("cannot read: {e}")))?
+        .permissions()
+        .mode()
+        & 0o7777;
+    if mode & 0o077 != 0 {
+        file.set_permissions(fs::Permissions::from_mode(0o600))
+            .map_err(|e| {
+                CaError::new(
+                    path,
+                    format!("the CA key is readable by group or others (mode {mode:04o}) and cannot be made private: {e}"),
+                )
+            })?;
+        log::warn!(
+            "{}: the CA key was readable by group or others (mode {mode:04o}); tightened to 0600",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 fn unsupported_subject() -> &'static str {

@@ -126,6 +126,75 @@ fn deny_users_delete_by_every_spelling() {
     assert_eq!(judge(&r, "GET", "/v1/users:delete"), Seen::Allowed);
 }
 
+/// Origins that fold characters before routing (IIS and Windows file names
+/// drop trailing dots and spaces, .NET `OrdinalIgnoreCase` upper-cases `ı`
+/// and `ſ` to `I` and `S`, best-fit code pages map fullwidth ASCII onto
+/// ASCII) read these as the denied paths: deny rules judge the folded
+/// reading too. Allow rules never do, so folding cannot widen an allow.
+#[test]
+fn deny_rules_judge_what_folding_origins_read() {
+    use Seen::*;
+    let r = rules_of(
+        "api",
+        &[
+            (Action::Allow, "*", "/**"),
+            (Action::Deny, "*", "/admin/**"),
+            (Action::Deny, "*", "/v1/users:delete"),
+            (Action::Deny, "*", "/keys/**"),
+        ],
+    );
+    expect(
+        &r,
+        "POST",
+        &[
+            ("/adm%C4%B1n/x", Denied),
+            ("/ADM%C4%B0N/x", Denied),
+            ("/v1/u%C5%BFers:delete", Denied),
+            ("/v1/U%C5%BFERS%3ADELETE", Denied),
+            ("/%E2%84%AAeys/x", Denied),
+            // Fullwidth ASCII: letters, `:`, `/` (a segment boundary), `.`.
+            ("/%EF%BD%81dmin/x", Denied),
+            ("/%EF%BC%A1DMIN/x", Denied),
+            ("/v1/users%EF%BC%9Adelete", Denied),
+            ("/admin%EF%BC%8Fx", Denied),
+            ("/v1%EF%BC%8Fusers:delete", Denied),
+            ("/x%EF%BC%8F%EF%BC%8E%EF%BC%8E%EF%BC%8Fadmin/y", Denied),
+            // Trailing dots and spaces.
+            ("/admin./x", Denied),
+            ("/admin%2e/x", Denied),
+            ("/admin%20/x", Denied),
+            ("/admin%20", Denied),
+            ("/ADMIN%2E%2E/", Denied),
+            ("/admin.%20./x", Denied),
+            ("/v1/users:delete.", Denied),
+            ("/v1/users:delete%20%20", Denied),
+            ("/.../admin/x", Denied),
+            // Folding makes nothing else match.
+            ("/administrator/x", Allowed),
+            ("/adm%C4%B1nistrator/x", Allowed),
+            ("/ad.min/x", Allowed),
+            ("/.admin/x", Allowed),
+            ("/%20admin/x", Allowed),
+            ("/v1/users:deletes", Allowed),
+            ("/caf%C3%A9/x", Allowed),
+        ],
+    );
+    // An allow rule is matched on the path as sent, never folded: these
+    // are not `/admin/...` to it.
+    let only = rules_of("api", &[(Action::Allow, "*", "/admin/**")]);
+    expect(
+        &only,
+        "GET",
+        &[
+            ("/admin/x", Allowed),
+            ("/adm%C4%B1n/x", Denied),
+            ("/admin./x", Denied),
+            ("/admin%EF%BC%8Fx", Denied),
+            ("/%EF%BD%81dmin/x", Denied),
+        ],
+    );
+}
+
 #[test]
 fn allow_rules_must_allow_every_reading() {
     use Seen::*;

@@ -40,6 +40,55 @@ fn generated_once_then_reused() {
         .starts_with("portcullis local CA"));
 }
 
+/// Whoever may write the state directory may swap the CA the proxy reuses:
+/// such a directory is refused, to generate in and to reuse from, and a
+/// key there that others may read is made private (audit-8, H4).
+#[test]
+fn a_state_directory_others_may_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let chmod = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    let tmp = TempDir::new();
+    let dir = tmp.path().join("shared");
+    for mode in [0o777, 0o775, 0o1777] {
+        std::fs::create_dir_all(&dir).unwrap();
+        chmod(&dir, mode);
+        let e = CertAuthority::load_or_generate(&dir).unwrap_err();
+        assert_eq!(e.path, dir);
+        assert!(e.message.contains("writable by"), "{e}");
+        assert!(e.message.contains("chmod 700"), "{e}");
+        assert!(!dir.join(CERT_FILE).exists(), "nothing generated there");
+        let e = CertAuthority::check_config(None, None, &dir).unwrap_err();
+        assert!(e.message.contains("writable by"), "{e}");
+    }
+    // Made private, the CA is generated; opened up again, it is not reused.
+    chmod(&dir, 0o700);
+    let first = CertAuthority::load_or_generate(&dir).unwrap();
+    chmod(&dir, 0o757);
+    let e = CertAuthority::load_or_generate(&dir).unwrap_err();
+    assert!(e.message.contains("writable by others (mode 0757)"), "{e}");
+    chmod(&dir, 0o755);
+    // A key others may read: reused, and tightened to 0600.
+    chmod(&dir.join(KEY_FILE), 0o644);
+    let warnings = CertAuthority::check_config(None, None, &dir).unwrap();
+    assert!(
+        warnings[0].contains("readable by group or others"),
+        "{warnings:?}"
+    );
+    assert_eq!(
+        file_mode(&dir.join(KEY_FILE)).unwrap(),
+        0o644,
+        "--check writes nothing"
+    );
+    let again = CertAuthority::load_or_generate(&dir).unwrap();
+    assert_eq!(first.cert_der(), again.cert_der());
+    assert_eq!(file_mode(&dir.join(KEY_FILE)).unwrap(), 0o600);
+    assert!(CertAuthority::check_config(None, None, &dir)
+        .unwrap()
+        .is_empty());
+}
+
 #[test]
 fn concurrent_first_starts_agree() {
     let tmp = TempDir::new();

@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use crate::policy::{Host, Target};
 use crate::protocol::http::RequestHead;
 use crate::protocol::http1::framing::trim_ows;
+use crate::protocol::http1::BodyKind;
 
 /// The values of every `Host` header.
 pub(super) fn host_values(head: &RequestHead) -> Vec<&[u8]> {
@@ -70,21 +71,34 @@ pub(super) fn absolute_has_port(target: &str) -> bool {
     after_host.len() > 1
 }
 
-/// `None` when `named` is the tunnel's `target` (a port left out matches
-/// any); else why not, naming both.
+/// `None` when `named` is the tunnel's `target` (a port left out is the
+/// scheme's default, already filled in: it must be the target's too); else
+/// why not, naming both.
 pub(super) fn mismatch(what: &str, named: &Named, target: &Target) -> Option<String> {
-    let same_port = !named.explicit_port || named.target.port == target.port;
-    if named.target.host == target.host && same_port {
+    if named.target.host == target.host && named.target.port == target.port {
         return None;
     }
     let shown = if named.explicit_port {
         named.target.to_string()
     } else {
-        host_text(&named.target)
+        format!(
+            "{} (port {} by default)",
+            host_text(&named.target),
+            named.target.port
+        )
     };
     Some(format!(
         "{what} names {shown} but this connection goes to {target}"
     ))
+}
+
+/// Whether a head holds an LF not preceded by CR (RFC 9112 2.2 lets a
+/// recipient take it as a line end, so the parser does, but not every
+/// origin does).
+pub(super) fn has_bare_lf(head: &[u8]) -> bool {
+    head.iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'\n' && (i == 0 || head[i - 1] != b'\r'))
 }
 
 /// The protocols an upgrade request offers, lower-cased, in order
@@ -98,6 +112,41 @@ pub(super) fn upgrade_tokens(head: &RequestHead) -> Vec<String> {
         .filter(|t| !t.is_empty())
         .map(|t| String::from_utf8_lossy(t).to_ascii_lowercase())
         .collect()
+}
+
+/// Whether an upgrade request looks like one, before an upstream's `101`
+/// may turn the connection raw: HTTP/1.1 (RFC 9110 7.8: an HTTP/1.0
+/// `Upgrade` is ignored), and for a WebSocket the opening handshake of
+/// RFC 6455 4.1: a `GET` with one `Sec-WebSocket-Key` and no body (bytes
+/// after it would be taken for the new protocol's).
+pub(super) fn upgrade_shape(head: &RequestHead, kind: BodyKind) -> Result<(), &'static str> {
+    if head.version != 1 {
+        return Err("Upgrade on HTTP/1.0 (only HTTP/1.1 switches protocols)");
+    }
+    let websocket = upgrade_tokens(head)
+        .iter()
+        .any(|t| t.split_once('/').map_or(t.as_str(), |(n, _)| n) == "websocket");
+    if !websocket {
+        return Ok(());
+    }
+    if head.method != "GET" {
+        return Err("a WebSocket upgrade must be a GET");
+    }
+    let keys: Vec<&[u8]> = head
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("sec-websocket-key"))
+        .map(|(_, v)| trim_ows(v))
+        .collect();
+    match keys.as_slice() {
+        [key] if !key.is_empty() => {}
+        [] | [_] => return Err("a WebSocket upgrade without Sec-WebSocket-Key"),
+        _ => return Err("a WebSocket upgrade with several Sec-WebSocket-Key headers"),
+    }
+    if kind != BodyKind::Empty {
+        return Err("a WebSocket upgrade with a request body");
+    }
+    Ok(())
 }
 
 /// Whether `token` (lower-case, maybe `name/version`) is one of `allowed`

@@ -76,6 +76,8 @@
 //!   `Some(id)`, from the moment the id was first seen (a new id is a new
 //!   wait: restart the clock); disarm on `None`. When it fires, call
 //!   [`Exchange::response_timeout`] and consult the status.
+//! - The head timer, the same way on [`Exchange::awaiting_head`]: when it
+//!   fires, call [`Exchange::head_timeout`] and pump (a `408` is due).
 //! - Take the records every round ([`Exchange::take_records`]); at most
 //!   [`MAX_RECORDS`] wait, past that the oldest are dropped and counted.
 
@@ -114,6 +116,9 @@ pub enum Mode {
     Tunnel {
         /// Where the tunnel goes.
         target: Target,
+        /// The proxy terminated the client's TLS: a `Host` without a port
+        /// means 443, not 80 (an absolute URI's scheme says for itself).
+        tls: bool,
     },
     /// The forward proxy, connected to `upstream`: requests are absolute-form,
     /// rewritten to origin-form with `Host` from the URI, hop-by-hop headers
@@ -318,6 +323,12 @@ pub struct Exchange {
     upstream_pending: bool,
     /// Changes whenever a wait for a response may have begun anew.
     wait_id: u64,
+    /// The last `on_client` at a message boundary saw the start of a head
+    /// but not its end.
+    partial_head: bool,
+    /// Heads parsed so far: which head a partial one is (see
+    /// [`Exchange::awaiting_head`]).
+    heads: u64,
     phase: Phase,
 }
 
@@ -451,6 +462,8 @@ impl Exchange {
             upstream_failure: None,
             upstream_pending: false,
             wait_id: 0,
+            partial_head: false,
+            heads: 0,
             phase: Phase::Open,
         }
     }
@@ -529,6 +542,16 @@ impl Exchange {
             }
             _ => None,
         }
+    }
+
+    /// `Some(id)` while the head timer should run: the client has sent the
+    /// start of a request head and not its end (between requests, and
+    /// while the machine holds the client back, it is `None`). A new `id`
+    /// is a new head: restart the clock. When it fires, call
+    /// [`Exchange::head_timeout`].
+    pub fn awaiting_head(&self) -> Option<u64> {
+        let at_head = matches!(self.phase, Phase::Open) && matches!(self.req, Req::Head);
+        (at_head && self.partial_head).then_some(self.heads)
     }
 
     /// The response timer fired. If a response is still awaited, the

@@ -155,14 +155,33 @@ impl Exchange {
         }
     }
 
+    /// The head timer fired ([`Exchange::awaiting_head`]): a head still
+    /// incomplete is answered `408` in order, and no more requests are read
+    /// (the conversation ends once what is due is answered). Returns whether
+    /// it was; otherwise (a stale timer) nothing changes.
+    pub fn head_timeout(&mut self) -> bool {
+        if self.awaiting_head().is_none() {
+            return false;
+        }
+        self.partial_head = false;
+        let why = "the request head did not arrive in time".to_owned();
+        self.refuse_fatal(None, 408, "request-timeout", why);
+        self.settle();
+        true
+    }
+
     /// At a message boundary: parse and act on the next request head.
     fn client_head(&mut self, input: &[u8], room: usize) -> ClientAction {
+        self.partial_head = false;
         if self.upstream_eof {
             if let Some((cause, why)) = self.failure_answer() {
                 // The upstream failed before this request: it is told why.
                 if self.due.is_empty() {
                     return match parse_request_head(input, self.config.max_head_bytes) {
-                        Ok(None) if !self.client_eof => ClientAction::Wait,
+                        Ok(None) if !self.client_eof => {
+                            self.partial_head = !input.is_empty();
+                            ClientAction::Wait
+                        }
                         Ok(Some((head, _))) => self.refuse_fatal(Some(&head), 502, &cause, why),
                         _ => self.refuse_fatal(None, 502, &cause, why),
                     };
@@ -180,7 +199,17 @@ impl Exchange {
                 self.req = Req::Stopped;
                 ClientAction::Stopped
             }
-            Ok(None) => ClientAction::Wait,
+            Ok(None) => {
+                self.partial_head = !input.is_empty();
+                ClientAction::Wait
+            }
+            Ok(Some((head, n))) if checks::has_bare_lf(&input[..n]) => {
+                // The parser takes a bare LF as a line end; an origin that
+                // does not would frame the message (and what follows it)
+                // otherwise: never forward such a head.
+                let why = "malformed request: bare LF in the head (lines end in CRLF)".to_owned();
+                self.refuse_fatal(Some(&head), 400, "bad-request", why)
+            }
             Ok(Some((head, n))) => self.request(head, n, input, room),
             Err(HeadError::TooLarge) => {
                 let why = "request head too large".to_owned();
@@ -197,6 +226,7 @@ impl Exchange {
 
     /// Acts on one parsed head of `n` bytes at the front of `input`.
     fn request(&mut self, head: RequestHead, n: usize, input: &[u8], room: usize) -> ClientAction {
+        self.heads += 1;
         if head.method == "CONNECT" {
             let why = "CONNECT is not allowed inside an inspected connection".to_owned();
             return self.refuse_fatal(Some(&head), 405, "method-not-allowed", why);
@@ -329,10 +359,13 @@ impl Exchange {
         if hosts.is_empty() && head.version == 1 {
             return Err("an HTTP/1.1 request without Host".into());
         }
-        // The forward proxy replaces `Host`; a tunnel checks it.
+        // The forward proxy replaces `Host`; a tunnel checks it. A `Host`
+        // without a port names the scheme's default port (RFC 9110 7.2):
+        // 443 inside TLS, else 80.
         let host = match (&self.config.mode, hosts.first()) {
-            (Mode::Tunnel { target }, Some(value)) => {
-                Some(checks::parse_host(value, target.port).map_err(|why| clip(&why, MAX_ECHO))?)
+            (Mode::Tunnel { tls, .. }, Some(value)) => {
+                let default_port = if *tls { 443 } else { 80 };
+                Some(checks::parse_host(value, default_port).map_err(|why| clip(&why, MAX_ECHO))?)
             }
             _ => None,
         };
@@ -342,11 +375,16 @@ impl Exchange {
             Ok(kind) => kind,
             Err(e) => return Err(format!("bad request framing: {e}")),
         };
+        let upgrade = http1::is_upgrade_request(head);
+        if upgrade {
+            checks::upgrade_shape(head, kind)
+                .map_err(|why| format!("bad upgrade request: {why}"))?;
+        }
         let path = normalize_path(target)
             .map_err(|why| format!("invalid path: {}", clip(&why, MAX_ECHO)))?;
         let authority = match (uri, &host, &self.config.mode) {
             (Some(named), _, _) | (None, Some(named), _) => named.target.to_string(),
-            (None, None, Mode::Tunnel { target }) => target.to_string(),
+            (None, None, Mode::Tunnel { target, .. }) => target.to_string(),
             (None, None, Mode::Forward { upstream, .. }) => upstream.to_string(),
         };
         Ok(Judged {
@@ -356,7 +394,7 @@ impl Exchange {
             host,
             kind,
             close: http1::wants_close(head.version, &head.headers),
-            upgrade: http1::is_upgrade_request(head),
+            upgrade,
             expects_continue: checks::expects_continue(head),
         })
     }
@@ -369,7 +407,7 @@ impl Exchange {
         judged: &Judged,
         uri: Option<&Named>,
     ) -> Result<Decision, Refusal> {
-        if let Mode::Tunnel { target } = &self.config.mode {
+        if let Mode::Tunnel { target, .. } = &self.config.mode {
             let mismatch = uri
                 .and_then(|n| checks::mismatch("the URI", n, target))
                 .or_else(|| {

@@ -139,7 +139,7 @@ const CLIENT_PIECES: &[&str] = &[
     "GET /v1/admin/b HTTP/1.1\r\nHost: origin.test\r\n\r\n",
     "POST /v1/c HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 4\r\n\r\nbody",
     "POST /v1/d HTTP/1.1\r\nHost: origin.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
-    "GET /v1/ws HTTP/1.1\r\nHost: origin.test\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
+    "GET /v1/ws HTTP/1.1\r\nHost: origin.test\r\nConnection: upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\n\r\n",
     "GET /v1/h2 HTTP/1.1\r\nHost: origin.test\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n",
     "GET /v1/e HTTP/1.1\r\nHost: evil.test\r\n\r\n",
     "PUT /v1/f HTTP/1.1\r\nHost: origin.test\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi",

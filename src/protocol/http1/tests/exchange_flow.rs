@@ -514,7 +514,7 @@ fn forward_mode_needs_an_absolute_uri() {
 #[test]
 fn forward_mode_upgrade_keeps_upgrade_headers() {
     let client = "GET http://origin.test/ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n\
-                  Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n";
+                  Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: k\r\n\r\n";
     let resp =
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
     let out = run_split(
@@ -526,7 +526,8 @@ fn forward_mode_upgrade_keeps_upgrade_headers() {
     );
     assert_eq!(
         out.upstream_text(),
-        "GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nHost: origin.test\r\n\
+        "GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: k\r\n\
+         Host: origin.test\r\n\
          Connection: upgrade\r\nVia: 1.1 portcullis\r\n\r\n"
     );
     assert_eq!(

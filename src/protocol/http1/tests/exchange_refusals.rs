@@ -214,6 +214,50 @@ fn malformed_requests_close_the_connection() {
     }
 }
 
+/// A bare LF is a line end to the proxy's parser, not to every origin: an
+/// origin that keeps it inside a value would not see the `Content-Length`
+/// behind it and read the body as a request the proxy never judged. Such a
+/// head is refused, in a tunnel and through the forward proxy.
+#[test]
+fn a_bare_lf_in_a_request_head_is_400() {
+    let heads = [
+        "GET /v1/x HTTP/1.1\r\nHost: origin.test\nX: y\r\n\r\n",
+        "GET /v1/x HTTP/1.1\nHost: origin.test\n\n",
+        "GET /v1/x HTTP/1.1\r\nHost: origin.test\r\n\n",
+        "\nGET /v1/x HTTP/1.1\r\nHost: origin.test\r\n\r\n",
+        "POST /v1/x HTTP/1.1\r\nHost: origin.test\r\nX: a\nContent-Length: 30\r\n\r\n\
+         GET /v1/admin/x HTTP/1.1\r\n\r\n",
+    ];
+    let mut proxy = forward();
+    proxy.rules = Some(api_rules());
+    for (fwd, config) in [(false, api()), (true, proxy)] {
+        for head in heads {
+            let head = if fwd {
+                head.replacen(" /v1/x ", " http://origin.test/v1/x ", 1)
+            } else {
+                head.to_string()
+            };
+            let client = head.clone() + &get("/v1/after");
+            let out = run_split(&config, &Script::new(&client, vec![]));
+            let r = responses(&out.to_client, &["GET"]);
+            assert_eq!(r.len(), 1, "{head:?}: {}", out.client_text());
+            assert_eq!(r[0].status, 400, "{head:?}");
+            assert_eq!(r[0].header("X-Proxy-Error").as_deref(), Some("bad-request"));
+            assert!(r[0].text().contains("bare LF"), "{}", r[0].text());
+            assert!(out.to_upstream.is_empty(), "{head:?} reached the upstream");
+            assert_eq!(out.end, Ending::Closed(End::Done), "{head:?}");
+        }
+    }
+    // CRLF throughout is fine, and a LF inside a body is the body's.
+    let client = "POST /v1/x HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 3\r\n\r\na\nb";
+    let out = run_split(
+        &tunnel(),
+        &Script::new(client, vec![Reply::on("a\nb", ok("x"))]),
+    );
+    assert_eq!(out.statuses(&["POST"]), [200]);
+    assert_eq!(out.upstream_text(), client);
+}
+
 /// HTTP/1.0 needs no Host.
 #[test]
 fn http10_without_host_is_fine() {
@@ -314,12 +358,14 @@ fn host_checks_on_an_ip_target() {
         max_head_bytes: HEAD_MAX,
         ..ExchangeConfig::new(Mode::Tunnel {
             target: Target::new("127.0.0.1", 8080).unwrap(),
+            tls: false,
         })
     };
     for (host, status) in [
         ("127.0.0.1:8080", 200),
         ("127.1:8080", 200),
-        ("127.0.0.1", 200),
+        // No port: port 80, not the tunnel's.
+        ("127.0.0.1", 421),
         ("[::ffff:127.0.0.1]:8080", 200),
         ("localhost:8080", 421),
         ("127.0.0.2:8080", 421),
@@ -334,9 +380,102 @@ fn host_checks_on_an_ip_target() {
     }
 }
 
+/// A tunnel to `host:port`, TLS terminated or not, every request allowed.
+fn tunnel_to(host: &str, port: u16, tls: bool) -> ExchangeConfig {
+    ExchangeConfig {
+        max_head_bytes: HEAD_MAX,
+        ..ExchangeConfig::new(Mode::Tunnel {
+            target: Target::new(host, port).unwrap(),
+            tls,
+        })
+    }
+}
+
+/// A `Host` or absolute URI without a port names the scheme's default port
+/// (443 inside TLS or for `https://`, else 80), not "any port": an origin
+/// routes `Host: origin.test` to its default port, and a URI's authority
+/// over `Host` (RFC 9112 3.2.2). So inside a tunnel to another port, a
+/// port-less name is another target: 421.
+#[test]
+fn a_name_without_a_port_means_the_default_port() {
+    // (tunnel port, TLS terminated, Host, request target, status)
+    let cases = [
+        (9441, true, "origin.test", "/x", 421),
+        (9441, true, "origin.test:443", "/x", 421),
+        (9441, true, "origin.test:9441", "/x", 200),
+        (9441, true, "origin.test:9441", "https://origin.test/x", 421),
+        (9441, true, "origin.test:9441", "http://origin.test/x", 421),
+        (
+            9441,
+            true,
+            "origin.test:9441",
+            "https://origin.test:9441/x",
+            200,
+        ),
+        (9441, false, "origin.test", "/x", 421),
+        (9441, false, "origin.test:9441", "http://origin.test/x", 421),
+        (
+            9441,
+            false,
+            "origin.test:9441",
+            "http://origin.test:9441/x",
+            200,
+        ),
+        // The default port itself: a port-less name is the target.
+        (443, true, "origin.test", "/x", 200),
+        (443, true, "ORIGIN.TEST.", "https://origin.test/x", 200),
+        (443, true, "origin.test", "http://origin.test/x", 421),
+        (443, true, "origin.test:80", "/x", 421),
+        (80, false, "origin.test", "/x", 200),
+        (80, false, "origin.test", "http://origin.test/x", 200),
+        (80, false, "origin.test", "https://origin.test/x", 421),
+        (80, false, "origin.test:443", "/x", 421),
+    ];
+    for (port, tls, host, target, status) in cases {
+        let config = tunnel_to("origin.test", port, tls);
+        let client = format!(
+            "GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n\
+             GET /next HTTP/1.1\r\nHost: origin.test:{port}\r\n\r\n"
+        );
+        let mut replies = vec![Reply::on("GET /next", ok("next"))];
+        if status == 200 {
+            replies.insert(0, Reply::on(&format!("GET {target} "), ok("x")));
+        }
+        let out = run_split(&config, &Script::new(&client, replies));
+        let r = responses(&out.to_client, &["GET", "GET"]);
+        let what = format!("tunnel to :{port} tls={tls}, Host {host}, {target}");
+        assert_eq!(r[0].status, status, "{what}: {}", out.client_text());
+        if status == 421 {
+            assert_eq!(
+                r[0].header("X-Proxy-Error").as_deref(),
+                Some("host-mismatch"),
+                "{what}"
+            );
+            assert!(
+                r[0].text().contains(&format!("origin.test:{port}")),
+                "the reason names the tunnel's target: {}",
+                r[0].text()
+            );
+            // Refused, not forwarded; the connection carries on.
+            assert!(!out.upstream_text().contains(target), "{what}");
+        }
+        assert_eq!((r[1].status, r[1].text()), (200, "next".into()), "{what}");
+    }
+    // The answer says which port a port-less name meant.
+    let config = tunnel_to("origin.test", 9441, true);
+    let out = run(&config, &Script::new(get("/x"), vec![]));
+    let r = responses(&out.to_client, &["GET"]);
+    assert!(
+        r[0].text().contains("origin.test (port 443 by default)"),
+        "{}",
+        r[0].text()
+    );
+}
+
 fn upgrade(token: &str) -> String {
     format!(
-        "GET /ws HTTP/1.1\r\nHost: origin.test\r\nConnection: Upgrade\r\nUpgrade: {token}\r\n\r\n"
+        "GET /ws HTTP/1.1\r\nHost: origin.test\r\nConnection: Upgrade\r\nUpgrade: {token}\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
     )
 }
 

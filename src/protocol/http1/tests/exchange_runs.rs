@@ -216,7 +216,10 @@ pub(super) fn origin() -> Target {
 pub(super) fn tunnel() -> ExchangeConfig {
     ExchangeConfig {
         max_head_bytes: HEAD_MAX,
-        ..ExchangeConfig::new(Mode::Tunnel { target: origin() })
+        ..ExchangeConfig::new(Mode::Tunnel {
+            target: origin(),
+            tls: false,
+        })
     }
 }
 

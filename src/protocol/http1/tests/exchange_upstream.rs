@@ -53,6 +53,70 @@ fn bytes_behind_an_upgrade_request_wait_for_its_answer() {
     );
 }
 
+/// An upstream's 101 turns the connection raw, so what follows the request
+/// is never parsed again: the request must be a WebSocket handshake (RFC
+/// 6455 4.1) for the proxy to let it through. Otherwise 400, the connection
+/// closed, and nothing (neither the request nor what follows) forwarded.
+#[test]
+fn a_websocket_upgrade_must_look_like_one() {
+    let key = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+    let ws = "Upgrade: websocket\r\nConnection: Upgrade\r\n";
+    let bad = [
+        (format!("POST /chat HTTP/1.1\r\nHost: origin.test\r\n{ws}{key}Content-Length: 3\r\n\r\nabc"), "must be a GET"),
+        (format!("GET /chat HTTP/1.1\r\nHost: origin.test\r\n{ws}{key}Content-Length: 3\r\n\r\nabc"), "request body"),
+        (format!("GET /chat HTTP/1.1\r\nHost: origin.test\r\n{ws}{key}Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), "request body"),
+        (format!("GET /chat HTTP/1.0\r\nHost: origin.test\r\n{ws}{key}\r\n"), "HTTP/1.0"),
+        (format!("GET /chat HTTP/1.1\r\nHost: origin.test\r\n{ws}\r\n"), "without Sec-WebSocket-Key"),
+        (format!("GET /chat HTTP/1.1\r\nHost: origin.test\r\n{ws}Sec-WebSocket-Key: \r\n\r\n"), "without Sec-WebSocket-Key"),
+        (format!("GET /chat HTTP/1.1\r\nHost: origin.test\r\n{ws}{key}{key}\r\n"), "several Sec-WebSocket-Key"),
+        ("GET /chat HTTP/1.1\r\nHost: origin.test\r\nUpgrade: foo, websocket/13\r\nConnection: Upgrade\r\n\r\n".to_string(), "without Sec-WebSocket-Key"),
+        // Any upgrade needs HTTP/1.1.
+        ("GET /chat HTTP/1.0\r\nHost: origin.test\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n".to_string(), "HTTP/1.0"),
+    ];
+    for (request, why) in bad {
+        // Behind it, a request the upstream's 101 would have carried raw.
+        let client = request.clone() + &get("/admin/x");
+        let script = Script::new(
+            &client,
+            vec![Reply::on("\r\n\r\n", SWITCH.to_string() + "raw")],
+        );
+        let out = run_split(&tunnel(), &script);
+        let r = responses(&out.to_client, &["GET"]);
+        assert_eq!(r.len(), 1, "{request:?}: {}", out.client_text());
+        assert_eq!(r[0].status, 400, "{request:?}");
+        assert_eq!(r[0].header("X-Proxy-Error").as_deref(), Some("bad-request"));
+        assert!(r[0].text().contains(why), "{request:?}: {}", r[0].text());
+        assert!(out.to_upstream.is_empty(), "{request:?} was forwarded");
+        assert_eq!(out.end, Ending::Closed(End::Done), "{request:?}");
+    }
+    // The handshake itself, any case of the token, and a non-WebSocket
+    // upgrade (no key needed) still reach the upstream.
+    for request in [
+        WS.to_string(),
+        WS.replace("Upgrade: websocket", "Upgrade: WebSocket"),
+        WS.replace("GET /chat", "GET /chat?x=1")
+            .replace(key, &key.to_ascii_lowercase()),
+    ] {
+        let script = Script::new(
+            &request,
+            vec![Reply::on("\r\n\r\n", SWITCH.to_string() + "raw")],
+        );
+        let out = run_split(&tunnel(), &script);
+        assert_eq!(out.end, Ending::Upgraded, "{request:?}");
+        assert_eq!(out.upstream_text(), request);
+    }
+    let mut foo = tunnel();
+    foo.upgrades = vec!["foo".into()];
+    let request =
+        "GET /x HTTP/1.1\r\nHost: origin.test\r\nUpgrade: foo\r\nConnection: Upgrade\r\n\r\n";
+    let switch = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: foo\r\nConnection: Upgrade\r\n\r\n";
+    let out = run_split(
+        &foo,
+        &Script::new(request, vec![Reply::on("\r\n\r\n", switch)]),
+    );
+    assert_eq!(out.end, Ending::Upgraded);
+}
+
 #[test]
 fn a_declined_upgrade_keeps_http() {
     let client = WS.to_string() + &get("/third");
@@ -380,4 +444,102 @@ fn no_response_clock_while_the_client_uploads_or_reads() {
     sim.resize_cout(64 * 1024);
     sim.run();
     assert!(sim.ex.awaiting_response().is_some(), "the 403 is out");
+}
+
+/// The head clock (slowloris inside an inspected connection): it runs from
+/// the first byte of a request head until its last, byte by byte, and never
+/// between requests; each head is a new wait.
+#[test]
+fn the_head_clock_runs_only_inside_a_head() {
+    let heads = [get("/a"), get("/b")];
+    let mut sim = Sim::new(
+        tunnel(),
+        Script::new("", vec![]),
+        Plan::default(),
+        Limits::roomy(),
+    );
+    sim.run();
+    assert_eq!(sim.ex.awaiting_head(), None, "nothing sent yet");
+    let mut ids = Vec::new();
+    for head in &heads {
+        let mut id = None;
+        for (i, b) in head.bytes().enumerate() {
+            sim.client_sends([b]);
+            sim.run();
+            if i + 1 < head.len() {
+                let now = sim.ex.awaiting_head().expect("inside a head");
+                assert_eq!(*id.get_or_insert(now), now, "one head, one wait");
+            } else {
+                assert_eq!(sim.ex.awaiting_head(), None, "the head is whole");
+            }
+        }
+        ids.extend(id);
+        assert!(!sim.ex.head_timeout(), "a stale timer changes nothing");
+        // Between requests (its response pending or not): no clock.
+        sim.upstream_sends(ok("x"));
+        sim.run();
+        assert_eq!(sim.ex.awaiting_head(), None);
+    }
+    assert_ne!(ids[0], ids[1], "a new head restarts the clock");
+    assert_eq!(sim.outcome().statuses(&["GET", "GET"]), [200, 200]);
+}
+
+/// A head still incomplete when the clock fires is answered 408, in order
+/// behind the responses still due, and the connection closes.
+#[test]
+fn a_head_that_does_not_finish_in_time_is_408() {
+    let partial = "GET /slow HTTP/1.1\r\nHost: origin.test\r\nX-A: b\r\n";
+    for cut in 1..partial.len() {
+        let mut sim = Sim::new(
+            tunnel(),
+            Script::new(get("/first") + &partial[..cut], vec![]),
+            Plan::default(),
+            Limits::roomy(),
+        );
+        sim.run();
+        assert!(sim.ex.awaiting_head().is_some(), "cut {cut}");
+        assert!(sim.ex.head_timeout(), "cut {cut}");
+        sim.run();
+        assert!(
+            sim.to_client.is_empty(),
+            "the 408 waits for the response due"
+        );
+        sim.upstream_sends(ok("first"));
+        sim.run();
+        let out = sim.outcome();
+        assert_eq!(out.end, Ending::Closed(End::Done), "cut {cut}");
+        assert_eq!(out.statuses(&["GET", "GET"]), [200, 408], "cut {cut}");
+        let r = responses(&out.to_client, &["GET", "GET"]);
+        assert_eq!(
+            r[1].header("X-Proxy-Error").as_deref(),
+            Some("request-timeout")
+        );
+        assert_eq!(r[1].header("Connection").as_deref(), Some("close"));
+        assert_eq!(out.record_statuses(), [Some(200), Some(408)]);
+        assert_eq!(out.upstream_text(), get("/first"), "nothing of it went on");
+    }
+}
+
+/// While the machine holds the client back (answers owed), its waiting
+/// bytes are not a slow head.
+#[test]
+fn no_head_clock_while_the_client_is_held_back() {
+    let mut client = String::new();
+    for i in 0..crate::protocol::http1::exchange::MAX_DUE {
+        client += &get(&format!("/{i}"));
+    }
+    client += "GET /next HTTP/1.1\r\n";
+    let mut sim = Sim::new(
+        tunnel(),
+        Script::new(&client, vec![]),
+        Plan::default(),
+        Limits::roomy(),
+    );
+    sim.run();
+    assert_eq!(
+        sim.ex.queued().exchanges,
+        crate::protocol::http1::exchange::MAX_DUE
+    );
+    assert_eq!(sim.ex.awaiting_head(), None);
+    assert!(!sim.ex.head_timeout());
 }
