@@ -240,17 +240,17 @@ done
 # here is shown as such: give it one, or remove it from the code.
 reason() {
     case $1 in
-        accept4) echo "one accepts the client; a second returns EAGAIN and ends the accept loop (edge-triggered listener: it must be drained to get the next wake-up)" ;;
+        accept4) echo "accepts the client; the listener is level-triggered (Linux, one reactor), so no EAGAIN-returning accept ends a batch: only a batch grown past 1 by a burst tries once more" ;;
         sendto) echo "the netlink SOCK_DIAG query that finds a loopback client's uid (1); the reply to the client (CONNECT \`200\`, or SOCKS5 method choice and reply: 2); the echoed payload, once each way (2)" ;;
         recvfrom) echo "the netlink answer (1); the client's request (1; SOCKS5: greeting and request, 2); the payload, once each way (2); end of stream from each side (2)" ;;
         epoll_ctl) echo "registration of the client and of the upstream socket (EPOLL_CTL_ADD, edge-triggered for both directions once); no MOD, and no DEL before close (close removes the fd)" ;;
         epoll_wait) echo "wake-ups: upstream connected, each payload arrival, each end of stream; shared between tunnels when several clients are at work (8 clients: under 1 per tunnel)" ;;
         socket) echo "the upstream socket (non-blocking, close-on-exec at creation: no fcntl)" ;;
         connect) echo "the non-blocking connect to the vetted address (EINPROGRESS, completion is the EPOLLOUT wake-up)" ;;
-        setsockopt) echo "TCP_NODELAY on the upstream socket (the client's request and small writes must not wait for Nagle)" ;;
+        setsockopt) echo "TCP_NODELAY on the upstream socket, set only before its second write (a tunnel that writes upstream once never pays it; the client's socket inherits it from the listener)" ;;
         shutdown) echo "the client's end of stream passed on to the upstream (SHUT_WR), so half-close works" ;;
         close) echo "the two sockets" ;;
-        getsockname) echo "SOCKS5 only: the bound address the SOCKS5 reply must carry (BND.ADDR, BND.PORT)" ;;
+        getsockname) echo "none expected: the SOCKS5 reply carries BND 0.0.0.0:0 (RFC 1928 lets a CONNECT reply say nothing useful there; clients ignore it)" ;;
         write) echo "a log line (the access log; off in this run)" ;;
         splice | pipe2) echo "splice path only, for tunnels that fill a buffer (never for this 32-byte echo)" ;;
         *) echo "(no reason recorded here: see scripts/bench.sh)" ;;
