@@ -22,20 +22,6 @@ const BODY: &str = "hello from the host's loopback\n";
 /// Bound for one `run` (each finishes in well under a second).
 const RUN_LIMIT: Duration = Duration::from_secs(60);
 
-const PROXY_VARS: [&str; 11] = [
-    "HTTP_PROXY",
-    "http_proxy",
-    "HTTPS_PROXY",
-    "https_proxy",
-    "ALL_PROXY",
-    "all_proxy",
-    "NO_PROXY",
-    "no_proxy",
-    "GRPC_PROXY",
-    "grpc_proxy",
-    "NODE_USE_ENV_PROXY",
-];
-
 /// The binary with a clean proxy environment and info logs.
 fn portcullis() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_portcullis"));
@@ -648,21 +634,16 @@ fn sigkill_of_run_no_isolate_leaves_no_cmd() {
 
 #[test]
 fn terminated_tls_is_trusted_whatever_ca_variables_cmd_inherits() {
-    use support::tls::{https_origin, TestCa};
-    let (proxy_ca, upstream_ca) = (TestCa::new(), TestCa::new());
-    let origin = https_origin(&upstream_ca);
+    use support::tls::{https_origin, Cas};
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
     let port = origin.port();
     let dir = TempDir::new("run-terminate");
     let cfg = dir.path().join("portcullis.toml");
     std::fs::write(
         &cfg,
         format!(
-            r#"
-[tls]
-ca_cert = "{}"
-ca_key = "{}"
-upstream_ca = ["{}"]
-state_dir = "{}"
+            r#"{}state_dir = "{}"
 
 [[rules]]
 name = "api"
@@ -672,16 +653,14 @@ cidrs = ["127.0.0.1/32"]
 ports = [{port}]
 tls = "terminate"
 "#,
-            proxy_ca.cert_path.display(),
-            proxy_ca.key_path.display(),
-            upstream_ca.cert_path.display(),
+            cas.tls_table(),
             dir.path().join("state").display(),
         ),
     )
     .unwrap();
     // CMD inherits CA variables pointing elsewhere (a bundle without the
     // proxy's CA); curl prefers CURL_CA_BUNDLE to SSL_CERT_FILE.
-    let elsewhere = upstream_ca.cert_path.display().to_string();
+    let elsewhere = cas.upstream.cert_path.display().to_string();
     let script = format!(
         r#"echo "vars $SSL_CERT_FILE $CURL_CA_BUNDLE $PIP_CERT $AWS_CA_BUNDLE"
         curl -sS --max-time 20 --noproxy '' -i https://localhost:{port}/through"#
