@@ -35,9 +35,19 @@ fn handshake(c: &mut TlsLayer, cw: &mut End, s: &mut TlsLayer, sw: &mut End) {
 /// A client and a server layer for `example.test` over a fresh pair of
 /// `wire`-byte ends, handshaken: (client, its end, server, its end).
 fn connected(f: &Fixture, wire: usize) -> (TlsLayer, End, TlsLayer, End) {
+    connected_with(f, wire, f.clients().config())
+}
+
+/// [`connected`], the client with `config`.
+fn connected_with(
+    f: &Fixture,
+    wire: usize,
+    config: Arc<rustls::ClientConfig>,
+) -> (TlsLayer, End, TlsLayer, End) {
     let (mut cw, mut sw) = pair(wire);
     let name = domain("example.test");
-    let (mut c, mut s) = f.pair_for(&name, &name, SMALL, &mut cw, &mut sw);
+    let c = TlsLayer::client(config, &name, SMALL).unwrap();
+    let (mut c, mut s) = f.accept_with(c, &name, SMALL, &mut cw, &mut sw);
     handshake(&mut c, &mut cw, &mut s, &mut sw);
     (c, cw, s, sw)
 }
@@ -103,17 +113,13 @@ fn handshake_then_data_both_ways() {
 #[test]
 fn tls12_works_too() {
     let f = Fixture::new();
-    let (mut cw, mut sw) = pair(4096);
     let mut config = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
         .with_protocol_versions(&[&rustls::version::TLS12])
         .unwrap()
         .with_root_certificates(f.roots())
         .with_no_client_auth();
     config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
-    let name = domain("example.test");
-    let c = TlsLayer::client(Arc::new(config), &name, SMALL).unwrap();
-    let (mut c, mut s) = f.accept_with(c, &name, SMALL, &mut cw, &mut sw);
-    handshake(&mut c, &mut cw, &mut s, &mut sw);
+    let (mut c, mut cw, mut s, mut sw) = connected_with(&f, 4096, Arc::new(config));
     assert_eq!(s.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_2));
     let data = pattern(50_000);
     assert_eq!(transfer(&mut c, &mut cw, &mut s, &mut sw, &data, 512), data);
@@ -134,7 +140,6 @@ fn aes_128_gcm_is_chosen_whatever_the_client_prefers() {
         "every suite stays available"
     );
     let f = Fixture::new();
-    let (mut cw, mut sw) = pair(4096);
     let mut provider = rustls::crypto::ring::default_provider();
     provider
         .cipher_suites
@@ -145,10 +150,7 @@ fn aes_128_gcm_is_chosen_whatever_the_client_prefers() {
         .with_root_certificates(f.roots())
         .with_no_client_auth();
     config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
-    let name = domain("example.test");
-    let c = TlsLayer::client(Arc::new(config), &name, SMALL).unwrap();
-    let (mut c, mut s) = f.accept_with(c, &name, SMALL, &mut cw, &mut sw);
-    handshake(&mut c, &mut cw, &mut s, &mut sw);
+    let (c, _cw, s, _sw) = connected_with(&f, 4096, Arc::new(config));
     assert_eq!(s.cipher_suite(), Some(S::TLS13_AES_128_GCM_SHA256));
     assert_eq!(c.cipher_suite(), Some(S::TLS13_AES_128_GCM_SHA256));
 }
@@ -597,17 +599,13 @@ fn ip_target_sends_no_sni_and_verifies_the_ip() {
 #[test]
 fn alpn_falls_back_to_http11() {
     let f = Fixture::new();
-    let (mut cw, mut sw) = pair(4096);
     let mut config = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(f.roots())
         .with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let name = domain("example.test");
-    let c = TlsLayer::client(Arc::new(config), &name, SMALL).unwrap();
-    let (mut c, mut s) = f.accept_with(c, &name, SMALL, &mut cw, &mut sw);
-    handshake(&mut c, &mut cw, &mut s, &mut sw);
+    let (c, _cw, s, _sw) = connected_with(&f, 4096, Arc::new(config));
     assert_eq!(c.alpn(), Some(ALPN_HTTP11));
     assert_eq!(s.alpn(), Some(ALPN_HTTP11));
 }
