@@ -18,19 +18,7 @@ use support::*;
 /// `[tls]` with both CAs and one rule terminating TLS for `localhost` on
 /// `port`, with `requests` (TOML, may be empty).
 fn terminate_config(cas: &Cas, port: u16, requests: &str) -> String {
-    format!(
-        r#"{}
-[[rules]]
-name = "api"
-action = "allow"
-hosts = ["localhost"]
-cidrs = ["127.0.0.1/32"]
-ports = [{port}]
-tls = "terminate"
-{requests}
-"#,
-        cas.tls_table()
-    )
+    cas.terminate_config(port, requests)
 }
 
 /// A plaintext inspect rule for `localhost` (and its address) on `port`:

@@ -19,24 +19,15 @@ use support::*;
 fn config(cas: &Cas, port: u16, extra: &str) -> (TempDir, PathBuf) {
     let dir = TempDir::new("tls-config");
     let path = dir.0.join("portcullis.toml");
-    let text = format!(
-        r#"{}
-[[rules]]
-name = "api"
-action = "allow"
-hosts = ["localhost"]
-cidrs = ["127.0.0.1/32"]
-ports = [{port}]
-tls = "terminate"
-inspect = "http"
+    let rest = format!(
+        r#"inspect = "http"
 requests = [
   {{ action = "allow", path = "/**" }},
   {{ action = "deny", path = "/admin/**" }},
 ]
-{extra}
-"#,
-        cas.tls_table()
+{extra}"#
     );
+    let text = cas.terminate_config(port, &rest);
     std::fs::write(&path, text).unwrap();
     (dir, path)
 }

@@ -159,6 +159,24 @@ impl Cas {
             self.upstream.cert_path.display(),
         )
     }
+
+    /// A config: [`Cas::tls_table`], then rule `api` terminating TLS for
+    /// `localhost` (and its address) on `port`, its other keys `rest`.
+    pub fn terminate_config(&self, port: u16, rest: &str) -> String {
+        format!(
+            r#"{}
+[[rules]]
+name = "api"
+action = "allow"
+hosts = ["localhost"]
+cidrs = ["127.0.0.1/32"]
+ports = [{port}]
+tls = "terminate"
+{rest}
+"#,
+            self.tls_table()
+        )
+    }
 }
 
 /// A TLS client over `tcp` sending SNI `sni` (an address sends none),
