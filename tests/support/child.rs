@@ -20,6 +20,16 @@ pub fn count_fds(pid: u32) -> usize {
         .count()
 }
 
+/// The lowest fd number a process does not have open, from /proc/PID/fd:
+/// with its soft limit set to it, its next open fails with EMFILE.
+pub fn first_free_fd(pid: u32) -> u64 {
+    let open: std::collections::HashSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    (0..).find(|n| !open.contains(n)).unwrap()
+}
+
 /// utime + stime of a process in clock ticks, from /proc/PID/stat.
 pub fn proc_cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
