@@ -24,7 +24,13 @@ const RUN_LIMIT: Duration = Duration::from_secs(60);
 
 /// The binary with a clean proxy environment and info logs.
 fn portcullis() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    command(env!("CARGO_BIN_EXE_portcullis"))
+}
+
+/// `program` with a clean proxy environment, info logs, no stdin and its
+/// output piped.
+fn command(program: &str) -> Command {
+    let mut cmd = Command::new(program);
     for v in PROXY_VARS {
         cmd.env_remove(v);
     }
@@ -351,10 +357,7 @@ fn an_unprivileged_user_keeps_their_uid_in_a_user_namespace() {
     for p in [dir.path(), exe.as_path()] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let mut cmd = Command::new("setpriv");
-    for v in PROXY_VARS {
-        cmd.env_remove(v);
-    }
+    let mut cmd = command("setpriv");
     cmd.current_dir("/").args([
         "--reuid=65534",
         "--regid=65534",
@@ -369,12 +372,7 @@ fn an_unprivileged_user_keeps_their_uid_in_a_user_namespace() {
         &format!(
             "echo uid=$(id -u); curl -sS --max-time 20 --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:{port}/"
         ),
-    ])
-    .env("RUST_LOG", "info")
-    .env("RUST_LOG_STYLE", "never")
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    ]);
     let out = Running::start(cmd).finish();
     assert_isolated(&out);
     assert!(
@@ -503,16 +501,8 @@ fn as_root_without_user_namespaces_a_plain_network_namespace_is_used() {
             curl -sS --max-time 5 --noproxy \"*\" http://127.0.0.1:{port}/ >/dev/null 2>&1; echo direct=$?
             exit 6'"
     );
-    let mut cmd = Command::new("unshare");
-    for v in PROXY_VARS {
-        cmd.env_remove(v);
-    }
-    cmd.args(["-Ur", "sh", "-c", &inner])
-        .env("RUST_LOG", "info")
-        .env("RUST_LOG_STYLE", "never")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut cmd = command("unshare");
+    cmd.args(["-Ur", "sh", "-c", &inner]);
     let out = Running::start(cmd).finish();
     assert_isolated(&out);
     assert!(
