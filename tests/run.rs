@@ -624,7 +624,7 @@ fn sigkill_of_run_no_isolate_leaves_no_cmd() {
 
 #[test]
 fn terminated_tls_is_trusted_whatever_ca_variables_cmd_inherits() {
-    use support::tls::{https_origin, Cas};
+    use support::tls::{https_origin, terminate_rule, Cas};
     let cas = Cas::new();
     let origin = https_origin(&cas.upstream);
     let port = origin.port();
@@ -633,18 +633,10 @@ fn terminated_tls_is_trusted_whatever_ca_variables_cmd_inherits() {
     std::fs::write(
         &cfg,
         format!(
-            r#"{}state_dir = "{}"
-
-[[rules]]
-name = "api"
-action = "allow"
-hosts = ["localhost"]
-cidrs = ["127.0.0.1/32"]
-ports = [{port}]
-tls = "terminate"
-"#,
+            "{}state_dir = \"{}\"\n\n{}",
             cas.tls_table(),
             dir.path().join("state").display(),
+            terminate_rule(port, ""),
         ),
     )
     .unwrap();

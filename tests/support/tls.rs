@@ -160,12 +160,17 @@ impl Cas {
         )
     }
 
-    /// A config: [`Cas::tls_table`], then rule `api` terminating TLS for
-    /// `localhost` (and its address) on `port`, its other keys `rest`.
+    /// A config: [`Cas::tls_table`], then [`terminate_rule`].
     pub fn terminate_config(&self, port: u16, rest: &str) -> String {
-        format!(
-            r#"{}
-[[rules]]
+        format!("{}\n{}", self.tls_table(), terminate_rule(port, rest))
+    }
+}
+
+/// Rule `api`, terminating TLS for `localhost` (and its address) on
+/// `port`, its other keys `rest`.
+pub fn terminate_rule(port: u16, rest: &str) -> String {
+    format!(
+        r#"[[rules]]
 name = "api"
 action = "allow"
 hosts = ["localhost"]
@@ -173,10 +178,8 @@ cidrs = ["127.0.0.1/32"]
 ports = [{port}]
 tls = "terminate"
 {rest}
-"#,
-            self.tls_table()
-        )
-    }
+"#
+    )
 }
 
 /// A TLS client over `tcp` sending SNI `sni` (an address sends none),
