@@ -155,16 +155,6 @@ fn fd_exhaustion_pauses_accepts_without_spinning_and_recovers() {
     );
 }
 
-/// The lowest fd number the process does not have open: with the soft
-/// limit set to it, its next open fails with EMFILE.
-fn first_free_fd(pid: u32) -> u64 {
-    let open: std::collections::HashSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    (0..).find(|n| !open.contains(n)).unwrap()
-}
-
 /// Sets a running process's soft RLIMIT_NOFILE (hard stays `NOFILE`) with
 /// util-linux `prlimit`.
 fn set_soft_nofile(pid: u32, soft: u64) {

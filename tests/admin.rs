@@ -9,7 +9,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
@@ -63,30 +63,11 @@ for family in text_string_to_metric_families(sys.stdin.read()):
         out[f"{s.name}{{{labels}}}"] = s.value
 print(json.dumps(out))
 "#;
-    let mut child = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("python3 (CI installs it and prometheus_client)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    assert!(
-        child.wait().unwrap().success(),
-        "prometheus_client rejected the page (pip install prometheus_client):\n{text}"
+    let out = python_filter(
+        script,
+        text,
+        "python3 (CI installs it and prometheus_client)",
+        &format!("prometheus_client rejected the page (pip install prometheus_client):\n{text}"),
     );
     serde_json::from_str(&out).unwrap()
 }

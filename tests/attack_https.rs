@@ -12,48 +12,13 @@ use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 use rustls::{ClientConnection, StreamOwned};
-use support::tls::{https_origin, TestCa};
+use support::tls::https_origin;
 use support::*;
-
-/// A proxy CA (signs the leaves clients see) and an upstream CA (signs the
-/// origin's certificate; the proxy trusts it through `upstream_ca`).
-struct Cas {
-    proxy: TestCa,
-    upstream: TestCa,
-}
-
-impl Cas {
-    fn new() -> Cas {
-        Cas {
-            proxy: TestCa::new(),
-            upstream: TestCa::new(),
-        }
-    }
-}
 
 /// `[tls]` with both CAs and one rule terminating TLS for `localhost` on
 /// `port`, with `requests` (TOML, may be empty).
 fn terminate_config(cas: &Cas, port: u16, requests: &str) -> String {
-    format!(
-        r#"
-[tls]
-ca_cert = "{}"
-ca_key = "{}"
-upstream_ca = ["{}"]
-
-[[rules]]
-name = "api"
-action = "allow"
-hosts = ["localhost"]
-cidrs = ["127.0.0.1/32"]
-ports = [{port}]
-tls = "terminate"
-{requests}
-"#,
-        cas.proxy.cert_path.display(),
-        cas.proxy.key_path.display(),
-        cas.upstream.cert_path.display(),
-    )
+    cas.terminate_config(port, requests)
 }
 
 /// A plaintext inspect rule for `localhost` (and its address) on `port`:
@@ -88,22 +53,16 @@ fn start(config: &Path, extra: &[&str]) -> ChildProxy {
     ChildProxy::start(&args)
 }
 
-fn tls_client(ca: &TestCa, tcp: TcpStream, sni: &str) -> StreamOwned<ClientConnection, TcpStream> {
-    let name = ServerName::try_from(sni.to_owned()).unwrap();
-    let conn = ClientConnection::new(ca.client_config(&[b"http/1.1"]), name).unwrap();
-    StreamOwned::new(conn, tcp)
-}
-
-/// Reads one response head and its `Content-Length` body.
-fn response(s: &mut impl Read) -> (ResponseHead, String) {
-    let head = read_response_head(s).expect("a response");
-    let len: usize = head
-        .header("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).expect("the body");
-    (head, String::from_utf8_lossy(&body).into_owned())
+/// SIGHUP to the proxy; waits until it says it reloaded its policy.
+fn reload(proxy: &ChildProxy) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(proxy.pid() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    wait_for("the reload", PROMPTLY, || {
+        proxy.log().iter().any(|l| l.contains("policy reloaded:"))
+    });
 }
 
 /// Slowloris inside TLS. `Securing` has the handshake timeout only until
@@ -186,14 +145,7 @@ fn a_tunnel_parked_before_its_client_hello_takes_the_reloaded_rules() {
   { action = "deny", path = "/admin/**" },
 ]"#;
     write_config(&dir, &terminate_config(&cas, origin.port(), tighter));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(proxy.pid() as i32),
-        nix::sys::signal::Signal::SIGHUP,
-    )
-    .unwrap();
-    wait_for("the reload", PROMPTLY, || {
-        proxy.log().iter().any(|l| l.contains("policy reloaded:"))
-    });
+    reload(&proxy);
 
     // A new tunnel follows the new rules...
     let mut fresh = tls_client(
@@ -204,7 +156,7 @@ fn a_tunnel_parked_before_its_client_hello_takes_the_reloaded_rules() {
     fresh
         .write_all(format!("GET /admin/secret HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
         .unwrap();
-    assert_eq!(response(&mut fresh).0.status, 403);
+    assert_eq!(read_response(&mut fresh).0.status, 403);
 
     // ...and so must the parked one: refused (403), or closed by the reload.
     let mut c = tls_client(&cas.proxy, parked, "localhost");
@@ -264,14 +216,7 @@ fn a_tunnel_connecting_during_a_reload_takes_the_reloaded_treatment() {
     });
 
     write_config(&dir, &inspect_config(addr.port()));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(proxy.pid() as i32),
-        nix::sys::signal::Signal::SIGHUP,
-    )
-    .unwrap();
-    wait_for("the reload", PROMPTLY, || {
-        proxy.log().iter().any(|l| l.contains("policy reloaded:"))
-    });
+    reload(&proxy);
     // The plan was made under the old policy (raw); the new one inspects:
     // the tunnel closes with policy-reload before it relays a byte.
     wait_for("the connecting tunnel to close", PROMPTLY, || {
@@ -332,12 +277,12 @@ fn a_leading_double_slash_does_not_hide_a_denied_path() {
         "//x/y/../admin/secret?q",
     ] {
         write!(tunnel, "GET {path} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
-        let (head, body) = response(&mut tunnel);
+        let (head, body) = read_response(&mut tunnel);
         assert_eq!(head.status, 403, "tunnel {path}: {}{body}", head.raw);
     }
     // A double slash the origin reads as a plain path still goes through.
     write!(tunnel, "GET //public HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
-    let (head, body) = response(&mut tunnel);
+    let (head, body) = read_response(&mut tunnel);
     assert_eq!((head.status, body.as_str()), (200, "GET //public"));
 
     let mut fwd = TcpStream::connect(proxy.addr).unwrap();
@@ -347,7 +292,7 @@ fn a_leading_double_slash_does_not_hide_a_denied_path() {
         "GET http://{target}//x/admin/secret HTTP/1.1\r\nHost: {target}\r\n\r\n"
     )
     .unwrap();
-    let (head, body) = response(&mut fwd);
+    let (head, body) = read_response(&mut fwd);
     assert_eq!(head.status, 403, "forward proxy: {}{body}", head.raw);
 
     let leaked: Vec<String> = origin
@@ -378,7 +323,7 @@ fn a_non_ascii_host_cannot_pass_for_the_target() {
     for host in ["ｌｏｃａｌｈｏｓｔ", "loc\u{AD}alhost"] {
         let mut s = connect_via_http(proxy.addr, &target);
         write!(s, "GET /x HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
-        let (head, body) = response(&mut s);
+        let (head, body) = read_response(&mut s);
         assert_eq!(head.status, 400, "Host {host:?}: {}{body}", head.raw);
     }
     assert!(
@@ -447,7 +392,7 @@ fn a_name_without_a_port_is_the_default_port_not_the_tunnels() {
         (format!("https://LOCALHOST:{port}/ok"), &own, 200),
     ] {
         write!(c, "GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
-        let (head, body) = response(&mut c);
+        let (head, body) = read_response(&mut c);
         assert_eq!(
             head.status, status,
             "{target} Host {host}: {}{body}",
@@ -477,7 +422,7 @@ fn a_name_without_a_port_is_the_default_port_not_the_tunnels() {
         ("/ok", &own, 200),
     ] {
         write!(s, "GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
-        let (head, body) = response(&mut s);
+        let (head, body) = read_response(&mut s);
         assert_eq!(
             head.status, status,
             "plaintext {target} Host {host}: {}{body}",
@@ -499,7 +444,7 @@ fn a_name_without_a_port_is_the_default_port_not_the_tunnels() {
         "GET http://{t}/fwd HTTP/1.1\r\nHost: elsewhere.test\r\n\r\n"
     )
     .unwrap();
-    let (head, body) = response(&mut f);
+    let (head, body) = read_response(&mut f);
     assert_eq!(
         (head.status, body.as_str()),
         (200, "GET /fwd"),
@@ -542,7 +487,7 @@ fn deny_rules_inside_tls_catch_encoded_and_folded_spellings() {
         "/admin%ef%bc%8fx",
     ] {
         write!(c, "GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
-        let (head, body) = response(&mut c);
+        let (head, body) = read_response(&mut c);
         assert_eq!(head.status, 403, "{path}: {}{body}", head.raw);
         assert!(
             head.header("X-Proxy-Error")
@@ -554,7 +499,7 @@ fn deny_rules_inside_tls_catch_encoded_and_folded_spellings() {
     // Allowed paths still pass, on the same connection.
     for path in ["/v1/users:deleted", "/administrator/x", "/v1/%40public/x"] {
         write!(c, "GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
-        let (head, body) = response(&mut c);
+        let (head, body) = read_response(&mut c);
         assert_eq!(head.status, 200, "{path}: {}{body}", head.raw);
     }
     let st = proxy.stats();
@@ -587,7 +532,7 @@ fn a_bare_lf_in_a_request_head_is_refused() {
         let mut s = connect_via_http(proxy.addr, &target);
         s.set_read_timeout(Some(PROMPTLY)).unwrap();
         s.write_all(head.as_bytes()).unwrap();
-        let (resp, body) = response(&mut s);
+        let (resp, body) = read_response(&mut s);
         assert_eq!(resp.status, 400, "{head:?}: {}{body}", resp.raw);
         assert!(body.contains("malformed request: bare LF"), "{body}");
         expect_closed(&mut s, "after the 400");
@@ -792,7 +737,7 @@ fn a_silent_upstream_tls_handshake_is_bounded_by_the_connect_timeout() {
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     write!(c, "GET /x HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n").unwrap();
-    let (head, body) = response(&mut c);
+    let (head, body) = read_response(&mut c);
     let took = started.elapsed();
     assert_eq!(head.status, 502, "{}{body}", head.raw);
     assert!(
@@ -814,7 +759,7 @@ fn a_silent_upstream_tls_handshake_is_bounded_by_the_connect_timeout() {
         "GET https://127.0.0.1:{port}/x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
     )
     .unwrap();
-    let (head, body) = response(&mut f);
+    let (head, body) = read_response(&mut f);
     let took = started.elapsed();
     assert_eq!(head.status, 502, "{}{body}", head.raw);
     assert!(head
@@ -908,11 +853,11 @@ fn a_slow_request_head_inside_a_tunnel_gets_408() {
     // An idle keep-alive connection is not a slow head: served after a pause.
     write!(s, "GET /first HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
     s.set_read_timeout(Some(PROMPTLY)).unwrap();
-    assert_eq!(response(&mut s).0.status, 200);
+    assert_eq!(read_response(&mut s).0.status, 200);
     std::thread::sleep(Duration::from_millis(2500));
     write!(s, "GET /second HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
     assert_eq!(
-        response(&mut s).0.status,
+        read_response(&mut s).0.status,
         200,
         "idle between requests is fine"
     );
@@ -924,7 +869,7 @@ fn a_slow_request_head_inside_a_tunnel_gets_408() {
     // Inside terminated TLS.
     let mut c = tls_tunnel(&proxy, &cas, port);
     write!(c, "GET /first HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n").unwrap();
-    assert_eq!(response(&mut c).0.status, 200);
+    assert_eq!(read_response(&mut c).0.status, 200);
     std::thread::sleep(Duration::from_millis(2500));
     c.get_ref()
         .set_read_timeout(Some(Duration::from_millis(10)))
@@ -988,7 +933,7 @@ fn an_upgrade_that_is_not_a_websocket_handshake_is_refused() {
         let mut s = connect_via_http(proxy.addr, &host);
         s.set_read_timeout(Some(PROMPTLY)).unwrap();
         s.write_all((request.clone() + &behind).as_bytes()).unwrap();
-        let (head, body) = response(&mut s);
+        let (head, body) = read_response(&mut s);
         assert_eq!(head.status, 400, "{request:?}: {}{body}", head.raw);
         assert!(body.contains(why), "{request:?}: {body}");
         expect_closed(&mut s, "after the 400");

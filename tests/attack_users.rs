@@ -55,12 +55,7 @@ fn users_proxy(target: &str, extra: usize, hash: impl Fn(&str) -> String) -> Spa
     ));
     let mut config = Config::from_toml_str(&text).expect("config");
     config.timeouts = timeouts(|t| t.handshake = SLOW);
-    config.limits = limits(|l| {
-        l.max_sessions = 1000;
-        l.max_sessions_per_client = 1000;
-        l.max_pending_handshakes = 1000;
-        l.max_pending_handshakes_per_client = 1000;
-    });
+    config.limits = flood_limits();
     spawn(Proxy::builder().config(config))
 }
 

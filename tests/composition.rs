@@ -11,26 +11,9 @@ use std::net::TcpStream;
 
 use support::*;
 
-/// The origin answers every request with its method and path.
+/// The origin answers every request with its request line.
 fn origin() -> Server {
-    Server::start(|mut s| loop {
-        let Ok(head) = read_until_blank_line(&mut s) else {
-            return;
-        };
-        if head.is_empty() {
-            return;
-        }
-        let line = String::from_utf8_lossy(&head);
-        let first = line.lines().next().unwrap_or_default().to_owned();
-        let body = format!("{first}\n");
-        let resp = format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        if s.write_all(resp.as_bytes()).is_err() {
-            return;
-        }
-    })
+    request_line_server()
 }
 
 /// `api`: the name `localhost` on the origin's port, inspected, with
@@ -67,15 +50,7 @@ port = {port}
 
 /// One request on an open tunnel; the status line of the answer.
 fn get(s: &mut TcpStream, host: &str, path: &str) -> String {
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
-    let head = read_response_head(s).expect("an answer");
-    let len: usize = head
-        .header("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).unwrap();
-    head.raw.lines().next().unwrap_or_default().to_owned()
+    get_status_line(s, host, path)
 }
 
 #[test]
@@ -415,22 +390,15 @@ fn a_cidr_allow_beside_an_inspecting_name_rule_inspects_every_address_type_and_a
 /// leaf and the request rules apply inside the TLS.
 #[test]
 fn a_cidr_allow_beside_a_terminating_name_rule_terminates_the_address() {
-    use rustls::pki_types::ServerName;
-    let proxy_ca = TestCa::new();
-    let upstream_ca = TestCa::new();
-    let origin = https_origin(&upstream_ca);
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
     let port = origin.port();
     let dir = TempDir::new("composition-terminate");
     let cfg = dir.0.join("portcullis.toml");
     std::fs::write(
         &cfg,
         format!(
-            r#"
-[tls]
-ca_cert = "{}"
-ca_key = "{}"
-upstream_ca = ["{}"]
-
+            r#"{}
 [[rules]]
 name = "api"
 action = "allow"
@@ -448,9 +416,7 @@ action = "allow"
 cidr = "127.0.0.0/8"
 port = {port}
 "#,
-            proxy_ca.cert_path.display(),
-            proxy_ca.key_path.display(),
-            upstream_ca.cert_path.display(),
+            cas.tls_table()
         ),
     )
     .unwrap();
@@ -469,22 +435,12 @@ port = {port}
         ),
     ];
     for (what, tcp) in tunnels {
-        let name = ServerName::try_from("127.0.0.1").unwrap();
         // Trusting only the proxy's CA: the handshake succeeds only if the
         // proxy terminates (the origin's certificate is from another CA).
-        let conn =
-            rustls::ClientConnection::new(proxy_ca.client_config(&[b"http/1.1"]), name).unwrap();
-        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        let mut tls = tls_client(&cas.proxy, tcp, "127.0.0.1");
         let mut status = |path: &str| {
             write!(tls, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").unwrap();
-            let head = read_response_head(&mut tls).expect("an answer");
-            let len: usize = head
-                .header("content-length")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            let mut body = vec![0u8; len];
-            tls.read_exact(&mut body).unwrap();
-            head.status
+            read_response(&mut tls).0.status
         };
         assert_eq!(status("/ok"), 200, "{what}");
         assert_eq!(status("/admin/secret"), 403, "{what}");

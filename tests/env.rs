@@ -15,20 +15,6 @@ use support::*;
 
 const BODY: &str = "hello through the proxy\n";
 
-const PROXY_VARS: [&str; 11] = [
-    "HTTP_PROXY",
-    "http_proxy",
-    "HTTPS_PROXY",
-    "https_proxy",
-    "ALL_PROXY",
-    "all_proxy",
-    "NO_PROXY",
-    "no_proxy",
-    "GRPC_PROXY",
-    "grpc_proxy",
-    "NODE_USE_ENV_PROXY",
-];
-
 struct Fixture {
     origin: Server,
     proxy: ChildProxy,

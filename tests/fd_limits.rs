@@ -149,16 +149,6 @@ fn set_nofile(pid: u32, soft: u64, hard: u64) {
     assert!(st.success(), "prlimit --pid {pid} {arg}");
 }
 
-/// The lowest fd number the process does not have open: with the limit
-/// set to it, its next open fails with EMFILE.
-fn first_free_fd(pid: u32) -> u64 {
-    let open: std::collections::HashSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    (0..).find(|n| !open.contains(n)).unwrap()
-}
-
 #[test]
 fn one_client_cannot_take_the_proxy_and_its_fds_come_back() {
     const NOFILE: u64 = 2048;

@@ -7,7 +7,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 
@@ -146,27 +146,13 @@ for n, line in enumerate(sys.stdin, 1):
     out.append(obj)
 print(json.dumps(out))
 "#;
-    let mut child = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("python3 (CI installs it)");
-    let mut stdin = child.stdin.take().unwrap();
-    for l in lines {
-        writeln!(stdin, "{l}").unwrap();
-    }
-    drop(stdin);
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "python rejected a line");
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let out = python_filter(
+        script,
+        &input,
+        "python3 (CI installs it)",
+        "python rejected a line",
+    );
     serde_json::from_str(&out).unwrap()
 }
 

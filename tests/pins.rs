@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 
 use portcullis::policy::{Action, RequestRuleConfig, RuleConfig};
@@ -16,23 +15,7 @@ use support::*;
 
 /// The origin answers every request with its request line.
 fn origin() -> Server {
-    Server::start(|mut s| loop {
-        let Ok(head) = read_until_blank_line(&mut s) else {
-            return;
-        };
-        if head.is_empty() {
-            return;
-        }
-        let line = String::from_utf8_lossy(&head);
-        let body = format!("{}\n", line.lines().next().unwrap_or_default());
-        let resp = format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        if s.write_all(resp.as_bytes()).is_err() {
-            return;
-        }
-    })
+    request_line_server()
 }
 
 /// A plain allow for all of loopback on `port`.
@@ -57,15 +40,7 @@ fn api(port: u16) -> RuleConfig {
 
 /// One request on an open tunnel; the status line of the answer.
 fn get(s: &mut TcpStream, port: u16, path: &str) -> String {
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").unwrap();
-    let head = read_response_head(s).expect("an answer");
-    let len: usize = head
-        .header("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).unwrap();
-    head.raw.lines().next().unwrap_or_default().to_owned()
+    get_status_line(s, &format!("127.0.0.1:{port}"), path)
 }
 
 #[test]

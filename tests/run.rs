@@ -22,23 +22,15 @@ const BODY: &str = "hello from the host's loopback\n";
 /// Bound for one `run` (each finishes in well under a second).
 const RUN_LIMIT: Duration = Duration::from_secs(60);
 
-const PROXY_VARS: [&str; 11] = [
-    "HTTP_PROXY",
-    "http_proxy",
-    "HTTPS_PROXY",
-    "https_proxy",
-    "ALL_PROXY",
-    "all_proxy",
-    "NO_PROXY",
-    "no_proxy",
-    "GRPC_PROXY",
-    "grpc_proxy",
-    "NODE_USE_ENV_PROXY",
-];
-
 /// The binary with a clean proxy environment and info logs.
 fn portcullis() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    command(env!("CARGO_BIN_EXE_portcullis"))
+}
+
+/// `program` with a clean proxy environment, info logs, no stdin and its
+/// output piped.
+fn command(program: &str) -> Command {
+    let mut cmd = Command::new(program);
     for v in PROXY_VARS {
         cmd.env_remove(v);
     }
@@ -365,10 +357,7 @@ fn an_unprivileged_user_keeps_their_uid_in_a_user_namespace() {
     for p in [dir.path(), exe.as_path()] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let mut cmd = Command::new("setpriv");
-    for v in PROXY_VARS {
-        cmd.env_remove(v);
-    }
+    let mut cmd = command("setpriv");
     cmd.current_dir("/").args([
         "--reuid=65534",
         "--regid=65534",
@@ -383,12 +372,7 @@ fn an_unprivileged_user_keeps_their_uid_in_a_user_namespace() {
         &format!(
             "echo uid=$(id -u); curl -sS --max-time 20 --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:{port}/"
         ),
-    ])
-    .env("RUST_LOG", "info")
-    .env("RUST_LOG_STYLE", "never")
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    ]);
     let out = Running::start(cmd).finish();
     assert_isolated(&out);
     assert!(
@@ -517,16 +501,8 @@ fn as_root_without_user_namespaces_a_plain_network_namespace_is_used() {
             curl -sS --max-time 5 --noproxy \"*\" http://127.0.0.1:{port}/ >/dev/null 2>&1; echo direct=$?
             exit 6'"
     );
-    let mut cmd = Command::new("unshare");
-    for v in PROXY_VARS {
-        cmd.env_remove(v);
-    }
-    cmd.args(["-Ur", "sh", "-c", &inner])
-        .env("RUST_LOG", "info")
-        .env("RUST_LOG_STYLE", "never")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut cmd = command("unshare");
+    cmd.args(["-Ur", "sh", "-c", &inner]);
     let out = Running::start(cmd).finish();
     assert_isolated(&out);
     assert!(
@@ -648,40 +624,25 @@ fn sigkill_of_run_no_isolate_leaves_no_cmd() {
 
 #[test]
 fn terminated_tls_is_trusted_whatever_ca_variables_cmd_inherits() {
-    use support::tls::{https_origin, TestCa};
-    let (proxy_ca, upstream_ca) = (TestCa::new(), TestCa::new());
-    let origin = https_origin(&upstream_ca);
+    use support::tls::{https_origin, terminate_rule, Cas};
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
     let port = origin.port();
     let dir = TempDir::new("run-terminate");
     let cfg = dir.path().join("portcullis.toml");
     std::fs::write(
         &cfg,
         format!(
-            r#"
-[tls]
-ca_cert = "{}"
-ca_key = "{}"
-upstream_ca = ["{}"]
-state_dir = "{}"
-
-[[rules]]
-name = "api"
-action = "allow"
-hosts = ["localhost"]
-cidrs = ["127.0.0.1/32"]
-ports = [{port}]
-tls = "terminate"
-"#,
-            proxy_ca.cert_path.display(),
-            proxy_ca.key_path.display(),
-            upstream_ca.cert_path.display(),
+            "{}state_dir = \"{}\"\n\n{}",
+            cas.tls_table(),
             dir.path().join("state").display(),
+            terminate_rule(port, ""),
         ),
     )
     .unwrap();
     // CMD inherits CA variables pointing elsewhere (a bundle without the
     // proxy's CA); curl prefers CURL_CA_BUNDLE to SSL_CERT_FILE.
-    let elsewhere = upstream_ca.cert_path.display().to_string();
+    let elsewhere = cas.upstream.cert_path.display().to_string();
     let script = format!(
         r#"echo "vars $SSL_CERT_FILE $CURL_CA_BUNDLE $PIP_CERT $AWS_CA_BUNDLE"
         curl -sS --max-time 20 --noproxy '' -i https://localhost:{port}/through"#

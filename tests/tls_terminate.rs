@@ -14,52 +14,20 @@ use rustls::{ClientConnection, StreamOwned};
 use support::tls::{https_origin, https_origin_with, OriginCert, TestCa};
 use support::*;
 
-/// A proxy CA (signs the leaves clients see) and an upstream CA (signs the
-/// origin's certificate; the proxy trusts it through `upstream_ca`).
-struct Cas {
-    proxy: TestCa,
-    upstream: TestCa,
-}
-
-impl Cas {
-    fn new() -> Cas {
-        Cas {
-            proxy: TestCa::new(),
-            upstream: TestCa::new(),
-        }
-    }
-}
-
 /// A config file: `[tls]` with both CAs and one terminating rule for
 /// `localhost` on `port` (denying `/admin/**`), plus `extra` TOML.
 fn config(cas: &Cas, port: u16, extra: &str) -> (TempDir, PathBuf) {
     let dir = TempDir::new("tls-config");
     let path = dir.0.join("portcullis.toml");
-    let text = format!(
-        r#"
-[tls]
-ca_cert = "{}"
-ca_key = "{}"
-upstream_ca = ["{}"]
-
-[[rules]]
-name = "api"
-action = "allow"
-hosts = ["localhost"]
-cidrs = ["127.0.0.1/32"]
-ports = [{port}]
-tls = "terminate"
-inspect = "http"
+    let rest = format!(
+        r#"inspect = "http"
 requests = [
   {{ action = "allow", path = "/**" }},
   {{ action = "deny", path = "/admin/**" }},
 ]
-{extra}
-"#,
-        cas.proxy.cert_path.display(),
-        cas.proxy.key_path.display(),
-        cas.upstream.cert_path.display(),
+{extra}"#
     );
+    let text = cas.terminate_config(port, &rest);
     std::fs::write(&path, text).unwrap();
     (dir, path)
 }
@@ -153,10 +121,29 @@ fn tunnel(proxy: &ChildProxy, target: &str) -> TcpStream {
     connect_via_http(proxy.addr, target)
 }
 
-fn tls_client(ca: &TestCa, tcp: TcpStream, sni: &str) -> StreamOwned<ClientConnection, TcpStream> {
-    let name = ServerName::try_from(sni.to_owned()).unwrap();
-    let conn = ClientConnection::new(ca.client_config(&[b"http/1.1"]), name).unwrap();
-    StreamOwned::new(conn, tcp)
+/// Sends a request for `host` on `c`, whose handshake must fail: the error.
+#[track_caller]
+fn handshake_error(
+    c: &mut StreamOwned<ClientConnection, TcpStream>,
+    host: &str,
+    what: &str,
+) -> std::io::Error {
+    let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    c.write_all(request.as_bytes())
+        .and_then(|_| c.flush())
+        .and_then(|_| c.read(&mut [0u8; 64]).map(|_| ()))
+        .expect_err(what)
+}
+
+/// Waits for the access line refusing the SNI `fronted.example`.
+fn wait_for_fronted_refusal(proxy: &ChildProxy) {
+    wait_for("the refusal in the access line", PROMPTLY, || {
+        proxy.log().iter().any(|l| {
+            l.contains("event=session")
+                && l.contains("close=denied")
+                && l.contains("fronted.example")
+        })
+    });
 }
 
 #[test]
@@ -167,23 +154,13 @@ fn an_sni_that_does_not_match_the_target_is_refused() {
     let proxy = start(&cfg);
     let tcp = tunnel(&proxy, &format!("localhost:{}", origin.port()));
     let mut c = tls_client(&cas.proxy, tcp, "fronted.example");
-    let err = c
-        .write_all(b"GET / HTTP/1.1\r\nHost: fronted.example\r\n\r\n")
-        .and_then(|_| c.flush())
-        .and_then(|_| c.read(&mut [0u8; 64]).map(|_| ()))
-        .expect_err("the handshake must fail");
+    let err = handshake_error(&mut c, "fronted.example", "the handshake must fail");
     assert!(err.to_string().to_lowercase().contains("alert"), "{err}");
     // The TCP connect happens before the hello (the origin's accept thread
     // may count it a moment later).
     wait_for("the origin's accept", PROMPTLY, || origin.accepted() == 1);
     drop(c);
-    wait_for("the refusal in the access line", PROMPTLY, || {
-        proxy.log().iter().any(|l| {
-            l.contains("event=session")
-                && l.contains("close=denied")
-                && l.contains("fronted.example")
-        })
-    });
+    wait_for_fronted_refusal(&proxy);
 }
 
 #[test]
@@ -213,11 +190,7 @@ fn tls_on_a_plaintext_inspect_rule_is_refused_clearly() {
     let proxy = ChildProxy::start(&["--inspect", &format!("127.0.0.1:{}", origin.port())]);
     let tcp = tunnel(&proxy, &format!("127.0.0.1:{}", origin.port()));
     let mut c = tls_client(&cas.upstream, tcp, "localhost");
-    let err = c
-        .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
-        .and_then(|_| c.flush())
-        .and_then(|_| c.read(&mut [0u8; 64]).map(|_| ()))
-        .expect_err("the handshake must fail");
+    let err = handshake_error(&mut c, "localhost", "the handshake must fail");
     assert!(err.to_string().to_lowercase().contains("alert"), "{err}");
     drop(c);
     wait_for("the reason in the access line", PROMPTLY, || {
@@ -327,33 +300,53 @@ fn websocket_inside_terminated_tls_moves_a_gib_each_way() {
     assert!(stat(&st, "bytes_down") >= TOTAL as u64, "{st:?}");
 }
 
+/// python3 `requests` (importing `modules`) GETs `url` through `proxy_url`
+/// trusting `ca`: its output and what it printed, once it succeeded.
+/// `None` (with a NOTE naming `package`) where those modules are missing,
+/// unless in CI, which installs them.
+fn python_get(
+    url: &str,
+    proxy_url: &str,
+    ca: &TestCa,
+    modules: &str,
+    package: &str,
+) -> Option<(std::process::Output, String)> {
+    let script = format!(
+        r#"
+import sys
+try:
+    import {modules}
+except ImportError:
+    print("NO-REQUESTS"); sys.exit(0)
+r = requests.get(sys.argv[1], proxies={{"https": sys.argv[2]}}, verify=sys.argv[3], timeout=20)
+print(r.status_code, r.text.strip())
+"#
+    );
+    let o = std::process::Command::new("python3")
+        .args(["-c", &script, url, proxy_url])
+        .arg(&ca.cert_path)
+        .output()
+        .expect("python3");
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    if out.contains("NO-REQUESTS") && std::env::var_os("CI").is_none() {
+        eprintln!("NOTE: python3 {package} is not installed here; CI installs it");
+        return None;
+    }
+    assert!(o.status.success(), "{o:?}");
+    Some((o, out))
+}
+
 #[test]
 fn python_requests_with_the_ca_bundle_goes_through() {
     let cas = Cas::new();
     let origin = https_origin(&cas.upstream);
     let (_dir, cfg) = config(&cas, origin.port(), "");
     let proxy = start(&cfg);
-    let script = r#"
-import sys
-try:
-    import requests
-except ImportError:
-    print("NO-REQUESTS"); sys.exit(0)
-r = requests.get(sys.argv[1], proxies={"https": sys.argv[2]}, verify=sys.argv[3], timeout=20)
-print(r.status_code, r.text.strip())
-"#;
     let url = format!("https://localhost:{}/py", origin.port());
-    let o = std::process::Command::new("python3")
-        .args(["-c", script, &url, &format!("http://{}", proxy.addr)])
-        .arg(&cas.proxy.cert_path)
-        .output()
-        .expect("python3");
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    if out.contains("NO-REQUESTS") && std::env::var_os("CI").is_none() {
-        eprintln!("NOTE: python3 requests is not installed here; CI installs it");
+    let proxy_url = format!("http://{}", proxy.addr);
+    let Some((o, out)) = python_get(&url, &proxy_url, &cas.proxy, "requests", "requests") else {
         return;
-    }
-    assert!(o.status.success(), "{o:?}");
+    };
     assert_eq!(out.trim(), "200 GET /py", "{o:?}");
 }
 
@@ -396,22 +389,30 @@ fn pipelined_denied_requests_do_not_grow_the_proxy() {
                 Err(_) => break,
             }
         }
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let grown = rss_kib(proxy.pid()).saturating_sub(base);
-        assert!(
-            grown < 8 * 1024,
-            "forward={forward}: RSS grew {grown} KiB after {written} bytes of requests"
-        );
-        assert!(
-            written < 10_000_000,
-            "forward={forward}: the proxy read all {written} bytes without answering"
-        );
+        assert_stopped_reading(&proxy, base, written, &format!("forward={forward}: "));
         // The answers are all there, in order, for a client that reads.
         s.set_read_timeout(Some(PROMPTLY)).unwrap();
         let mut buf = vec![0u8; 64 * 1024];
         let n = s.read(&mut buf).expect("answers");
         assert!(buf[..n].starts_with(b"HTTP/1.1 403"), "forward={forward}");
     }
+}
+
+/// After a client wrote `written` bytes of denied requests, reading none of
+/// the answers: the proxy's RSS grew less than 8 MiB from `base` (KiB), and
+/// it stopped reading before 10 MB. `label` starts the failure messages.
+#[track_caller]
+fn assert_stopped_reading(proxy: &ChildProxy, base: u64, written: usize, label: &str) {
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let grown = rss_kib(proxy.pid()).saturating_sub(base);
+    assert!(
+        grown < 8 * 1024,
+        "{label}RSS grew {grown} KiB after {written} bytes of requests"
+    );
+    assert!(
+        written < 10_000_000,
+        "{label}the proxy read all {written} bytes without answering"
+    );
 }
 
 /// The proxy's resident memory, in KiB.
@@ -454,14 +455,7 @@ fn absolute_form_https_is_originated_by_the_proxy() {
             "GET https://127.0.0.1:{port}{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
         )
         .unwrap();
-        let head = read_response_head(&mut s).expect("an answer");
-        let len: usize = head
-            .header("content-length")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0u8; len];
-        s.read_exact(&mut body).unwrap();
-        (head, String::from_utf8_lossy(&body).into_owned())
+        read_response(&mut s)
     };
     let (head, body) = ask(origin.port(), "/fwd?q=1");
     assert_eq!(head.status, 200, "{}", head.raw);
@@ -491,18 +485,6 @@ fn h2c_request(host: &str) -> String {
         "GET /h2c HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade, HTTP2-Settings\r\n\
          Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n"
     )
-}
-
-/// Reads one response head and its `Content-Length` body.
-fn response(s: &mut impl Read) -> (ResponseHead, String) {
-    let head = read_response_head(s).expect("a response");
-    let len: usize = head
-        .header("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).expect("the body");
-    (head, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// `Upgrade: h2c` would turn an inspected connection into unchecked
@@ -538,10 +520,10 @@ fn upgrade_h2c_is_refused_in_plaintext_and_inside_tls() {
     let mut s = tunnel(&proxy, &host);
     s.set_read_timeout(Some(PROMPTLY)).unwrap();
     s.write_all(h2c_request(&host).as_bytes()).unwrap();
-    let (head, _) = response(&mut s);
+    let (head, _) = read_response(&mut s);
     assert_eq!(head.status, 403, "{}", head.raw);
     write!(s, "GET /after HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
-    let (head, body) = response(&mut s);
+    let (head, body) = read_response(&mut s);
     assert_eq!((head.status, body.as_str()), (200, "GET /after"));
     let seen: Vec<String> = plain.requests().into_iter().map(|r| r.target).collect();
     assert_eq!(seen, ["/after"], "no h2c request reached the origin");
@@ -549,7 +531,7 @@ fn upgrade_h2c_is_refused_in_plaintext_and_inside_tls() {
     let host = format!("localhost:{}", origin.port());
     let mut c = tls_client(&cas.proxy, tunnel(&proxy, &host), "localhost");
     c.write_all(h2c_request(&host).as_bytes()).unwrap();
-    let (head, _) = response(&mut c);
+    let (head, _) = read_response(&mut c);
     assert_eq!(head.status, 403, "{}", head.raw);
     assert_eq!(
         head.header("X-Proxy-Error"),
@@ -558,7 +540,7 @@ fn upgrade_h2c_is_refused_in_plaintext_and_inside_tls() {
         head.raw
     );
     write!(c, "GET /after HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
-    let (head, body) = response(&mut c);
+    let (head, body) = read_response(&mut c);
     assert_eq!((head.status, body.as_str()), (200, "GET /after\n"));
 }
 
@@ -600,16 +582,7 @@ fn pipelined_denied_requests_inside_tls_do_not_grow_the_proxy() {
             Err(_) => break,
         }
     }
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let grown = rss_kib(proxy.pid()).saturating_sub(base);
-    assert!(
-        grown < 8 * 1024,
-        "RSS grew {grown} KiB after {written} bytes of requests"
-    );
-    assert!(
-        written < 10_000_000,
-        "the proxy read all {written} bytes without answering"
-    );
+    assert_stopped_reading(&proxy, base, written, "");
     // The answers are there, in order, for a client that reads.
     tcp.set_read_timeout(Some(PROMPTLY)).unwrap();
     let mut plain = Vec::new();
@@ -641,42 +614,22 @@ fn socks5h_refuses_a_fronted_sni_and_carries_python_requests() {
     let tcp = connect_via_socks5(proxy.addr, "localhost", origin.port()).expect("SOCKS5 CONNECT");
     tcp.set_read_timeout(Some(PROMPTLY)).unwrap();
     let mut c = tls_client(&cas.proxy, tcp, "fronted.example");
-    let err = c
-        .write_all(b"GET / HTTP/1.1\r\nHost: fronted.example\r\n\r\n")
-        .and_then(|_| c.flush())
-        .and_then(|_| c.read(&mut [0u8; 64]).map(|_| ()))
-        .expect_err("the handshake must fail");
+    let err = handshake_error(&mut c, "fronted.example", "the handshake must fail");
     assert!(err.to_string().to_lowercase().contains("alert"), "{err}");
     drop(c);
-    wait_for("the refusal in the access line", PROMPTLY, || {
-        proxy.log().iter().any(|l| {
-            l.contains("event=session")
-                && l.contains("close=denied")
-                && l.contains("fronted.example")
-        })
-    });
+    wait_for_fronted_refusal(&proxy);
 
-    let script = r#"
-import sys
-try:
-    import requests, socks
-except ImportError:
-    print("NO-REQUESTS"); sys.exit(0)
-r = requests.get(sys.argv[1], proxies={"https": sys.argv[2]}, verify=sys.argv[3], timeout=20)
-print(r.status_code, r.text.strip())
-"#;
     let url = format!("https://localhost:{}/py-socks", origin.port());
-    let o = std::process::Command::new("python3")
-        .args(["-c", script, &url, &format!("socks5h://{}", proxy.addr)])
-        .arg(&cas.proxy.cert_path)
-        .output()
-        .expect("python3");
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    if out.contains("NO-REQUESTS") && std::env::var_os("CI").is_none() {
-        eprintln!("NOTE: python3 requests[socks] is not installed here; CI installs it");
+    let proxy_url = format!("socks5h://{}", proxy.addr);
+    let Some((o, out)) = python_get(
+        &url,
+        &proxy_url,
+        &cas.proxy,
+        "requests, socks",
+        "requests[socks]",
+    ) else {
         return;
-    }
-    assert!(o.status.success(), "{o:?}");
+    };
     assert_eq!(out.trim(), "200 GET /py-socks", "{o:?}");
 }
 
@@ -704,7 +657,7 @@ fn client_side_tls_alpn_no_sni_and_tls12() {
         let mut c = StreamOwned::new(conn, tcp);
         write!(c, "GET /tls HTTP/1.1\r\nHost: {target}\r\n\r\n")?;
         c.flush()?;
-        let (head, body) = response(&mut c);
+        let (head, body) = read_response(&mut c);
         Ok::<_, std::io::Error>((c.conn.protocol_version(), head.status, body))
     };
 
@@ -714,11 +667,7 @@ fn client_side_tls_alpn_no_sni_and_tls12() {
     let tcp = tunnel(&proxy, &format!("localhost:{port}"));
     tcp.set_read_timeout(Some(PROMPTLY)).unwrap();
     let mut c = StreamOwned::new(ClientConnection::new(h2, name.clone()).unwrap(), tcp);
-    let err = c
-        .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
-        .and_then(|_| c.flush())
-        .and_then(|_| c.read(&mut [0u8; 64]).map(|_| ()))
-        .expect_err("an h2-only client is refused");
+    let err = handshake_error(&mut c, "localhost", "an h2-only client is refused");
     assert!(err.to_string().contains("NoApplicationProtocol"), "{err}");
     // h2 and http/1.1 offered: http/1.1.
     let both = cas.proxy.client_config(&[b"h2", b"http/1.1"]);

@@ -49,13 +49,7 @@ users = ["alice"]
     );
     let mut config = Config::from_toml_str(&text).expect("config");
     config.timeouts = timeouts(|t| t.handshake = SLOW);
-    // Every test client is one client to admission: room for the floods.
-    config.limits = limits(|l| {
-        l.max_sessions = 1000;
-        l.max_sessions_per_client = 1000;
-        l.max_pending_handshakes = 1000;
-        l.max_pending_handshakes_per_client = 1000;
-    });
+    config.limits = flood_limits();
     let events = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&events);
     let proxy = spawn(

@@ -29,6 +29,22 @@ fn accepted(p: &SpawnedProxy) -> Vec<u64> {
     p.worker_stats().iter().map(|w| w.accepted).collect()
 }
 
+/// CONNECTs to `echo` until both workers have refused one (403); `label`
+/// starts the failure message.
+#[track_caller]
+fn refused_on_both(proxy: &SpawnedProxy, echo: &Server, label: &str) {
+    let before = accepted(proxy);
+    let mut refused = 0;
+    while accepted(proxy)[0] == before[0] || accepted(proxy)[1] == before[1] {
+        let mut s = TcpStream::connect(proxy_addr(proxy)).unwrap();
+        s.set_read_timeout(Some(PROMPTLY)).unwrap();
+        let head = http_connect_on(&mut s, &echo.target(), &[]).expect("an answer");
+        assert_eq!(head.status, 403, "{label}{}", head.raw);
+        refused += 1;
+        assert!(refused < TRIES, "did not reach both workers");
+    }
+}
+
 /// Opens CONNECT tunnels to `echo` (each from a new source port) until
 /// both workers have accepted at least `each` connections since `before`;
 /// returns them open.
@@ -177,16 +193,7 @@ fn reload_and_policy_changes_reach_both_workers() {
         proxy.stats().closed.get(CloseReason::PolicyReload) == n
     });
     // The new policy is in force for new connections on both workers.
-    let before = accepted(&proxy);
-    let mut refused = 0;
-    while accepted(&proxy)[0] == before[0] || accepted(&proxy)[1] == before[1] {
-        let mut s = TcpStream::connect(proxy_addr(&proxy)).unwrap();
-        s.set_read_timeout(Some(PROMPTLY)).unwrap();
-        let head = http_connect_on(&mut s, &echo.target(), &[]).expect("an answer");
-        assert_eq!(head.status, 403, "{}", head.raw);
-        refused += 1;
-        assert!(refused < TRIES, "did not reach both workers");
-    }
+    refused_on_both(&proxy, &echo, "");
     // replace_policy returns once every worker has it: allowed at once on both.
     proxy
         .replace_policy(allow_ports(&[echo.port()]))
@@ -200,16 +207,7 @@ fn reload_and_policy_changes_reach_both_workers() {
     proxy.add_rule(named(rule, "echo")).expect("add");
     drop(tunnels_on_both(&proxy, &echo, 1));
     proxy.remove_rule("echo").expect("remove");
-    let before = accepted(&proxy);
-    let mut refused = 0;
-    while accepted(&proxy)[0] == before[0] || accepted(&proxy)[1] == before[1] {
-        let mut s = TcpStream::connect(proxy_addr(&proxy)).unwrap();
-        s.set_read_timeout(Some(PROMPTLY)).unwrap();
-        let head = http_connect_on(&mut s, &echo.target(), &[]).expect("an answer");
-        assert_eq!(head.status, 403, "after remove_rule: {}", head.raw);
-        refused += 1;
-        assert!(refused < TRIES, "did not reach both workers");
-    }
+    refused_on_both(&proxy, &echo, "after remove_rule: ");
 }
 
 fn named(mut rule: portcullis::policy::RuleConfig, name: &str) -> portcullis::policy::RuleConfig {

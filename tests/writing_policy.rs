@@ -274,23 +274,7 @@ mode = "audit"
 
 /// An origin on `addr` that answers each request with its request line.
 fn origin_on(addr: &str) -> Server {
-    Server::start_on(addr.parse().unwrap(), |mut s| loop {
-        let Ok(head) = read_until_blank_line(&mut s) else {
-            return;
-        };
-        if head.is_empty() {
-            return;
-        }
-        let text = String::from_utf8_lossy(&head);
-        let body = format!("{}\n", text.lines().next().unwrap_or_default());
-        let resp = format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        if s.write_all(resp.as_bytes()).is_err() {
-            return;
-        }
-    })
+    request_line_server_on(addr.parse().unwrap())
 }
 
 /// CONNECT `target`: the status.

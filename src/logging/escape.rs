@@ -11,8 +11,9 @@ fn is_hazard(c: char) -> bool {
     c.is_control() || c == '\u{2028}' || c == '\u{2029}'
 }
 
-/// Appends `s` as a JSON string, quotes included.
-pub(crate) fn json_str(out: &mut String, s: &str) {
+/// Appends `s` quoted, with `\"`, `\\`, `\n`, `\r`, `\t` and `\uXXXX`
+/// escapes: a JSON string, and the quoted form of a logfmt value.
+fn quoted(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -30,6 +31,11 @@ pub(crate) fn json_str(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// Appends `s` as a JSON string, quotes included.
+pub(crate) fn json_str(out: &mut String, s: &str) {
+    quoted(out, s);
+}
+
 /// Appends `s` as a logfmt value: bare when it is plain printable ASCII
 /// with no `=`, `"` or `\`, else quoted with `\"`, `\\`, `\n`, `\r`, `\t`
 /// and `\uXXXX` escapes (what go-logfmt and most parsers read).
@@ -41,21 +47,7 @@ pub(crate) fn logfmt_value(out: &mut String, s: &str) {
         out.push_str(s);
         return;
     }
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if is_hazard(c) => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    quoted(out, s);
 }
 
 #[cfg(test)]

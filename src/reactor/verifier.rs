@@ -238,6 +238,17 @@ mod tests {
         }
     }
 
+    /// Users holding just `alice`, password `pw`, hashed with `memory`
+    /// KiB and `passes` (one lane): the cost of each check.
+    fn alice(memory: u32, passes: u32) -> Users {
+        let h = hash_password_with(b"pw", memory, passes, 1).unwrap();
+        Users::new(
+            None,
+            &[HashedUser::new("alice", PhcHash::parse(&h).unwrap())],
+        )
+        .unwrap()
+    }
+
     fn wait(v: &mut Verifier, poll: &mut mio::Poll) -> Answer {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut events = mio::Events::with_capacity(4);
@@ -253,12 +264,7 @@ mod tests {
 
     #[test]
     fn verdicts_come_back_and_same_logins_share_one_job() {
-        let h = hash_password_with(b"pw", 64, 1, 1).unwrap();
-        let users = Users::new(
-            None,
-            &[HashedUser::new("alice", PhcHash::parse(&h).unwrap())],
-        )
-        .unwrap();
+        let users = alice(64, 1);
         let cache = LoginCache::new(4);
         let (mut v, mut poll) = pool(1, 4);
         let a = Waiter { key: 1, id: 10 };
@@ -285,12 +291,7 @@ mod tests {
     #[test]
     fn a_full_queue_gives_the_job_back() {
         // Costly enough that the one thread is still busy when the queue fills.
-        let h = hash_password_with(b"pw", 8 * 1024, 4, 1).unwrap();
-        let users = Users::new(
-            None,
-            &[HashedUser::new("alice", PhcHash::parse(&h).unwrap())],
-        )
-        .unwrap();
+        let users = alice(8 * 1024, 4);
         let cache = LoginCache::new(4);
         let (mut v, mut poll) = pool(1, 1);
         let mut refused = 0;
@@ -316,12 +317,7 @@ mod tests {
 
     #[test]
     fn one_client_holds_at_most_its_share() {
-        let h = hash_password_with(b"pw", 8 * 1024, 4, 1).unwrap();
-        let users = Users::new(
-            None,
-            &[HashedUser::new("alice", PhcHash::parse(&h).unwrap())],
-        )
-        .unwrap();
+        let users = alice(8 * 1024, 4);
         let cache = LoginCache::new(4);
         let poll = mio::Poll::new().unwrap();
         let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());

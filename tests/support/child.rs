@@ -1,8 +1,9 @@
 //! Child processes: the portcullis binary ([`ChildProxy`], its log and its
-//! SIGUSR1 stats line), python3 helpers, and /proc metrics of a process.
+//! SIGUSR1 stats line), python3 helpers, the proxy environment variables,
+//! and /proc metrics of a process.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -17,6 +18,16 @@ pub fn count_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .expect("read /proc/PID/fd")
         .count()
+}
+
+/// The lowest fd number a process does not have open, from /proc/PID/fd:
+/// with its soft limit set to it, its next open fails with EMFILE.
+pub fn first_free_fd(pid: u32) -> u64 {
+    let open: std::collections::HashSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    (0..).find(|n| !open.contains(n)).unwrap()
 }
 
 /// utime + stime of a process in clock ticks, from /proc/PID/stat.
@@ -79,6 +90,49 @@ pub fn spawn_python(script: &str, args: &[String]) -> ChildGuard {
         Err(e) => panic!("cannot run python3 ({e}); this test needs it (CI installs it)"),
     }
 }
+
+/// Runs `python3 -c script` with `input` on its stdin; what it printed.
+/// Panics with `missing` when python3 cannot be started (CI installs it),
+/// and with `failed` when the script exits unsuccessfully.
+#[track_caller]
+pub fn python_filter(script: &str, input: &str, missing: &str, failed: &str) -> String {
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect(missing);
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).unwrap();
+    drop(stdin);
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{failed}");
+    out
+}
+
+/// The proxy variables `portcullis env` and `portcullis run` set: a test
+/// clears them all from a child's environment before setting its own.
+pub const PROXY_VARS: [&str; 11] = [
+    "HTTP_PROXY",
+    "http_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "GRPC_PROXY",
+    "grpc_proxy",
+    "NODE_USE_ENV_PROXY",
+];
 
 /// Reads one line from a child's stdout, bounded by [`PROMPTLY`].
 pub fn child_line(child: &mut Child, what: &str) -> String {

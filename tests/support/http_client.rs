@@ -1,4 +1,5 @@
 //! HTTP clients: response heads read byte by byte (never past the head),
+//! responses with their `Content-Length` body,
 //! CONNECT through the proxy, Basic credentials, and curl as a real client.
 
 use std::io::{self, Read, Write};
@@ -78,6 +79,27 @@ pub fn read_response_head(r: &mut impl Read) -> io::Result<ResponseHead> {
         headers,
         raw,
     })
+}
+
+/// Reads one response head and its `Content-Length` body (none without
+/// the header): the head and the body as text.
+pub fn read_response(r: &mut impl Read) -> (ResponseHead, String) {
+    let head = read_response_head(r).expect("a response");
+    let len: usize = head
+        .header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).expect("the body");
+    (head, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// `GET path` with `Host: host` on an open connection; the status line of
+/// the answer (its body read past).
+pub fn get_status_line(s: &mut (impl Read + Write), host: &str, path: &str) -> String {
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
+    let (head, _) = read_response(s);
+    head.raw.lines().next().unwrap_or_default().to_owned()
 }
 
 /// Sends `CONNECT target` (with `extra` header lines) on `s` and reads the answer head.

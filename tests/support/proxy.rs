@@ -44,6 +44,18 @@ pub fn limits(f: impl FnOnce(&mut Limits)) -> Limits {
     l
 }
 
+/// [`test_limits`] with room for floods: 1000 sessions and pending
+/// handshakes, in all and per client (every test client is one client to
+/// admission).
+pub fn flood_limits() -> Limits {
+    limits(|l| {
+        l.max_sessions = 1000;
+        l.max_sessions_per_client = 1000;
+        l.max_pending_handshakes = 1000;
+        l.max_pending_handshakes_per_client = 1000;
+    })
+}
+
 /// A policy allowing exactly these loopback ports on 127.0.0.1.
 pub fn allow_ports(ports: &[u16]) -> Policy {
     let rules: Vec<_> = ports

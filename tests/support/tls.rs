@@ -1,4 +1,5 @@
-//! TLS test support: a test CA written to a temporary directory, and a
+//! TLS test support: a test CA written to a temporary directory (and the
+//! pair of them an inspecting proxy uses), a client trusting one, and a
 //! local HTTPS origin on 127.0.0.1:0 (rustls over blocking std sockets, a
 //! thread per connection) with a certificate for `localhost` and
 //! `127.0.0.1`, or a bad one for the 502 tests.
@@ -19,8 +20,10 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
 };
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::{ClientConfig, RootCertStore, ServerConfig, ServerConnection, StreamOwned};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::{
+    ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection, StreamOwned,
+};
 
 use super::{read_until_blank_line, ws_config, Server, TempDir};
 
@@ -129,6 +132,66 @@ impl TestCa {
     pub fn client_config(&self, alpn: &[&[u8]]) -> Arc<ClientConfig> {
         client_config(self.roots(), alpn)
     }
+}
+
+/// A proxy CA (signs the leaves clients see) and an upstream CA (signs the
+/// origin's certificate; the proxy trusts it through `upstream_ca`).
+pub struct Cas {
+    pub proxy: TestCa,
+    pub upstream: TestCa,
+}
+
+impl Cas {
+    pub fn new() -> Cas {
+        Cas {
+            proxy: TestCa::new(),
+            upstream: TestCa::new(),
+        }
+    }
+
+    /// The config's `[tls]` table: `ca_cert` and `ca_key` the proxy CA's,
+    /// `upstream_ca` the upstream CA (more keys may follow it).
+    pub fn tls_table(&self) -> String {
+        format!(
+            "[tls]\nca_cert = \"{}\"\nca_key = \"{}\"\nupstream_ca = [\"{}\"]\n",
+            self.proxy.cert_path.display(),
+            self.proxy.key_path.display(),
+            self.upstream.cert_path.display(),
+        )
+    }
+
+    /// A config: [`Cas::tls_table`], then [`terminate_rule`].
+    pub fn terminate_config(&self, port: u16, rest: &str) -> String {
+        format!("{}\n{}", self.tls_table(), terminate_rule(port, rest))
+    }
+}
+
+/// Rule `api`, terminating TLS for `localhost` (and its address) on
+/// `port`, its other keys `rest`.
+pub fn terminate_rule(port: u16, rest: &str) -> String {
+    format!(
+        r#"[[rules]]
+name = "api"
+action = "allow"
+hosts = ["localhost"]
+cidrs = ["127.0.0.1/32"]
+ports = [{port}]
+tls = "terminate"
+{rest}
+"#
+    )
+}
+
+/// A TLS client over `tcp` sending SNI `sni` (an address sends none),
+/// trusting just `ca`, offering ALPN `http/1.1`.
+pub fn tls_client(
+    ca: &TestCa,
+    tcp: TcpStream,
+    sni: &str,
+) -> StreamOwned<ClientConnection, TcpStream> {
+    let name = ServerName::try_from(sni.to_owned()).unwrap();
+    let conn = ClientConnection::new(ca.client_config(&[b"http/1.1"]), name).unwrap();
+    StreamOwned::new(conn, tcp)
 }
 
 /// A rustls client config with `roots` (ring provider) offering `alpn`.

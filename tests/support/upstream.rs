@@ -1,5 +1,6 @@
 //! Loopback upstream servers for the proxy to dial: echo, sink, source, a
-//! tiny HTTP origin, and a listener that must never be dialled.
+//! tiny HTTP origin, a keep-alive one answering with the request line, and
+//! a listener that must never be dialled.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -125,5 +126,32 @@ pub fn http_server_on(addr: SocketAddr, body: &'static str) -> Server {
         let _ = s.set_read_timeout(Some(PROMPTLY));
         let mut sink = [0u8; 1024];
         while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+    })
+}
+
+/// A keep-alive HTTP/1.1 origin that answers every request with 200 and a
+/// body of its request line and `\n` (request bodies are not read).
+pub fn request_line_server() -> Server {
+    request_line_server_on("127.0.0.1:0".parse().unwrap())
+}
+
+/// [`request_line_server`] on `addr`.
+pub fn request_line_server_on(addr: SocketAddr) -> Server {
+    Server::start_on(addr, |mut s| loop {
+        let Ok(head) = read_until_blank_line(&mut s) else {
+            return;
+        };
+        if head.is_empty() {
+            return;
+        }
+        let text = String::from_utf8_lossy(&head);
+        let body = format!("{}\n", text.lines().next().unwrap_or_default());
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if s.write_all(resp.as_bytes()).is_err() {
+            return;
+        }
     })
 }

@@ -8,11 +8,17 @@ fn audit_rule(mut r: RuleConfig) -> RuleConfig {
     r
 }
 
-fn audited(v: &Verdict) -> Option<&Denial> {
+/// What `v` allows; panics if it denies.
+fn allow_of(v: &Verdict) -> &Allowed {
     match v {
-        Verdict::Allow(a) => a.audit.as_ref(),
+        Verdict::Allow(a) => a,
         Verdict::Deny(d) => panic!("denied: {d}"),
     }
+}
+
+/// The would-deny `v` carries; panics if it denies.
+fn audited(v: &Verdict) -> Option<&Denial> {
+    allow_of(v).audit.as_ref()
 }
 
 #[test]
@@ -26,9 +32,7 @@ fn an_audit_deny_rule_reports_instead_of_denying() {
         audited(&v),
         Some(&Denial::Rule("--deny tracker.test".into()))
     );
-    let Verdict::Allow(a) = &v else {
-        unreachable!()
-    };
+    let a = allow_of(&v);
     assert_eq!(a.rule.as_ref(), "--allow *");
     assert_eq!(a.addrs, vec![ip("45.45.45.45")]);
     // Elsewhere nothing to report.
@@ -164,9 +168,7 @@ fn an_audit_policy_lets_every_denial_through_with_its_reason() {
         audited(&v),
         Some(&Denial::Rule("--deny tracker.test".into()))
     );
-    let Verdict::Allow(a) = &v else {
-        unreachable!()
-    };
+    let a = allow_of(&v);
     assert_eq!(a.rule.as_ref(), "--allow *.test:443");
     // No rule at all: let through, rule "-".
     assert_eq!(
@@ -175,9 +177,7 @@ fn an_audit_policy_lets_every_denial_through_with_its_reason() {
     );
     let v = verdict(&p, "elsewhere.example", 22, &["45.45.45.45"]);
     assert_eq!(audited(&v), Some(&Denial::NoRule));
-    let Verdict::Allow(a) = &v else {
-        unreachable!()
-    };
+    let a = allow_of(&v);
     assert_eq!(
         (a.rule.as_ref(), a.idle_timeout, a.is_inspected()),
         ("-", None, false)

@@ -32,6 +32,26 @@ fn handshake(c: &mut TlsLayer, cw: &mut End, s: &mut TlsLayer, sw: &mut End) {
     panic!("handshake did not finish: {c:?} {s:?}");
 }
 
+/// A client and a server layer for `example.test` over a fresh pair of
+/// `wire`-byte ends, handshaken: (client, its end, server, its end).
+fn connected(f: &Fixture, wire: usize) -> (TlsLayer, End, TlsLayer, End) {
+    connected_with(f, wire, f.clients().config())
+}
+
+/// [`connected`], the client with `config`.
+fn connected_with(
+    f: &Fixture,
+    wire: usize,
+    config: Arc<rustls::ClientConfig>,
+) -> (TlsLayer, End, TlsLayer, End) {
+    let (mut cw, mut sw) = pair(wire);
+    let name = domain("example.test");
+    let c = TlsLayer::client(config, &name, SMALL).unwrap();
+    let (mut c, mut s) = f.accept_with(c, &name, SMALL, &mut cw, &mut sw);
+    handshake(&mut c, &mut cw, &mut s, &mut sw);
+    (c, cw, s, sw)
+}
+
 /// Moves `data` from `w` to `r`, reading into `chunk`-byte buffers, and
 /// returns what `r` read.
 fn transfer(
@@ -76,10 +96,7 @@ fn pattern(n: usize) -> Vec<u8> {
 #[test]
 fn handshake_then_data_both_ways() {
     let f = Fixture::new();
-    let (mut cw, mut sw) = pair(4096);
-    let name = domain("example.test");
-    let (mut c, mut s) = f.pair_for(&name, &name, SMALL, &mut cw, &mut sw);
-    handshake(&mut c, &mut cw, &mut s, &mut sw);
+    let (mut c, mut cw, mut s, mut sw) = connected(&f, 4096);
     assert_eq!(c.alpn(), Some(ALPN_HTTP11));
     assert_eq!(s.alpn(), Some(ALPN_HTTP11));
     assert_eq!(c.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_3));
@@ -96,17 +113,13 @@ fn handshake_then_data_both_ways() {
 #[test]
 fn tls12_works_too() {
     let f = Fixture::new();
-    let (mut cw, mut sw) = pair(4096);
     let mut config = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
         .with_protocol_versions(&[&rustls::version::TLS12])
         .unwrap()
         .with_root_certificates(f.roots())
         .with_no_client_auth();
     config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
-    let name = domain("example.test");
-    let c = TlsLayer::client(Arc::new(config), &name, SMALL).unwrap();
-    let (mut c, mut s) = f.accept_with(c, &name, SMALL, &mut cw, &mut sw);
-    handshake(&mut c, &mut cw, &mut s, &mut sw);
+    let (mut c, mut cw, mut s, mut sw) = connected_with(&f, 4096, Arc::new(config));
     assert_eq!(s.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_2));
     let data = pattern(50_000);
     assert_eq!(transfer(&mut c, &mut cw, &mut s, &mut sw, &data, 512), data);
@@ -127,7 +140,6 @@ fn aes_128_gcm_is_chosen_whatever_the_client_prefers() {
         "every suite stays available"
     );
     let f = Fixture::new();
-    let (mut cw, mut sw) = pair(4096);
     let mut provider = rustls::crypto::ring::default_provider();
     provider
         .cipher_suites
@@ -138,10 +150,7 @@ fn aes_128_gcm_is_chosen_whatever_the_client_prefers() {
         .with_root_certificates(f.roots())
         .with_no_client_auth();
     config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
-    let name = domain("example.test");
-    let c = TlsLayer::client(Arc::new(config), &name, SMALL).unwrap();
-    let (mut c, mut s) = f.accept_with(c, &name, SMALL, &mut cw, &mut sw);
-    handshake(&mut c, &mut cw, &mut s, &mut sw);
+    let (c, _cw, s, _sw) = connected_with(&f, 4096, Arc::new(config));
     assert_eq!(s.cipher_suite(), Some(S::TLS13_AES_128_GCM_SHA256));
     assert_eq!(c.cipher_suite(), Some(S::TLS13_AES_128_GCM_SHA256));
 }
@@ -202,10 +211,7 @@ fn plaintext_written_during_the_handshake() {
 #[test]
 fn close_notify_each_way() {
     let f = Fixture::new();
-    let (mut cw, mut sw) = pair(4096);
-    let name = domain("example.test");
-    let (mut c, mut s) = f.pair_for(&name, &name, SMALL, &mut cw, &mut sw);
-    handshake(&mut c, &mut cw, &mut s, &mut sw);
+    let (mut c, mut cw, mut s, mut sw) = connected(&f, 4096);
     let data = pattern(10_000);
     assert_eq!(
         transfer(&mut c, &mut cw, &mut s, &mut sw, &data, 4096),
@@ -231,10 +237,8 @@ fn close_notify_each_way() {
 #[test]
 fn tcp_eof_after_the_handshake_is_eof_during_it_is_a_failure() {
     let f = Fixture::new();
-    let (mut cw, mut sw) = pair(4096);
+    let (mut c, mut cw, mut s, mut sw) = connected(&f, 4096);
     let name = domain("example.test");
-    let (mut c, mut s) = f.pair_for(&name, &name, SMALL, &mut cw, &mut sw);
-    handshake(&mut c, &mut cw, &mut s, &mut sw);
     let data = pattern(5000);
     assert_eq!(
         transfer(&mut s, &mut sw, &mut c, &mut cw, &data, 4096),
@@ -270,10 +274,7 @@ fn tcp_eof_after_the_handshake_is_eof_during_it_is_a_failure() {
 fn stalled_reader_bounds_the_writer() {
     let f = Fixture::new();
     const WIRE: usize = 4096;
-    let (mut cw, mut sw) = pair(WIRE);
-    let name = domain("example.test");
-    let (mut c, mut s) = f.pair_for(&name, &name, SMALL, &mut cw, &mut sw);
-    handshake(&mut c, &mut cw, &mut s, &mut sw);
+    let (mut c, mut cw, mut s, mut sw) = connected(&f, WIRE);
 
     let data = pattern(1 << 20);
     let mut accepted = 0;
@@ -326,10 +327,7 @@ fn stalled_reader_bounds_the_writer() {
 #[test]
 fn reader_does_not_read_the_wire_while_plaintext_waits() {
     let f = Fixture::new();
-    let (mut cw, mut sw) = pair(1 << 20);
-    let name = domain("example.test");
-    let (mut c, mut s) = f.pair_for(&name, &name, SMALL, &mut cw, &mut sw);
-    handshake(&mut c, &mut cw, &mut s, &mut sw);
+    let (mut c, mut cw, mut s, mut sw) = connected(&f, 1 << 20);
     // Fill the wire toward the client with far more than one chunk.
     let data = pattern(500_000);
     let mut sent = 0;
@@ -427,10 +425,7 @@ fn staged_bytes_are_pending_without_plaintext() {
 #[test]
 fn plaintext_sent_before_a_reset_is_still_read() {
     let f = Fixture::new();
-    let (mut cw, mut sw) = pair(1 << 20);
-    let name = domain("example.test");
-    let (mut c, mut s) = f.pair_for(&name, &name, SMALL, &mut cw, &mut sw);
-    handshake(&mut c, &mut cw, &mut s, &mut sw);
+    let (mut c, mut cw, mut s, mut sw) = connected(&f, 1 << 20);
     let data = pattern(1000);
     assert!(matches!(s.write(&mut sw, &data), Io::Progress(1000)));
     let mut buf = [0u8; 10];
@@ -460,10 +455,7 @@ fn plaintext_sent_before_a_reset_is_still_read() {
 #[test]
 fn wire_failure_is_peer_gone() {
     let f = Fixture::new();
-    let (mut cw, mut sw) = pair(4096);
-    let name = domain("example.test");
-    let (mut c, mut s) = f.pair_for(&name, &name, SMALL, &mut cw, &mut sw);
-    handshake(&mut c, &mut cw, &mut s, &mut sw);
+    let (mut c, mut cw, _s, _sw) = connected(&f, 4096);
     cw.reset_outbound();
     match c.write(&mut cw, b"hello") {
         // Accepted, then the wire failed: reported by the next call.
@@ -607,17 +599,13 @@ fn ip_target_sends_no_sni_and_verifies_the_ip() {
 #[test]
 fn alpn_falls_back_to_http11() {
     let f = Fixture::new();
-    let (mut cw, mut sw) = pair(4096);
     let mut config = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(f.roots())
         .with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let name = domain("example.test");
-    let c = TlsLayer::client(Arc::new(config), &name, SMALL).unwrap();
-    let (mut c, mut s) = f.accept_with(c, &name, SMALL, &mut cw, &mut sw);
-    handshake(&mut c, &mut cw, &mut s, &mut sw);
+    let (c, _cw, s, _sw) = connected_with(&f, 4096, Arc::new(config));
     assert_eq!(c.alpn(), Some(ALPN_HTTP11));
     assert_eq!(s.alpn(), Some(ALPN_HTTP11));
 }

@@ -73,6 +73,38 @@ pub(super) enum Gate {
     Seen(String),
 }
 
+/// A checked `Forward(n)` from `from` (its bytes as the machine saw them)
+/// to `to`, which had `room`.
+#[track_caller]
+fn checked_forward(from: &mut Queue, to: &mut Queue, n: usize, room: usize) {
+    let len = from.data().len();
+    assert!(
+        n > 0 && n <= len && n <= room,
+        "Forward({n}) of {len}, room {room}"
+    );
+    let bytes = from.data()[..n].to_vec();
+    to.push(&bytes, false);
+    from.consume(n);
+}
+
+/// A checked `Send`: `consumed` bytes of `from` taken, `bytes` pushed to
+/// `to`, which had `room`.
+#[track_caller]
+fn checked_send(from: &mut Queue, to: &mut Queue, consumed: usize, bytes: &[u8], room: usize) {
+    let len = from.data().len();
+    assert!(
+        consumed > 0 && consumed <= len,
+        "Send consumed {consumed} of {len}"
+    );
+    assert!(
+        bytes.len() <= room,
+        "Send {} bytes, room {room}",
+        bytes.len()
+    );
+    from.consume(consumed);
+    to.push(bytes, false);
+}
+
 /// Bytes the upstream sends (or its EOF), once its gate opens. Replies go
 /// in order: a later one waits for the earlier ones.
 #[derive(Debug, Clone)]
@@ -409,27 +441,9 @@ impl Sim {
             let input = self.cin.data();
             let (len, room) = (input.len(), self.uout.room());
             match self.ex.on_client(input, room) {
-                ClientAction::Forward(n) => {
-                    assert!(
-                        n > 0 && n <= len && n <= room,
-                        "Forward({n}) of {len}, room {room}"
-                    );
-                    let bytes = self.cin.data()[..n].to_vec();
-                    self.uout.push(&bytes, false);
-                    self.cin.consume(n);
-                }
+                ClientAction::Forward(n) => checked_forward(&mut self.cin, &mut self.uout, n, room),
                 ClientAction::Send { consumed, bytes } => {
-                    assert!(
-                        consumed > 0 && consumed <= len,
-                        "Send consumed {consumed} of {len}"
-                    );
-                    assert!(
-                        bytes.len() <= room,
-                        "Send {} bytes, room {room}",
-                        bytes.len()
-                    );
-                    self.cin.consume(consumed);
-                    self.uout.push(&bytes, false);
+                    checked_send(&mut self.cin, &mut self.uout, consumed, &bytes, room)
                 }
                 ClientAction::Discard(n) => {
                     assert!(n > 0 && n <= len, "Discard({n}) of {len}");
@@ -454,30 +468,13 @@ impl Sim {
     fn upstream_actions(&mut self) -> bool {
         let mut moved = false;
         for _ in 0..100_000 {
-            let input = self.uin.data();
-            let (len, room) = (input.len(), self.cout.room());
-            match self.ex.on_upstream(input, room) {
+            let room = self.cout.room();
+            match self.ex.on_upstream(self.uin.data(), room) {
                 UpstreamAction::Forward(n) => {
-                    assert!(
-                        n > 0 && n <= len && n <= room,
-                        "Forward({n}) of {len}, room {room}"
-                    );
-                    let bytes = self.uin.data()[..n].to_vec();
-                    self.cout.push(&bytes, false);
-                    self.uin.consume(n);
+                    checked_forward(&mut self.uin, &mut self.cout, n, room)
                 }
                 UpstreamAction::Send { consumed, bytes } => {
-                    assert!(
-                        consumed > 0 && consumed <= len,
-                        "Send consumed {consumed} of {len}"
-                    );
-                    assert!(
-                        bytes.len() <= room,
-                        "Send {} bytes, room {room}",
-                        bytes.len()
-                    );
-                    self.uin.consume(consumed);
-                    self.cout.push(&bytes, false);
+                    checked_send(&mut self.uin, &mut self.cout, consumed, &bytes, room)
                 }
                 UpstreamAction::Answer(bytes) => {
                     assert!(!bytes.is_empty() && bytes.len() <= room, "Answer too big");
