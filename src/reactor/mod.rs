@@ -556,6 +556,11 @@ impl Reactor {
     /// round ([`pins`]).
     fn refresh_pins(&mut self, new_policy: bool) {
         self.pins_resolved = Some(self.now);
+        if !new_policy && self.pins.in_flight() {
+            // The last round is still being answered (slow DNS): piling
+            // another on would only queue the same names again.
+            return;
+        }
         let names = self.env.policy.inspected_names();
         let (round, settled) = self.pins.start(names.len(), new_policy);
         self.env.pins_settled = self.pins.settled();
