@@ -61,6 +61,11 @@ pub struct InspectedAddrs {
     by_addr: HashMap<IpAddr, Vec<Record>>,
     records: usize,
     capacity: usize,
+    /// Counts records ever added: whoever checked sessions against the
+    /// memory at one generation knows whether it has learned since
+    /// (several workers share one memory, and clients' lookups teach it
+    /// too, so "my answer added nothing" does not mean "nothing new").
+    generation: u64,
 }
 
 impl Default for InspectedAddrs {
@@ -76,6 +81,7 @@ impl InspectedAddrs {
             by_addr: HashMap::new(),
             records: 0,
             capacity: capacity.max(1),
+            generation: 0,
         }
     }
 
@@ -106,9 +112,16 @@ impl InspectedAddrs {
                 pinned,
             });
             self.records += 1;
+            self.generation += 1;
             new += 1;
         }
         new
+    }
+
+    /// How many records were ever added: it moves whenever the memory
+    /// learns an (address, name) pair it did not hold.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The names remembered for `addr`: those still valid at `now`, or every
@@ -211,6 +224,11 @@ impl InspectedMemory {
     /// See [`InspectedAddrs::remember`].
     pub fn remember(&self, name: &str, addrs: &[IpAddr], pinned: bool, now: Instant) -> usize {
         self.lock().remember(name, addrs, pinned, now)
+    }
+
+    /// See [`InspectedAddrs::generation`].
+    pub fn generation(&self) -> u64 {
+        self.lock().generation()
     }
 
     /// See [`InspectedAddrs::names_at`].

@@ -218,6 +218,7 @@ impl Reactor {
             self.env.policy.len(),
             self.sessions.len()
         );
+        self.checked_memory = self.env.policy.memory().generation();
         let keys: Vec<usize> = self.sessions.iter().map(|(k, _)| k).collect();
         for key in keys {
             self.call(key, Session::on_reload);

@@ -212,6 +212,9 @@ pub(crate) struct Reactor {
     now: Instant,
     /// When the inspected names were last re-resolved.
     pins_resolved: Option<Instant>,
+    /// The memory's generation the open sessions were last checked
+    /// against (see [`crate::policy::InspectedMemory::generation`]).
+    checked_memory: u64,
     /// Polls so far: tells a listener whose queue outlasted one poll.
     iteration: u64,
     /// Rounds of resolving the inspected names.
@@ -381,13 +384,16 @@ impl Reactor {
                     }
                 }
                 Asker::Pin { round } => {
-                    let learned = match answer.result {
-                        Ok(addrs) => self.env.policy.pin(&answer.host, &addrs, self.now),
-                        Err(e) => {
-                            log::debug!("resolving inspected name {}: {e}", answer.host);
-                            false
+                    match answer.result {
+                        Ok(addrs) => {
+                            self.env.policy.pin(&answer.host, &addrs, self.now);
                         }
-                    };
+                        Err(e) => log::debug!("resolving inspected name {}: {e}", answer.host),
+                    }
+                    // New to this worker's sessions, not only to the memory:
+                    // another worker's answer (or a client's lookup) may
+                    // have taught the shared memory first.
+                    let learned = self.env.policy.memory().generation() != self.checked_memory;
                     if let Some(settled) = self.pins.answered(round, learned) {
                         self.pins_settled(settled);
                     }
@@ -550,6 +556,11 @@ impl Reactor {
     /// round ([`pins`]).
     fn refresh_pins(&mut self, new_policy: bool) {
         self.pins_resolved = Some(self.now);
+        if !new_policy && self.pins.in_flight() {
+            // The last round is still being answered (slow DNS): piling
+            // another on would only queue the same names again.
+            return;
+        }
         let names = self.env.policy.inspected_names();
         let (round, settled) = self.pins.start(names.len(), new_policy);
         self.env.pins_settled = self.pins.settled();
@@ -569,6 +580,7 @@ impl Reactor {
     fn pins_settled(&mut self, settled: pins::Settled) {
         self.env.pins_settled = self.pins.settled();
         if settled.recheck {
+            self.checked_memory = self.env.policy.memory().generation();
             log::debug!(
                 "inspected names resolved to new addresses; re-checking {} open sessions",
                 self.sessions.len()

@@ -73,6 +73,15 @@ impl Pins {
     pub(crate) fn settled(&self) -> bool {
         self.settled
     }
+
+    /// A round's answers are still due. A refresh then starts none: it
+    /// would queue every name again behind the jobs still in the resolver's
+    /// queue, and supersede the round, so a policy not yet settled would
+    /// wait for the new round instead (with slow DNS, rounds longer than
+    /// the refresh interval would never settle and the queue would grow).
+    pub(crate) fn in_flight(&self) -> bool {
+        self.pending > 0
+    }
 }
 
 #[cfg(test)]
@@ -113,6 +122,20 @@ mod tests {
         let (r2, _) = p.start(3, false);
         assert!(p.settled(), "raw connections do not wait for refreshes");
         assert_eq!(p.answered(r2, false), None);
+    }
+
+    #[test]
+    fn a_round_is_in_flight_until_its_last_answer() {
+        let mut p = Pins::default();
+        assert!(!p.in_flight());
+        let (r, _) = p.start(2, true);
+        assert!(p.in_flight());
+        p.answered(r, false);
+        assert!(p.in_flight());
+        p.answered(r, false);
+        assert!(!p.in_flight());
+        p.start(0, false);
+        assert!(!p.in_flight(), "nothing to resolve");
     }
 
     #[test]

@@ -209,6 +209,7 @@ impl Workers {
                 draining: false,
                 now,
                 pins_resolved: None,
+                checked_memory: 0,
                 iteration: 0,
                 pins: Default::default(),
                 awaiting_pins: Vec::new(),
