@@ -145,11 +145,13 @@ impl Admin {
                 }
                 Err(e) => match classify_accept(&e) {
                     AcceptError::Drained => return new,
-                    AcceptError::Retry => {}
-                    // A connection gone from the backlog, out of fds or the
-                    // like: the next connection raises a new edge and
-                    // retries; nothing to spin on meanwhile.
-                    AcceptError::Skip | AcceptError::OutOfFds | AcceptError::Fatal => {
+                    // EINTR, or one connection gone from the backlog: the
+                    // ones queued behind it are still owed an accept (the
+                    // listener is edge-triggered: no new edge would come).
+                    AcceptError::Retry | AcceptError::Skip => {}
+                    // Out of fds or the like: the next connection raises a
+                    // new edge and retries; nothing to spin on meanwhile.
+                    AcceptError::OutOfFds | AcceptError::Fatal => {
                         log::debug!("admin: accept failed: {e}");
                         return new;
                     }
