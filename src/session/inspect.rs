@@ -644,15 +644,8 @@ impl Inspect {
             if ctx.now >= until && self.upstream.is_handshaking() && !self.upstream_gone {
                 // The connect timeout: a server that accepts and never
                 // answers the ClientHello (a plaintext one, a wrong port).
-                let why = "the TLS handshake with the upstream did not complete in time";
-                log::info!("conn={} {why}", conn.id);
                 self.upstream_tls_until = None;
-                self.upstream_gone = true;
-                self.upstream_eof = true;
-                self.ex.upstream_failed("upstream-tls", why);
-                let _ = self.responses();
-                self.records(conn, ctx);
-                if let Status::Closed { answer, end } = self.ex.status() {
+                if let Some((answer, end)) = self.upstream_tls_timed_out(conn, ctx) {
                     return self.close(answer, end, conn, ctx);
                 }
                 // No request is due yet: the next one is answered 502.
@@ -691,14 +684,7 @@ impl Inspect {
             if due && self.upstream.is_handshaking() {
                 // Not a slow answer: the upstream never finished its TLS
                 // handshake (a plaintext server, a wrong port).
-                let why = "the TLS handshake with the upstream did not complete in time";
-                log::info!("conn={} {why}", conn.id);
-                self.upstream_gone = true;
-                self.upstream_eof = true;
-                self.ex.upstream_failed("upstream-tls", why);
-                let _ = self.responses();
-                self.records(conn, ctx);
-                if let Status::Closed { answer, end } = self.ex.status() {
+                if let Some((answer, end)) = self.upstream_tls_timed_out(conn, ctx) {
                     return self.close(answer, end, conn, ctx);
                 }
             }
@@ -717,6 +703,27 @@ impl Inspect {
         self.rearm(conn, ctx);
         self.park(ctx);
         State::Inspect(self)
+    }
+
+    /// The upstream's TLS handshake ran out of time: the upstream is gone,
+    /// the request it owes an answer gets a `502`; what the client is owed
+    /// if that ends the conversation.
+    fn upstream_tls_timed_out(
+        &mut self,
+        conn: &mut Conn,
+        ctx: &Ctx,
+    ) -> Option<(Option<Vec<u8>>, End)> {
+        let why = "the TLS handshake with the upstream did not complete in time";
+        log::info!("conn={} {why}", conn.id);
+        self.upstream_gone = true;
+        self.upstream_eof = true;
+        self.ex.upstream_failed("upstream-tls", why);
+        let _ = self.responses();
+        self.records(conn, ctx);
+        match self.ex.status() {
+            Status::Closed { answer, end } => Some((answer, end)),
+            _ => None,
+        }
     }
 
     /// Queues a whole answer for the client, growing the buffer if it must:
