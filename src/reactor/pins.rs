@@ -1,13 +1,14 @@
 //! Whether the addresses of the policy's inspected names are known yet.
 //!
 //! Rule composition keeps an inspected name's addresses from being reached
-//! raw through a broader rule (a CIDR allow, a literal, an alias name), but
-//! only as far as the policy's memory knows those addresses. The reactor
+//! raw through a broader rule (a CIDR allow, a literal, an alias name), and
+//! adds the name's rule (its request rules) to a broader inspecting one's,
+//! but only as far as the policy's memory knows those addresses. The reactor
 //! resolves the inspected names off the loop when a policy takes effect
 //! (at start, on reload, on a control edit) and again every
 //! [`crate::policy::REFRESH_EVERY`] while traffic flows. Until the first
-//! round of a policy has been answered, a connection that would go out raw
-//! waits for it (within its connect deadline, so a resolver that never
+//! round of a policy has been answered, an allowed connection (raw or
+//! inspected) waits for it (within its connect deadline, so a resolver that never
 //! answers fails it closed); whenever a round teaches the memory a new
 //! address, every open session is checked again, so a raw tunnel to that
 //! address closes with `policy-reload`.
