@@ -70,8 +70,9 @@ pub(crate) enum AcceptError {
     Retry,
     /// EAGAIN: the queue is empty.
     Drained,
-    /// The connection died in the backlog (ECONNABORTED, ECONNRESET):
-    /// nothing to serve; the next one may be fine.
+    /// The connection died in the backlog (ECONNABORTED, ECONNRESET, or a
+    /// network error pending on it: EPROTO, ENETUNREACH, ...): nothing to
+    /// serve; the next one may be fine.
     Skip,
     /// EMFILE, ENFILE: the process (or the system) is out of file descriptors.
     OutOfFds,
@@ -92,6 +93,22 @@ pub(crate) fn classify_accept(e: &io::Error) -> AcceptError {
     }
     match e.raw_os_error().map(Errno::from_raw) {
         Some(Errno::EMFILE | Errno::ENFILE) => AcceptError::OutOfFds,
+        // accept(2), Linux: network errors already pending on the new
+        // connection are the connection's, not the listener's ("treat them
+        // like EAGAIN by retrying"); each took its connection off the queue.
+        // Not EPERM (a security module refuses before any is dequeued, so
+        // it repeats) nor EOPNOTSUPP (the listener's own type): retried at
+        // once, those would spin.
+        Some(
+            Errno::EPROTO
+            | Errno::ENOPROTOOPT
+            | Errno::EHOSTDOWN
+            | Errno::EHOSTUNREACH
+            | Errno::ENETDOWN
+            | Errno::ENETUNREACH,
+        ) => AcceptError::Skip,
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        Some(Errno::ENONET) => AcceptError::Skip,
         _ => AcceptError::Fatal,
     }
 }
@@ -340,6 +357,11 @@ mod tests {
             (os(libc::EINTR), AcceptError::Retry),
             (os(libc::ECONNABORTED), AcceptError::Skip),
             (os(libc::ECONNRESET), AcceptError::Skip),
+            (os(libc::EPROTO), AcceptError::Skip),
+            (os(libc::ENETUNREACH), AcceptError::Skip),
+            (os(libc::EHOSTUNREACH), AcceptError::Skip),
+            (os(libc::EPERM), AcceptError::Fatal),
+            (os(libc::EOPNOTSUPP), AcceptError::Fatal),
             (os(libc::EMFILE), AcceptError::OutOfFds),
             (os(libc::ENFILE), AcceptError::OutOfFds),
             (os(libc::ENOBUFS), AcceptError::Fatal),

@@ -229,7 +229,17 @@ impl RequestRules {
             }
         };
         let readings = parsed.readings();
-        let folded = path::folded(&readings);
+        // Only deny rules judge the folded readings: with none, the copy of
+        // every segment folding makes would be thrown away.
+        let denies = self
+            .parts
+            .iter()
+            .any(|p| p.rules.iter().any(|r| r.action == Action::Deny));
+        let folded = if denies {
+            path::folded(&readings)
+        } else {
+            Vec::new()
+        };
         let folded: Vec<Vec<&[u8]>> = folded
             .iter()
             .map(|r| r.iter().map(Vec::as_slice).collect())

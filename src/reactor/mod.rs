@@ -220,7 +220,7 @@ pub(crate) struct Reactor {
     /// Rounds of resolving the inspected names.
     pins: Pins,
     /// Sessions waiting for the current policy's first round (by key, id).
-    awaiting_pins: Vec<(usize, u64)>,
+    awaiting_pins: pins::Waiting,
 }
 
 impl Reactor {
@@ -282,6 +282,16 @@ impl Reactor {
 
     /// Carries out what a session asked for.
     fn apply(&mut self, key: usize, effects: Effects) {
+        let sessions = &self.sessions;
+        if let (true, Some(slot)) = (effects.await_pins, sessions.get(key)) {
+            let live = |k: usize, i: u64| {
+                sessions
+                    .get(k)
+                    .is_some_and(|s| s.session.id() == i && !s.session.is_done())
+            };
+            let id = slot.session.id();
+            self.awaiting_pins.push(key, id, sessions.len(), live);
+        }
         let Some(slot) = self.sessions.get_mut(key) else {
             return;
         };
@@ -299,9 +309,6 @@ impl Reactor {
                 },
                 host,
             });
-        }
-        if effects.await_pins {
-            self.awaiting_pins.push((key, slot.session.id()));
         }
         let verify = effects
             .verify
@@ -593,7 +600,7 @@ impl Reactor {
         if !self.pins.settled() {
             return;
         }
-        for (key, id) in std::mem::take(&mut self.awaiting_pins) {
+        for (key, id) in self.awaiting_pins.take() {
             if self.sessions.get(key).is_some_and(|s| s.session.id() == id) {
                 self.call(key, Session::on_pins);
             }

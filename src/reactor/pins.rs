@@ -1,13 +1,14 @@
 //! Whether the addresses of the policy's inspected names are known yet.
 //!
 //! Rule composition keeps an inspected name's addresses from being reached
-//! raw through a broader rule (a CIDR allow, a literal, an alias name), but
-//! only as far as the policy's memory knows those addresses. The reactor
+//! raw through a broader rule (a CIDR allow, a literal, an alias name), and
+//! adds the name's rule (its request rules) to a broader inspecting one's,
+//! but only as far as the policy's memory knows those addresses. The reactor
 //! resolves the inspected names off the loop when a policy takes effect
 //! (at start, on reload, on a control edit) and again every
 //! [`crate::policy::REFRESH_EVERY`] while traffic flows. Until the first
-//! round of a policy has been answered, a connection that would go out raw
-//! waits for it (within its connect deadline, so a resolver that never
+//! round of a policy has been answered, an allowed connection (raw or
+//! inspected) waits for it (within its connect deadline, so a resolver that never
 //! answers fails it closed); whenever a round teaches the memory a new
 //! address, every open session is checked again, so a raw tunnel to that
 //! address closes with `policy-reload`.
@@ -84,6 +85,43 @@ impl Pins {
     }
 }
 
+/// The sessions waiting for the current policy's first round, by slab key
+/// and session id. One that ends meanwhile (its connect deadline passed,
+/// its client left) leaves its entry behind; entries are swept once they
+/// outnumber the open sessions, so the list is bounded by the slab, not
+/// by how many connections came and went while a round was out.
+#[derive(Debug, Default)]
+pub(crate) struct Waiting(Vec<(usize, u64)>);
+
+impl Waiting {
+    /// Adds `(key, id)`; `open`: the sessions in the slab, `live`: whether
+    /// an entry's session is still there (and not done).
+    pub(crate) fn push(
+        &mut self,
+        key: usize,
+        id: u64,
+        open: usize,
+        live: impl Fn(usize, u64) -> bool,
+    ) {
+        // After a sweep at most `open` entries are left, so the next comes
+        // at least `open + 16` pushes later: linear overall.
+        if self.0.len() >= 2 * open + 16 {
+            self.0.retain(|&(k, i)| live(k, i));
+        }
+        self.0.push((key, id));
+    }
+
+    /// Every entry, leaving none.
+    pub(crate) fn take(&mut self) -> Vec<(usize, u64)> {
+        std::mem::take(&mut self.0)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +190,27 @@ mod tests {
         assert!(!p.settled());
         assert_eq!(p.answered(new, false), Some(Settled { recheck: false }));
         assert!(p.settled());
+    }
+
+    #[test]
+    fn waiting_keeps_no_more_than_the_open_sessions_need() {
+        let mut w = Waiting::default();
+        // One session open at a time; every earlier one has ended (its
+        // connect deadline passed while the round was out).
+        for id in 0..10_000u64 {
+            w.push(0, id, 1, |_, i| i == id);
+        }
+        assert!(w.len() <= 2 + 16 + 1, "{} entries for one session", w.len());
+        assert_eq!(w.take().last(), Some(&(0, 9_999)));
+        assert_eq!(w.len(), 0);
+    }
+
+    #[test]
+    fn waiting_keeps_every_live_session() {
+        let mut w = Waiting::default();
+        for key in 0..100 {
+            w.push(key, key as u64, key + 1, |_, _| true);
+        }
+        assert_eq!(w.take().len(), 100);
     }
 }

@@ -212,7 +212,7 @@ impl Workers {
                 checked_memory: 0,
                 iteration: 0,
                 pins: Default::default(),
-                awaiting_pins: Vec::new(),
+                awaiting_pins: Default::default(),
             });
         }
         // Counted last: everything the workers opened is in the base.

@@ -86,12 +86,12 @@ fn decide(
         .check_resolved_as(&request.target, user, addrs, ctx.now)
     {
         Verdict::Deny(denial) => deny(client, denial, request, conn, ctx),
-        // Raw, while the policy does not know its inspected names'
-        // addresses yet: one of them may be this one. Wait for them
-        // (within the connect deadline), then decide again.
-        Verdict::Allow(allowed)
-            if !ctx.pins_settled && !allowed.is_inspected() && !allowed.terminates_tls() =>
-        {
+        // While the policy does not know its inspected names' addresses
+        // yet: one of them may be this one. Raw, it would have to be
+        // inspected; inspected (under a broader rule), that name's rule
+        // would join in with its request rules. Wait for them (within the
+        // connect deadline), then decide again.
+        Verdict::Allow(_) if !ctx.pins_settled => {
             log::debug!(
                 "conn={} {}: waiting for the inspected names' addresses",
                 conn.id,

@@ -137,6 +137,27 @@ fn a_raw_connection_waits_until_the_inspected_names_are_resolved() {
 }
 
 #[test]
+fn an_inspected_connection_waits_for_the_inspected_names_too() {
+    // Inspected under a broad rule: once an inspected name's addresses are
+    // known, that name's rule joins in (its request rules, its deny list),
+    // so this one waits for them as a raw one does.
+    use crate::policy::RuleConfig;
+    let port = closed_port();
+    let broad = RuleConfig::builder(Action::Allow)
+        .cidr("127.0.0.0/8")
+        .port(port)
+        .inspect()
+        .build();
+    let policy = Policy::from_rules(&[broad]).unwrap();
+    let (mut h, _) = Harness::new(policy, ListenerProtocol::Auto);
+    h.pins_settled = false;
+    let effects = h.client_sends(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes());
+    assert!(effects.await_pins, "the reactor must call back");
+    assert_eq!(h.state(), "Resolving(pins)");
+    assert_eq!(h.stats.snapshot().allowed, 0, "not decided yet");
+}
+
+#[test]
 fn the_wait_for_the_inspected_names_times_out_closed() {
     let port = closed_port();
     let (mut h, _) = Harness::new(allow(&format!("127.0.0.1:{port}")), ListenerProtocol::Auto);
