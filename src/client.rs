@@ -22,6 +22,24 @@ pub(crate) enum ClientKey {
     Uid(u32),
     /// A Unix-socket peer whose uid the platform would not tell.
     Unix,
+    /// Loopback TCP clients not asked for their uid: while nothing reads it
+    /// (no access line, no login, the pool far from any per-client limit),
+    /// the lookup is saved and they are counted together, against every
+    /// local client's limits (see `reactor::admission`).
+    Loopback,
+}
+
+impl ClientKey {
+    /// Whether this client may own sessions counted under
+    /// [`ClientKey::Loopback`]: any local one (a uid, a Unix peer, a
+    /// loopback address the kernel could not put a uid to).
+    pub(crate) fn is_local(self) -> bool {
+        match self {
+            ClientKey::Uid(_) | ClientKey::Unix => true,
+            ClientKey::Ip(ip) => is_loopback(ip),
+            ClientKey::Loopback => false,
+        }
+    }
 }
 
 /// Where a client connected from.
@@ -134,6 +152,12 @@ impl Identify {
             diag,
             warned: false,
         }
+    }
+
+    /// Whether loopback clients can be asked for (the diagnostics socket is
+    /// open).
+    pub(crate) fn available(&self) -> bool {
+        self.diag.is_some()
     }
 
     /// The uid owning the client socket at `client` connected to our

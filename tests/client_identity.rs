@@ -12,6 +12,7 @@ mod support;
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
+use std::process::Command;
 use std::time::Duration;
 
 use load::*;
@@ -68,16 +69,22 @@ for fd in answers:
 sys.stdin.read()
 "#;
 
-#[test]
-fn a_uid_binding_more_loopback_addresses_is_still_one_client() {
-    let echo = echo_server();
+/// Starts a proxy (with `rust_log`) allowing `echo`, has `nobody` open
+/// `ATTEMPTS` handshakes from 127.0.0.2/.3/.4, and checks it is refused at
+/// its per-client limit as one client while root, from the same addresses,
+/// is served. Returns the proxy and the attacker, still holding its
+/// pending handshakes.
+fn nobody_is_refused_as_one_client(echo: &Server, rust_log: &str) -> (ChildProxy, ChildGuard) {
     let dir = TempDir::new("ident");
     let config = write_file(
         &dir,
         "limits.toml",
         &format!("[limits]\nmax_pending_handshakes_per_client = {PER_CLIENT}\n"),
     );
-    let proxy = ChildProxy::start(&[
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    cmd.env("RUST_LOG", rust_log).args([
+        "--listen",
+        "127.0.0.1:0",
         "--config",
         &config,
         "--allow",
@@ -87,7 +94,7 @@ fn a_uid_binding_more_loopback_addresses_is_still_one_client() {
         "--close-timeout",
         "1s",
     ]);
-
+    let proxy = ChildProxy::start_command(cmd);
     let expect = ATTEMPTS - PER_CLIENT;
     let mut attacker = spawn_python_as(
         NOBODY,
@@ -128,6 +135,15 @@ fn a_uid_binding_more_loopback_addresses_is_still_one_client() {
         assert_echo(&mut s, b"served while nobody is at its limit");
     }
 
+    (proxy, attacker)
+}
+
+#[test]
+fn a_uid_binding_more_loopback_addresses_is_still_one_client() {
+    let echo = echo_server();
+    let (proxy, attacker) = nobody_is_refused_as_one_client(&echo, "info");
+    let expect = ATTEMPTS - PER_CLIENT;
+
     // Access lines say who: the refused attacker's with its uid, the
     // victim's with root's.
     let uid_line = |uid: u32, close: &str| {
@@ -156,6 +172,21 @@ fn a_uid_binding_more_loopback_addresses_is_still_one_client() {
         assert!(victims.iter().any(|l| l.contains(&from)), "{victims:?}");
     }
     assert_eq!(uid_line(NOBODY, "decision=allow"), 0);
+    drop(attacker);
+}
+
+/// With no access line to write, a loopback client's uid is not asked until
+/// admission needs it: the first quarter of the per-client limit is pooled
+/// unidentified, the pool counts against every local client, so the
+/// attacker is still refused at exactly its limit and root is still served.
+#[test]
+fn without_access_lines_uids_are_asked_only_when_a_limit_needs_them() {
+    let echo = echo_server();
+    let (proxy, attacker) = nobody_is_refused_as_one_client(&echo, "info,portcullis::event=warn");
+    assert!(
+        !proxy.log().iter().any(|l| l.contains("event=session ")),
+        "access lines were off"
+    );
     drop(attacker);
 }
 

@@ -124,7 +124,7 @@ impl Admin {
                 return new;
             };
             // Admin clients are not counted per client: no identity lookups.
-            match listener.accept(&mut crate::client::Identify::new(false)) {
+            match listener.accept() {
                 Ok((mut stream, peer)) => {
                     let busy = self
                         .conns

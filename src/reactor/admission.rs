@@ -16,6 +16,16 @@
 //!    answer would hold an fd the reserve is keeping);
 //! 3. if accept still fails with EMFILE, the reactor closes the oldest
 //!    pending handshakes of the heaviest client ([`Admission::heaviest`]).
+//!
+//! Loopback TCP clients are told apart by uid, which costs two netlink calls
+//! per connection. While nothing else reads it (no access lines, no logins)
+//! those calls are saved: loopback clients are counted together under
+//! [`ClientKey::Loopback`], a pool kept to a quarter of each per-client
+//! limit ([`POOL_SHARE`]), and the pool counts against every local client's
+//! limits as if it were all theirs, so no uid can pass its limit through it.
+//! A connection that would grow the pool past that (or come under fd
+//! pressure) is asked for its uid ([`Admit::Identify`]). So one local client
+//! can cost another at most a quarter of its limits, never all of them.
 
 use std::collections::HashMap;
 
@@ -27,6 +37,10 @@ use crate::fd_budget::FdBudget;
 /// costs one fd until its answer is flushed (bounded by the close timer);
 /// past this, new connections close unanswered rather than pile up.
 const MAX_REFUSING: usize = 4096;
+
+/// The unidentified loopback pool holds at most 1/`POOL_SHARE` of each
+/// per-client limit.
+pub(crate) const POOL_SHARE: usize = 4;
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Counts {
@@ -43,6 +57,9 @@ pub(crate) enum Admit {
     Refuse(&'static str),
     /// Past every limit including refusals: close without a word.
     Drop,
+    /// Asked for [`ClientKey::Loopback`] with the pool full: find the
+    /// client's uid, and ask again under it.
+    Identify,
 }
 
 #[derive(Debug)]
@@ -95,7 +112,17 @@ impl Admission {
     }
 
     pub(crate) fn admit(&mut self, key: ClientKey, limits: &Limits) -> Admit {
-        let c = self.clients.get(&key).copied().unwrap_or_default();
+        if key == ClientKey::Loopback && !self.pool_has_room(limits) {
+            return Admit::Identify;
+        }
+        let mut c = self.clients.get(&key).copied().unwrap_or_default();
+        let own = c.sessions;
+        if key.is_local() {
+            // Any of the unidentified loopback sessions may be this client's.
+            let pool = self.pool();
+            c.sessions += pool.sessions;
+            c.handshakes += pool.handshakes;
+        }
         let held = self.held_fds();
         let over = if self.sessions >= limits.max_sessions {
             Some("max_sessions")
@@ -105,7 +132,7 @@ impl Admission {
             Some("max_pending_handshakes")
         } else if c.handshakes >= limits.max_pending_handshakes_per_client {
             Some("max_pending_handshakes_per_client")
-        } else if self.under_pressure() && c.sessions * self.clients.len() >= self.sessions {
+        } else if self.under_pressure() && own * self.clients.len() >= self.sessions {
             // The clients at or above the mean give way; lighter ones
             // (a new one in particular) still get in.
             Some("fd_reserve")
@@ -129,6 +156,23 @@ impl Admission {
                 Admit::Refuse(limit)
             }
         }
+    }
+
+    fn pool(&self) -> Counts {
+        self.clients
+            .get(&ClientKey::Loopback)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// One more unidentified loopback session keeps the pool within its
+    /// share of the per-client limits, and fds are plentiful (under
+    /// pressure, shedding must know who is heaviest).
+    fn pool_has_room(&self, limits: &Limits) -> bool {
+        let pool = self.pool();
+        !self.under_pressure()
+            && pool.sessions < limits.max_sessions_per_client / POOL_SHARE
+            && pool.handshakes < limits.max_pending_handshakes_per_client / POOL_SHARE
     }
 
     /// The client with the most sessions among those with a handshake
@@ -296,5 +340,65 @@ mod tests {
         assert_eq!(adm.admit(ClientKey::Uid(2), &l), Admit::Yes);
         adm.set_fd_limit(Some(20_000));
         assert_eq!(adm.admit(a, &l), Admit::Yes);
+    }
+
+    #[test]
+    fn the_unidentified_pool_holds_a_quarter_of_each_per_client_limit() {
+        let mut adm = Admission::new(FdBudget::for_limit(None), 0);
+        // Sessions 40 per client (pool 10), handshakes 8 (pool 2).
+        let l = limits(1000, 40, 1000, 8);
+        assert_eq!(adm.admit(ClientKey::Loopback, &l), Admit::Yes);
+        assert_eq!(adm.admit(ClientKey::Loopback, &l), Admit::Yes);
+        assert_eq!(adm.admit(ClientKey::Loopback, &l), Admit::Identify);
+        adm.left_handshake(ClientKey::Loopback);
+        adm.left_handshake(ClientKey::Loopback);
+        for _ in 0..8 {
+            assert_eq!(adm.admit(ClientKey::Loopback, &l), Admit::Yes);
+            adm.left_handshake(ClientKey::Loopback);
+        }
+        assert_eq!(adm.pool().sessions, 10);
+        assert_eq!(adm.admit(ClientKey::Loopback, &l), Admit::Identify);
+        // Identify never comes back for an identified client.
+        assert_eq!(adm.admit(ClientKey::Uid(7), &l), Admit::Yes);
+        adm.ended(ClientKey::Loopback, true);
+        assert_eq!(adm.admit(ClientKey::Loopback, &l), Admit::Yes);
+    }
+
+    #[test]
+    fn the_pool_counts_against_every_local_client_and_no_remote_one() {
+        let mut adm = Admission::new(FdBudget::for_limit(None), 0);
+        let l = limits(1000, 8, 1000, 1000);
+        // The pool's two sessions could be anyone's local: each local
+        // client gets 8 - 2 more.
+        for _ in 0..2 {
+            assert_eq!(adm.admit(ClientKey::Loopback, &l), Admit::Yes);
+        }
+        for local in [
+            ClientKey::Uid(65534),
+            ClientKey::Unix,
+            ClientKey::Ip("127.0.0.9".parse().unwrap()),
+        ] {
+            let mut n = 0;
+            while adm.admit(local, &l) == Admit::Yes {
+                n += 1;
+            }
+            assert_eq!(n, 6, "{local:?}");
+        }
+        let remote = ClientKey::Ip("10.0.0.1".parse().unwrap());
+        let mut n = 0;
+        while adm.admit(remote, &l) == Admit::Yes {
+            n += 1;
+        }
+        assert_eq!(n, 8);
+    }
+
+    #[test]
+    fn under_fd_pressure_every_loopback_client_is_identified() {
+        let mut adm = Admission::new(FdBudget::for_limit(Some(256)), 10);
+        let l = unlimited();
+        assert_eq!(adm.admit(ClientKey::Loopback, &l), Admit::Yes);
+        while adm.admit(ClientKey::Uid(1), &l) == Admit::Yes {}
+        assert!(adm.under_pressure());
+        assert_eq!(adm.admit(ClientKey::Loopback, &l), Admit::Identify);
     }
 }

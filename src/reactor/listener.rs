@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use mio::net::{TcpListener, UnixListener};
 use mio::{Interest, Registry, Token};
 
-use crate::client::{in_our_netns, peer_cred, Identify, Peer};
+use crate::client::{in_our_netns, is_loopback, peer_cred, Identify, Peer, PeerAddr};
 use crate::config::{ListenAddr, ListenerConfig, ListenerProtocol};
 use crate::io::Stream;
 
@@ -236,29 +236,39 @@ impl Listener {
         }
     }
 
-    /// One accept, and who connected. WouldBlock, EINTR and errors are the
-    /// caller's to sort.
-    pub(crate) fn accept(&self, identify: &mut Identify) -> io::Result<(Stream, Peer)> {
+    /// One accept, and who connected (a loopback TCP client's uid not yet
+    /// asked: see [`Listener::identify`]). WouldBlock, EINTR and errors are
+    /// the caller's to sort.
+    pub(crate) fn accept(&self) -> io::Result<(Stream, Peer)> {
         match &self.socket {
-            Socket::Tcp(l) => l.accept().map(|(s, a)| {
-                // Our end of the tuple: the listener's address, unless it
-                // listens on every address (then the kernel says which).
-                let uid = self
-                    .identify
-                    .then(|| {
-                        identify.loopback_uid(a, || match self.local {
-                            ListenAddr::Tcp(ours) if !ours.ip().is_unspecified() => Some(ours),
-                            _ => s.local_addr().ok(),
-                        })
-                    })
-                    .flatten();
-                (Stream::Tcp(s), Peer::tcp(a, uid))
-            }),
+            Socket::Tcp(l) => l
+                .accept()
+                .map(|(s, a)| (Stream::Tcp(s), Peer::tcp(a, None))),
             Socket::Unix { listener: l, .. } => l.accept().map(|(s, _)| {
                 let (uid, pid) = peer_cred(&s);
                 (Stream::Unix(s), Peer::unix(uid, pid))
             }),
         }
+    }
+
+    /// Whether `peer`, accepted here, is a loopback TCP client whose uid
+    /// [`Listener::identify`] may ask.
+    pub(crate) fn identifiable(&self, peer: &Peer) -> bool {
+        self.identify && matches!(peer.addr, PeerAddr::Tcp(a) if is_loopback(a.ip()))
+    }
+
+    /// Asks the kernel who owns the socket of `peer` (accepted here as
+    /// `stream`), and records the uid if it says (two netlink calls).
+    pub(crate) fn identify(&self, stream: &Stream, peer: &mut Peer, identify: &mut Identify) {
+        let (PeerAddr::Tcp(client), Stream::Tcp(s)) = (peer.addr, stream) else {
+            return;
+        };
+        // Our end of the tuple: the listener's address, unless it listens on
+        // every address (then the kernel says which).
+        peer.uid = identify.loopback_uid(client, || match self.local {
+            ListenAddr::Tcp(ours) if !ours.ip().is_unspecified() => Some(ours),
+            _ => s.local_addr().ok(),
+        });
     }
 }
 

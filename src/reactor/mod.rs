@@ -462,7 +462,7 @@ impl Reactor {
             let Some(listener) = self.listeners.get(index).and_then(Option::as_ref) else {
                 return true;
             };
-            match listener.accept(&mut self.identify) {
+            match listener.accept() {
                 Ok((stream, peer)) => {
                     *accepted += 1;
                     let protocol = listener.protocol;
@@ -476,7 +476,7 @@ impl Reactor {
                         self.refresh_pins(false);
                     }
                     self.env.remote.stats.accepted(self.worker);
-                    self.admit(stream, peer, protocol);
+                    self.admit(index, stream, peer, protocol);
                 }
                 Err(e) => match classify_accept(&e) {
                     AcceptError::Drained => return true,
@@ -503,14 +503,42 @@ impl Reactor {
     }
 
     /// Starts a session for an accepted connection, or refuses it at a limit.
-    fn admit(&mut self, stream: Stream, peer: Peer, protocol: ListenerProtocol) {
-        let client = peer.key();
+    fn admit(
+        &mut self,
+        listener: usize,
+        stream: Stream,
+        mut peer: Peer,
+        protocol: ListenerProtocol,
+    ) {
+        let identifiable = self.identify.available()
+            && self
+                .listener(listener)
+                .is_some_and(|l| l.identifiable(&peer));
+        // A loopback client's uid costs two netlink calls; it is asked at once
+        // when something will read it (an access line or event, a login's
+        // per-client share), else only when admission needs it.
+        let eager = identifiable && (self.env.events.wants() || self.env.settings.auth.is_some());
+        if eager {
+            self.identify_peer(listener, &stream, &mut peer);
+        }
+        let mut client = if identifiable && !eager {
+            ClientKey::Loopback
+        } else {
+            peer.key()
+        };
         let mut admission = lock(&self.admission);
         if admission.under_pressure() {
             // The limit may have been raised (or lowered) meanwhile.
             admission.set_fd_limit(fd_budget::nofile_limit());
         }
-        let admit = admission.admit(client, &self.env.settings.limits);
+        let mut admit = admission.admit(client, &self.env.settings.limits);
+        if admit == Admit::Identify {
+            drop(admission);
+            self.identify_peer(listener, &stream, &mut peer);
+            client = peer.key();
+            admission = lock(&self.admission);
+            admit = admission.admit(client, &self.env.settings.limits);
+        }
         drop(admission);
         let refusing = match admit {
             Admit::Yes => None,
@@ -519,7 +547,8 @@ impl Reactor {
                 Some(limit)
             }
             // Past even the cap on refusals: the socket closes unanswered.
-            Admit::Drop => {
+            // (`Identify` cannot come back for an identified key.)
+            Admit::Drop | Admit::Identify => {
                 self.env.remote.stats.closed(CloseReason::Limit);
                 return;
             }
@@ -549,6 +578,17 @@ impl Reactor {
                 }
                 admission.ended(client, admitted);
             }
+        }
+    }
+
+    fn listener(&self, index: usize) -> Option<&Listener> {
+        self.listeners.get(index).and_then(Option::as_ref)
+    }
+
+    /// Asks who owns `peer`'s socket (accepted on listener `index`).
+    fn identify_peer(&mut self, index: usize, stream: &Stream, peer: &mut Peer) {
+        if let Some(l) = self.listeners.get(index).and_then(Option::as_ref) {
+            l.identify(stream, peer, &mut self.identify);
         }
     }
 

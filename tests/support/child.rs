@@ -173,10 +173,13 @@ impl ChildProxy {
     }
 
     /// Like [`ChildProxy::start`], but runs `cmd` as prepared by the caller
-    /// (extra arguments, `pre_exec`, a wrapper); it must log `listening on ADDR`.
+    /// (extra arguments, `pre_exec`, a wrapper, a `RUST_LOG` of its own);
+    /// it must log `listening on ADDR`.
     pub fn start_command(mut cmd: Command) -> ChildProxy {
+        if !cmd.get_envs().any(|(k, _)| k == "RUST_LOG") {
+            cmd.env("RUST_LOG", "info");
+        }
         let mut child = cmd
-            .env("RUST_LOG", "info")
             .env("RUST_LOG_STYLE", "never")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
