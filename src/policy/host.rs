@@ -59,8 +59,13 @@ pub(crate) fn canonical_host(s: &str) -> Result<Host, TargetError> {
     if let Some(c) = s.chars().find(|c| c.is_control() || c.is_whitespace()) {
         return Err(err(format!("invalid character {c:?} in host {s:?}")));
     }
-    let ascii =
-        idna::domain_to_ascii(s).map_err(|_| err(format!("invalid international name {s:?}")))?;
+    let ascii = if maps_to_itself(s) {
+        std::borrow::Cow::Borrowed(s)
+    } else {
+        let a = idna::domain_to_ascii(s)
+            .map_err(|_| err(format!("invalid international name {s:?}")))?;
+        std::borrow::Cow::Owned(a)
+    };
     let name = ascii.strip_suffix('.').unwrap_or(&ascii);
     if name.is_empty() {
         return Err(err(format!("empty host {s:?}")));
@@ -72,6 +77,16 @@ pub(crate) fn canonical_host(s: &str) -> Result<Host, TargetError> {
     }
     check_name(name, s)?;
     Ok(Host::Domain(name.to_owned()))
+}
+
+/// Whether IDNA would hand `s` back unchanged: lowercase ASCII letters,
+/// digits, hyphens and dots are valid and unmapped in UTS 46, and a label
+/// that is not `xn--` has no punycode to decode and check. Most names (and
+/// every dotted-quad) are so, and skip the mapping's cost on each accept.
+fn maps_to_itself(s: &str) -> bool {
+    s.bytes()
+        .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.'))
+        && !s.split('.').any(|label| label.starts_with("xn--"))
 }
 
 /// Checks DNS length limits and the hostname alphabet on an IDNA-mapped name.
@@ -201,4 +216,57 @@ pub(crate) fn parse_authority(s: &str) -> Result<Target, TargetError> {
     };
     let port = parse_port(port).ok_or_else(|| err(format!("invalid port in {s:?}")))?;
     target(host, port)
+}
+
+#[cfg(test)]
+mod idna_shortcut {
+    use super::maps_to_itself;
+
+    /// Every string the shortcut takes, up to six characters over the
+    /// letters that matter (x and n for `xn--`), is one IDNA hands back as
+    /// it is: the shortcut changes no answer.
+    #[test]
+    fn the_shortcut_agrees_with_idna() {
+        const ALPHABET: &[u8] = b"axn09-.";
+        let mut taken = 0;
+        let mut s = Vec::new();
+        fn walk(s: &mut Vec<u8>, depth: usize, taken: &mut usize) {
+            if !s.is_empty() {
+                let text = std::str::from_utf8(s).unwrap();
+                if maps_to_itself(text) {
+                    *taken += 1;
+                    assert_eq!(
+                        idna::domain_to_ascii(text).ok().as_deref(),
+                        Some(text),
+                        "{text:?}"
+                    );
+                }
+            }
+            if depth == 0 {
+                return;
+            }
+            for &c in ALPHABET {
+                s.push(c);
+                walk(s, depth - 1, taken);
+                s.pop();
+            }
+        }
+        walk(&mut s, 6, &mut taken);
+        assert!(taken > 100_000, "{taken}");
+        for long in [
+            "a".repeat(63),
+            format!("{}.{}", "b".repeat(64), "c".repeat(300)),
+            "-a-.-".into(),
+            "1.2.3.4".into(),
+        ] {
+            assert!(maps_to_itself(&long));
+            assert_eq!(
+                idna::domain_to_ascii(&long).ok().as_deref(),
+                Some(long.as_str())
+            );
+        }
+        for not in ["A.b", "xn--a.b", "a.xn--", "a_b", "é.fr", "a b"] {
+            assert!(!maps_to_itself(not), "{not:?}");
+        }
+    }
 }
