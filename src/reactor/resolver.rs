@@ -4,6 +4,11 @@
 //! worker) runs it and hands answers back through the asking worker's
 //! channel and Waker. Requests carry the
 //! session's `(key, id)`; the reactor drops answers whose session is gone.
+//!
+//! The policy's own lookups (pin rounds: the inspected names, which every
+//! allowed connection waits for after a start or reload) have a thread of
+//! their own: behind clients' lookups of names whose nameserver never
+//! answers, they would make every other client wait out its connect timeout.
 
 use std::io;
 use std::net::{IpAddr, ToSocketAddrs};
@@ -47,23 +52,35 @@ type Queued = (Job, Arc<Replier>);
 /// The resolver threads, shared by every worker of a proxy.
 pub(crate) struct ResolverPool {
     jobs: Sender<Queued>,
+    /// The pin lane: one thread, for [`Asker::Pin`] jobs only.
+    pins: Sender<Queued>,
     remote: Arc<Remote>,
 }
 
 impl ResolverPool {
-    /// Starts `threads` resolver threads; they end when every
-    /// [`Resolver`] made from this pool (and the pool) is gone.
+    /// Starts `threads` resolver threads for sessions and one for pin
+    /// rounds; they end when every [`Resolver`] made from this pool (and
+    /// the pool) is gone.
     pub(crate) fn new(threads: usize, remote: Arc<Remote>) -> io::Result<Self> {
+        let spawn = |name: String, rx: &Arc<Mutex<Receiver<Queued>>>| {
+            let (rx, remote) = (Arc::clone(rx), Arc::clone(&remote));
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(move || work(&rx, &remote))
+                .map(drop)
+        };
         let (jobs, rx) = mpsc::channel::<Queued>();
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..threads.max(1) {
-            let rx = Arc::clone(&rx);
-            let remote = Arc::clone(&remote);
-            std::thread::Builder::new()
-                .name(format!("portcullis-dns-{i}"))
-                .spawn(move || work(&rx, &remote))?;
+            spawn(format!("portcullis-dns-{i}"), &rx)?;
         }
-        Ok(ResolverPool { jobs, remote })
+        let (pins, rx) = mpsc::channel::<Queued>();
+        spawn("portcullis-dns-pins".into(), &Arc::new(Mutex::new(rx)))?;
+        Ok(ResolverPool {
+            jobs,
+            pins,
+            remote: Arc::clone(&remote),
+        })
     }
 
     /// A worker's way into the pool: its answers come back on `answers`,
@@ -71,6 +88,7 @@ impl ResolverPool {
     pub(crate) fn resolver(&self, answers: Sender<Answer>, waker: Arc<mio::Waker>) -> Resolver {
         Resolver {
             jobs: self.jobs.clone(),
+            pins: self.pins.clone(),
             replier: Arc::new(Replier { answers, waker }),
             remote: Arc::clone(&self.remote),
         }
@@ -80,6 +98,7 @@ impl ResolverPool {
 /// One worker's handle on the resolver pool.
 pub(crate) struct Resolver {
     jobs: Sender<Queued>,
+    pins: Sender<Queued>,
     replier: Arc<Replier>,
     /// The counters: the queue depth gauge.
     remote: Arc<Remote>,
@@ -91,7 +110,11 @@ impl Resolver {
         // bounds it, so there is nothing more to do here.
         // Counted before it is sent, so a worker never takes it off an empty gauge.
         self.remote.stats.resolve_queued();
-        if self.jobs.send((job, Arc::clone(&self.replier))).is_err() {
+        let lane = match job.asker {
+            Asker::Session { .. } => &self.jobs,
+            Asker::Pin { .. } => &self.pins,
+        };
+        if lane.send((job, Arc::clone(&self.replier))).is_err() {
             self.remote.stats.resolve_started();
         }
     }
