@@ -296,13 +296,44 @@ impl CertAuthority {
     }
 }
 
-/// Refuses a state directory group or others may write: they could replace
-/// the CA (certificate and key) the proxy reuses.
+/// Refuses a state directory group or others may write, or that another
+/// user owns (or whose CA files another user owns): they could replace the
+/// CA (certificate and key) the proxy reuses. Root's are trusted, as ssh
+/// trusts them.
 fn check_state_dir(dir: &Path) -> Result<(), CaError> {
-    let mode = fs::metadata(dir)
-        .map_err(|e| CaError::new(dir, format!("cannot read the state directory: {e}")))?
-        .permissions()
-        .mode();
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(dir)
+        .map_err(|e| CaError::new(dir, format!("cannot read the state directory: {e}")))?;
+    let me = nix::unistd::geteuid().as_raw();
+    let foreign = |m: &fs::Metadata| m.uid() != me && m.uid() != 0;
+    if foreign(&meta) {
+        return Err(CaError::new(
+            dir,
+            format!(
+                "the CA's state directory belongs to uid {} (the proxy runs as {me}): its \
+                 owner could replace the CA; use a directory of our own or set another \
+                 [tls] state_dir",
+                meta.uid()
+            ),
+        ));
+    }
+    for name in [CERT_FILE, KEY_FILE] {
+        let path = dir.join(name);
+        // symlink_metadata: a link's own owner is who could point it elsewhere.
+        if let Ok(m) = fs::symlink_metadata(&path) {
+            if foreign(&m) {
+                return Err(CaError::new(
+                    &path,
+                    format!(
+                        "belongs to uid {} (the proxy runs as {me}): its owner could \
+                         replace the CA; remove it to have a CA generated here",
+                        m.uid()
+                    ),
+                ));
+            }
+        }
+    }
+    let mode = meta.permissions().mode();
     if mode & 0o022 != 0 {
         return Err(CaError::new(
             dir,

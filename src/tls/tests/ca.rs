@@ -89,6 +89,34 @@ fn a_state_directory_others_may_write_is_refused() {
         .is_empty());
 }
 
+/// A state directory, or a CA file in it, that another user owns is
+/// refused: its owner could swap the CA, whatever the modes say. (The
+/// tests run as root, who may hand files to `nobody`.)
+#[test]
+fn a_state_directory_another_user_owns_is_refused() {
+    use std::os::unix::fs::chown;
+    const NOBODY: u32 = 65534;
+    let tmp = TempDir::new();
+    let dir = tmp.path().join("theirs");
+    std::fs::create_dir_all(&dir).unwrap();
+    chown(&dir, Some(NOBODY), None).expect("chown (the tests run as root)");
+    let e = CertAuthority::load_or_generate(&dir).unwrap_err();
+    assert!(e.message.contains("belongs to uid 65534"), "{e}");
+    assert!(!dir.join(CERT_FILE).exists(), "nothing generated there");
+    let e = CertAuthority::check_config(None, None, &dir).unwrap_err();
+    assert!(e.message.contains("belongs to uid 65534"), "{e}");
+    // Ours again, a CA is made; a key handed to another user is refused.
+    chown(&dir, Some(0), None).unwrap();
+    let first = CertAuthority::load_or_generate(&dir).unwrap();
+    chown(dir.join(KEY_FILE), Some(NOBODY), None).unwrap();
+    let e = CertAuthority::load_or_generate(&dir).unwrap_err();
+    assert_eq!(e.path, dir.join(KEY_FILE));
+    assert!(e.message.contains("belongs to uid 65534"), "{e}");
+    chown(dir.join(KEY_FILE), Some(0), None).unwrap();
+    let again = CertAuthority::load_or_generate(&dir).unwrap();
+    assert_eq!(first.cert_der(), again.cert_der());
+}
+
 #[test]
 fn concurrent_first_starts_agree() {
     let tmp = TempDir::new();
