@@ -401,4 +401,131 @@ mod tests {
         assert!(adm.under_pressure());
         assert_eq!(adm.admit(ClientKey::Loopback, &l), Admit::Identify);
     }
+
+    /// What the reactor does with one loopback connection of `uid`: pooled
+    /// if the pool has room, else identified and admitted under its uid.
+    fn connect(adm: &mut Admission, l: &Limits, uid: u32) -> Option<ClientKey> {
+        let mut key = ClientKey::Loopback;
+        let mut admit = adm.admit(key, l);
+        if admit == Admit::Identify {
+            key = ClientKey::Uid(uid);
+            admit = adm.admit(key, l);
+        }
+        match admit {
+            Admit::Yes => Some(key),
+            Admit::Refuse(_) => {
+                adm.ended(key, false);
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Attack: a uid identified while the pool is short of sessions (full by
+    /// its handshake share only) later refills the pool with its own
+    /// sessions: it ends above its per-client limit.
+    #[test]
+    fn atk_a_uid_passes_its_limit_by_refilling_the_pool() {
+        let a = 65534;
+        let mut adm = Admission::new(FdBudget::for_limit(None), 0);
+        // Pool: 10 sessions, 2 handshakes.
+        let l = limits(1000, 40, 1000, 8);
+        // Two pooled handshakes, left pending: the pool is "full".
+        for _ in 0..2 {
+            assert_eq!(connect(&mut adm, &l, a), Some(ClientKey::Loopback));
+        }
+        let mut mine = 2;
+        // A's tunnels are now identified; the pool counts 2 against it.
+        while let Some(k) = connect(&mut adm, &l, a) {
+            assert_eq!(k, ClientKey::Uid(a));
+            adm.left_handshake(k);
+            mine += 1;
+        }
+        assert_eq!(mine, 40, "refused at its limit, for now");
+        // A closes its two pooled handshakes, and opens pooled tunnels again.
+        for _ in 0..2 {
+            adm.left_handshake(ClientKey::Loopback);
+            adm.ended(ClientKey::Loopback, true);
+            mine -= 1;
+        }
+        while let Some(k) = connect(&mut adm, &l, a) {
+            adm.left_handshake(k);
+            mine += 1;
+        }
+        assert!(mine <= 40, "uid {a} holds {mine} sessions, its limit is 40");
+    }
+
+    /// Attack: the same with fd pressure instead of the handshake share: under
+    /// pressure every loopback client is identified against an empty pool;
+    /// once it lifts, the pool refills on top.
+    #[test]
+    fn atk_a_uid_identified_under_pressure_passes_its_limit_after() {
+        let a = 65534;
+        // 256 fds: pressure at 192 held; base 12.
+        let mut adm = Admission::new(FdBudget::for_limit(Some(256)), 12);
+        let l = limits(1000, 8, 1000, 1000);
+        // Ten remote clients with 9 sessions each: 192 fds held.
+        let remotes: Vec<ClientKey> = (1..=10)
+            .map(|i| ClientKey::Ip(format!("10.0.0.{i}").parse().unwrap()))
+            .collect();
+        let big = limits(1000, 1000, 1000, 1000);
+        for r in &remotes {
+            for _ in 0..9 {
+                assert_eq!(adm.admit(*r, &big), Admit::Yes);
+                adm.left_handshake(*r);
+            }
+        }
+        assert!(adm.under_pressure());
+        let mut mine = 0;
+        while let Some(k) = connect(&mut adm, &l, a) {
+            assert_eq!(k, ClientKey::Uid(a));
+            adm.left_handshake(k);
+            mine += 1;
+        }
+        assert_eq!(mine, 8);
+        // The remote clients leave; pressure lifts.
+        for r in &remotes {
+            for _ in 0..9 {
+                adm.ended(*r, true);
+            }
+        }
+        assert!(!adm.under_pressure());
+        while let Some(k) = connect(&mut adm, &l, a) {
+            adm.left_handshake(k);
+            mine += 1;
+        }
+        assert!(mine <= 8, "uid {a} holds {mine} sessions, its limit is 8");
+    }
+
+    /// Attack on the shedding order: the pool is one client to
+    /// `heaviest()`, so a heavy attacker that keeps its sessions pooled makes
+    /// the pool the heaviest, and shedding closes the oldest pooled
+    /// handshake: a light victim's, not the attacker's.
+    #[test]
+    fn atk_shedding_takes_a_light_victims_pooled_handshake() {
+        use crate::reactor::shed::{victims, Candidate};
+        let mut adm = Admission::new(FdBudget::for_limit(None), 0);
+        let l = limits(1000, 40, 1000, 40);
+        let mut cands = Vec::new();
+        let mut id = 0;
+        let mut open = |adm: &mut Admission, owner: u32, done: bool, cands: &mut Vec<(u32, Candidate)>| {
+            let k = connect(adm, &l, owner).unwrap();
+            if done {
+                adm.left_handshake(k);
+            }
+            id += 1;
+            cands.push((owner, Candidate { key: cands.len(), id, client: k, admitted: true, handshaking: !done }));
+        };
+        // The victim (uid 1000): one handshake, the oldest.
+        open(&mut adm, 1000, false, &mut cands);
+        // The attacker (nobody): 8 tunnels and a handshake, all pooled.
+        for _ in 0..8 {
+            open(&mut adm, 65534, true, &mut cands);
+        }
+        open(&mut adm, 65534, false, &mut cands);
+        let heaviest = adm.heaviest();
+        let shed = victims(cands.iter().map(|(_, c)| *c), heaviest, 1);
+        let owner = cands[shed[0]].0;
+        assert_eq!(owner, 65534, "shed uid {owner}'s handshake (1 session) before nobody's (9 sessions)");
+    }
 }

@@ -1,0 +1,181 @@
+//! Attacks on the unidentified loopback pool (commit b7c5484), run against
+//! the real binary with access lines off (`portcullis::event=warn`), so
+//! loopback clients' uids are asked only when admission needs them. The
+//! attacker is `nobody` (sockets made with setfsuid); the tests run as root.
+
+mod load;
+mod support;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::Duration;
+
+use load::*;
+use support::*;
+
+const NO_ACCESS_LINES: &str = "info,portcullis::event=warn";
+
+fn start(limits: &str, echo: &Server, nofile: Option<u64>, extra: &[&str]) -> (TempDir, ChildProxy) {
+    let dir = TempDir::new("atk-pool");
+    let config = write_file(&dir, "limits.toml", limits);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    cmd.env("RUST_LOG", NO_ACCESS_LINES)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            &config,
+            "--allow",
+            &echo.target(),
+            "--handshake-timeout",
+            "60s",
+            "--close-timeout",
+            "1s",
+        ])
+        .args(extra);
+    if let Some(n) = nofile {
+        // SAFETY: setrlimit is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, n, n)
+                    .map_err(std::io::Error::from)
+            });
+        }
+    }
+    (dir, ChildProxy::start_command(cmd))
+}
+
+/// A connection of `uid` that sent the first byte of a CONNECT.
+fn pending(uid: u32, proxy: &ChildProxy) -> TcpStream {
+    let mut s = connect_as(uid, ip("127.0.0.1"), proxy.addr).expect("connect");
+    s.write_all(b"C").unwrap();
+    s
+}
+
+/// A CONNECT tunnel of `uid`, or None when refused.
+fn tunnel(uid: u32, proxy: &ChildProxy, echo: &Server) -> Option<TcpStream> {
+    let mut s = connect_as(uid, ip("127.0.0.1"), proxy.addr).expect("connect");
+    s.set_read_timeout(Some(PROMPTLY)).unwrap();
+    let head = http_connect_raw(&mut s, &echo.target()).expect("CONNECT");
+    match head.status {
+        200 => Some(s),
+        503 => None,
+        _ => panic!("{}", head.raw),
+    }
+}
+
+/// Whether the proxy closed `s` (EOF or reset), within a short wait.
+fn closed(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let mut b = [0u8; 64];
+    match s.read(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => false,
+        Err(_) => true,
+    }
+}
+
+/// nobody leaves 2 handshakes pending: the pool is "full" by its
+/// handshake share (8 / 4) while it holds 2 of its 10 sessions. Its tunnels
+/// are then identified and counted with the pool's 2: 38 more. It closes
+/// the 2 pending, and the pool, empty, takes 10 of its tunnels more. 48 with
+/// a limit of 40.
+fn a_uid_passes_max_sessions_per_client_by_refilling_the_pool(workers: &str) {
+    let echo = echo_server();
+    let (_dir, proxy) = start(
+        "[limits]\nmax_sessions_per_client = 40\nmax_pending_handshakes_per_client = 8\n",
+        &echo,
+        None,
+        &["--workers", workers],
+    );
+    let held: Vec<TcpStream> = (0..2).map(|_| pending(NOBODY, &proxy)).collect();
+    wait_for("two pending handshakes", PROMPTLY, || {
+        stat(&proxy.stats(), "handshake") == 2
+    });
+    let mut tunnels = Vec::new();
+    while let Some(t) = tunnel(NOBODY, &proxy, &echo) {
+        tunnels.push(t);
+        assert!(tunnels.len() <= 40, "runaway");
+    }
+    let first = tunnels.len();
+    drop(held);
+    wait_for("the pending ones gone", PROMPTLY, || {
+        stat(&proxy.stats(), "handshake") == 0
+            && stat(&proxy.stats(), "established") == first as u64
+    });
+    while let Some(t) = tunnel(NOBODY, &proxy, &echo) {
+        tunnels.push(t);
+        assert!(tunnels.len() <= 80, "runaway");
+    }
+    eprintln!("nobody: {first} tunnels, then {} in all", tunnels.len());
+    assert!(
+        tunnels.len() <= 40,
+        "nobody holds {} tunnels; max_sessions_per_client is 40",
+        tunnels.len()
+    );
+}
+
+#[test]
+fn atk_a_uid_passes_max_sessions_per_client_by_refilling_the_pool() {
+    a_uid_passes_max_sessions_per_client_by_refilling_the_pool("1");
+}
+
+#[test]
+fn atk_a_uid_passes_max_sessions_per_client_by_refilling_the_pool_workers_2() {
+    a_uid_passes_max_sessions_per_client_by_refilling_the_pool("2");
+}
+
+fn set_nofile(pid: u32, soft: u64, hard: u64) {
+    let arg = format!("--nofile={soft}:{hard}");
+    let st = Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), &arg])
+        .status()
+        .expect("prlimit");
+    assert!(st.success(), "prlimit --pid {pid} {arg}");
+}
+
+/// Out of fds, the pending handshakes of the heaviest client are shed. The
+/// pool is one client to `heaviest()`: nobody keeps its 8 sessions (6
+/// tunnels and 2 handshakes) pooled, with root's 2 older handshakes, and the
+/// pool is "heaviest" (10 sessions): the two oldest pooled handshakes, root's
+/// (2 sessions), are shed instead of nobody's. With uids asked at accept
+/// (access lines on), nobody would be the heaviest and root kept.
+#[test]
+fn atk_shedding_closes_a_light_uids_pooled_handshakes_for_a_heavy_one() {
+    let echo = echo_server();
+    let (_dir, proxy) = start(
+        "[limits]\nmax_sessions = 10000\nmax_sessions_per_client = 40\n\
+         max_pending_handshakes = 10000\nmax_pending_handshakes_per_client = 40\n",
+        &echo,
+        Some(256),
+        &[],
+    );
+    let mut victim: Vec<TcpStream> = (0..2).map(|_| pending(0, &proxy)).collect();
+    let _tunnels: Vec<TcpStream> = (0..6)
+        .map(|_| tunnel(NOBODY, &proxy, &echo).expect("nobody's tunnel"))
+        .collect();
+    let mut attacker: Vec<TcpStream> = (0..2).map(|_| pending(NOBODY, &proxy)).collect();
+    wait_for("4 pending handshakes", PROMPTLY, || {
+        stat(&proxy.stats(), "handshake") == 4
+    });
+    let limit = first_free_fd(proxy.pid());
+    set_nofile(proxy.pid(), limit, 256);
+    // A new client: accept fails with EMFILE, shedding makes room.
+    let mut s = TcpStream::connect(proxy.addr).unwrap();
+    s.set_read_timeout(Some(PROMPTLY)).unwrap();
+    let head = http_connect_raw(&mut s, &echo.target()).expect("CONNECT");
+    assert_eq!(head.status, 200, "{}", head.raw);
+    let st = proxy.stats();
+    set_nofile(proxy.pid(), 256, 256);
+    eprintln!("closed.shed={:?}", st.get("closed.shed"));
+    let victims_closed = victim.iter_mut().map(closed).filter(|&c| c).count();
+    let attacker_closed = attacker.iter_mut().map(closed).filter(|&c| c).count();
+    assert!(
+        victims_closed == 0 && attacker_closed == 2,
+        "shed {victims_closed} of root's 2 handshakes (root: 2 sessions) and \
+         {attacker_closed} of nobody's 2 (nobody: 8 sessions)"
+    );
+}
