@@ -173,6 +173,13 @@ impl Admission {
         !self.under_pressure()
             && pool.sessions < limits.max_sessions_per_client / POOL_SHARE
             && pool.handshakes < limits.max_pending_handshakes_per_client / POOL_SHARE
+            // The new session may be any local client's: none may pass its
+            // limit through it (one admitted under its uid while the pool was
+            // short must not be topped up later).
+            && self.clients.iter().filter(|(k, _)| k.is_local()).all(|(_, c)| {
+                c.sessions + pool.sessions < limits.max_sessions_per_client
+                    && c.handshakes + pool.handshakes < limits.max_pending_handshakes_per_client
+            })
     }
 
     /// The client with the most sessions among those with a handshake
