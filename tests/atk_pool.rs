@@ -179,3 +179,50 @@ fn atk_shedding_closes_a_light_uids_pooled_handshakes_for_a_heavy_one() {
          {attacker_closed} of nobody's 2 (nobody: 8 sessions)"
     );
 }
+
+/// A client that closes its socket before the proxy accepts it leaves a
+/// FIN_WAIT2 timewait socket behind (loopback acks the FIN at once). The
+/// kernel reports such a `tw_sock` with `idiag_state` FIN_WAIT2 (its
+/// substate), uid 0 and inode 0; the decoder only treats the TIME_WAIT
+/// state as ownerless, so nobody's connection is counted, and logged, as
+/// root's (`client_uid=0`), and what it sent before closing is still
+/// served. The proxy is stopped (SIGSTOP) meanwhile so the close lands
+/// before the accept.
+#[test]
+fn atk_a_client_gone_before_the_lookup_is_taken_for_root() {
+    let echo = echo_server();
+    let (_dir, proxy) = {
+        let dir = TempDir::new("atk-gone");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_portcullis"));
+        cmd.env("RUST_LOG", "info").args([
+            "--listen",
+            "127.0.0.1:0",
+            "--allow",
+            &echo.target(),
+        ]);
+        (dir, ChildProxy::start_command(cmd))
+    };
+    let pid = nix::unistd::Pid::from_raw(proxy.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    {
+        let mut s = connect_as(NOBODY, ip("127.0.0.5"), proxy.addr).expect("connect");
+        let t = echo.target();
+        s.write_all(format!("CONNECT {t} HTTP/1.1\r\nHost: {t}\r\n\r\nhello").as_bytes())
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let line = || {
+        proxy
+            .log()
+            .into_iter()
+            .find(|l| l.contains("event=session ") && l.contains("client=127.0.0.5:"))
+    };
+    wait_for("the access line", PROMPTLY, || line().is_some());
+    let line = line().unwrap();
+    eprintln!("{line}");
+    assert!(
+        !line.contains("client_uid=0 "),
+        "nobody's connection was taken for root's: {line}"
+    );
+}

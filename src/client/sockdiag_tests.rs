@@ -208,6 +208,31 @@ mod live {
         assert_eq!((owner.uid, owner.inode), (65_534, inode(&c)));
     }
 
+    /// Attack: a client that closed before the lookup leaves a FIN_WAIT2
+    /// timewait socket (loopback acks its FIN at once), which the kernel
+    /// reports with state FIN_WAIT2 (the tw substate), uid 0 and inode 0:
+    /// nobody's, not root's.
+    #[test]
+    fn atk_a_client_gone_before_the_lookup_is_not_root() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let mut diag = SockDiag::open().unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = l.local_addr().unwrap();
+        let c = std::thread::spawn(move || {
+            nix::unistd::setfsuid(nix::unistd::Uid::from_raw(65_534));
+            connect_from("127.0.0.6:0", server)
+        })
+        .join()
+        .unwrap();
+        let peer = c.local_addr().unwrap();
+        drop(c);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (_a, _) = l.accept().unwrap();
+        assert_eq!(diag.owner(peer, server).unwrap(), None);
+    }
+
     /// The cost of one lookup: `cargo test --release --lib sockdiag -- --ignored --nocapture`.
     #[test]
     #[ignore = "a measurement, not a check"]

@@ -535,4 +535,37 @@ mod tests {
         let owner = cands[shed[0]].0;
         assert_eq!(owner, 65534, "shed uid {owner}'s handshake (1 session) before nobody's (9 sessions)");
     }
+
+    /// Attack on the fd reserve: under pressure a client at or above the
+    /// mean is refused, the mean being sessions over `clients.len()`. The
+    /// pool is one more entry there though its sessions are others', so it
+    /// lowers the mean: nobody with 29 tunnels identified and 10 pooled (39)
+    /// gets root, with 20 (below the true mean of 29.5), refused.
+    #[test]
+    fn atk_the_pool_lowers_the_mean_the_fd_reserve_refuses_at() {
+        let (a, v) = (65534, 0);
+        // 256 fds: pressure at 192 held; 73 + 2 * 59 = 191 held at the end.
+        let mut adm = Admission::new(FdBudget::for_limit(Some(256)), 73);
+        let l = limits(1000, 40, 1000, 1000);
+        for _ in 0..10 {
+            let k = connect(&mut adm, &l, a).unwrap();
+            assert_eq!(k, ClientKey::Loopback);
+            adm.left_handshake(k);
+        }
+        for _ in 0..29 {
+            let k = connect(&mut adm, &l, a).unwrap();
+            adm.left_handshake(k);
+        }
+        for _ in 0..20 {
+            let k = connect(&mut adm, &l, v).unwrap();
+            assert_eq!(k, ClientKey::Uid(v));
+            adm.left_handshake(k);
+        }
+        assert!(adm.under_pressure());
+        // nobody (39 sessions) is above the mean and gives way ...
+        assert!(matches!(adm.admit(ClientKey::Uid(a), &l), Admit::Refuse(_)));
+        adm.ended(ClientKey::Uid(a), false);
+        // ... root (20) is below it and still gets in.
+        assert_eq!(adm.admit(ClientKey::Uid(v), &l), Admit::Yes);
+    }
 }
