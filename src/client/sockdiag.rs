@@ -160,10 +160,17 @@ fn decode_diag_msg(body: &[u8]) -> Result<Answer, Malformed> {
     }
     // family, state, timer, retrans, id, expires, rqueue, wqueue, then these.
     let at = 4 + SOCKID_LEN + 3 * 4;
-    Ok(Answer::Found(Owner {
+    let owner = Owner {
         uid: u32_at(body, at),
         inode: u32_at(body, at + 4),
-    }))
+    };
+    // No inode: the owner closed it. A FIN_WAIT2 `tw_sock` (what a client
+    // that closed first becomes at once on loopback) reports its substate,
+    // not TIME_WAIT, with uid 0: nobody's, not root's.
+    if owner.inode == 0 {
+        return Ok(Answer::NotFound);
+    }
+    Ok(Answer::Found(owner))
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
