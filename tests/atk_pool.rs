@@ -226,3 +226,50 @@ fn atk_a_client_gone_before_the_lookup_is_taken_for_root() {
         "nobody's connection was taken for root's: {line}"
     );
 }
+
+/// The fd reserve with the pool (tests/fd_limits.rs's
+/// `past_what_the_fds_hold_the_heavy_client_gives_way_first`, access lines
+/// off). Per-client limits past what 256 fds hold make the pool's quarter
+/// larger than the fds: nobody's tunnels are all pooled until fd pressure,
+/// then identified under a uid that holds none of them ("light"), so the
+/// reserve lets it double up: accept hits EMFILE with no handshake to shed
+/// and pauses, and every other uid is locked out while nobody holds its
+/// tunnels.
+#[test]
+fn atk_a_pooled_uid_runs_the_proxy_out_of_fds() {
+    const NOFILE: u64 = 256;
+    let echo = echo_server();
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let h = held.clone();
+    let silent = Server::start(move |s| h.lock().unwrap().push(s));
+    let (_dir, proxy) = start(
+        "[limits]\nmax_sessions = 10000\nmax_sessions_per_client = 10000\n\
+         max_pending_handshakes = 10000\nmax_pending_handshakes_per_client = 10000\n",
+        &echo,
+        Some(NOFILE),
+        &["--allow", &silent.target()],
+    );
+    let mut tunnels = Vec::new();
+    let refusal = loop {
+        let mut s = connect_as(NOBODY, ip("127.0.0.1"), proxy.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        match http_connect_raw(&mut s, &silent.target()) {
+            Ok(head) if head.status == 200 => tunnels.push(s),
+            Ok(head) => break head.header("X-Proxy-Error").unwrap_or("").to_string(),
+            Err(e) => break format!("no answer ({e})"),
+        }
+        assert!(tunnels.len() < NOFILE as usize, "runaway");
+    };
+    let s = proxy.stats();
+    eprintln!("nobody: {} tunnels, then {refusal}; {s:?}", tunnels.len());
+    // Root, holding nothing, is served (or locked out while nobody holds on).
+    let mut v = TcpStream::connect(proxy.addr).unwrap();
+    v.set_read_timeout(Some(PROMPTLY)).unwrap();
+    let victim = http_connect_raw(&mut v, &echo.target());
+    assert!(
+        matches!(&victim, Ok(h) if h.status == 200),
+        "root, holding no session, not served: {victim:?}"
+    );
+    assert_eq!(refusal, "limit; fd_reserve");
+    assert_eq!(stat(&s, "accept_pauses"), 0, "EMFILE: {s:?}");
+}
