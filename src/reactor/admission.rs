@@ -173,6 +173,12 @@ impl Admission {
         !self.under_pressure()
             && pool.sessions < limits.max_sessions_per_client / POOL_SHARE
             && pool.handshakes < limits.max_pending_handshakes_per_client / POOL_SHARE
+            // Nor a quarter of the sessions the fds hold before pressure: the
+            // fd reserve cannot tell whose pooled sessions are, so a client
+            // whose tunnels are all pooled would look light under pressure
+            // and double up past the reserve, to EMFILE.
+            && pool.sessions
+                < self.fds.pressure_at().saturating_sub(self.base_fds) / 2 / POOL_SHARE
             // The new session may be any local client's: none may pass its
             // limit through it (one admitted under its uid while the pool was
             // short must not be topped up later).
