@@ -17,7 +17,12 @@ use support::*;
 
 const NO_ACCESS_LINES: &str = "info,portcullis::event=warn";
 
-fn start(limits: &str, echo: &Server, nofile: Option<u64>, extra: &[&str]) -> (TempDir, ChildProxy) {
+fn start(
+    limits: &str,
+    echo: &Server,
+    nofile: Option<u64>,
+    extra: &[&str],
+) -> (TempDir, ChildProxy) {
     let dir = TempDir::new("atk-pool");
     let config = write_file(&dir, "limits.toml", limits);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_portcullis"));
@@ -68,7 +73,8 @@ fn tunnel(uid: u32, proxy: &ChildProxy, echo: &Server) -> Option<TcpStream> {
 
 /// Whether the proxy closed `s` (EOF or reset), within a short wait.
 fn closed(s: &mut TcpStream) -> bool {
-    s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
     let mut b = [0u8; 64];
     match s.read(&mut b) {
         Ok(0) => true,
@@ -194,12 +200,8 @@ fn atk_a_client_gone_before_the_lookup_is_taken_for_root() {
     let (_dir, proxy) = {
         let dir = TempDir::new("atk-gone");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_portcullis"));
-        cmd.env("RUST_LOG", "info").args([
-            "--listen",
-            "127.0.0.1:0",
-            "--allow",
-            &echo.target(),
-        ]);
+        cmd.env("RUST_LOG", "info")
+            .args(["--listen", "127.0.0.1:0", "--allow", &echo.target()]);
         (dir, ChildProxy::start_command(cmd))
     };
     let pid = nix::unistd::Pid::from_raw(proxy.pid() as i32);

@@ -42,6 +42,10 @@ const MAX_REFUSING: usize = 4096;
 /// per-client limit.
 pub(crate) const POOL_SHARE: usize = 4;
 
+/// The pool grows only while admission knows at most this many clients
+/// (each accept into it checks every local one).
+const POOL_CLIENTS: usize = 256;
+
 #[derive(Debug, Default, Clone, Copy)]
 struct Counts {
     sessions: usize,
@@ -71,6 +75,8 @@ pub(crate) struct Admission {
     fds: FdBudget,
     /// Fds open before any session (listeners, poll, stdio, ...).
     base_fds: usize,
+    /// Moves on each time every worker must identify its pooled sessions.
+    pool_epoch: u64,
 }
 
 impl Admission {
@@ -83,6 +89,7 @@ impl Admission {
             refusing: 0,
             fds,
             base_fds,
+            pool_epoch: 0,
         }
     }
 
@@ -132,9 +139,11 @@ impl Admission {
             Some("max_pending_handshakes")
         } else if c.handshakes >= limits.max_pending_handshakes_per_client {
             Some("max_pending_handshakes_per_client")
-        } else if self.under_pressure() && own * self.clients.len() >= self.sessions {
+        } else if self.under_pressure() && self.at_or_above_the_mean(own) {
             // The clients at or above the mean give way; lighter ones
-            // (a new one in particular) still get in.
+            // (a new one in particular) still get in. The mean is over
+            // clients known by name: the pool's sessions are others' (and
+            // under pressure the reactor hands them to their owners).
             Some("fd_reserve")
         } else {
             None
@@ -155,6 +164,51 @@ impl Admission {
                 self.refusing += 1;
                 Admit::Refuse(limit)
             }
+        }
+    }
+
+    /// Whether a client holding `own` sessions holds at least the mean of
+    /// the clients known by name: the pool's sessions are others', so they
+    /// count for none (and with every session pooled, no one is above).
+    fn at_or_above_the_mean(&self, own: usize) -> bool {
+        let pool = self.pool().sessions;
+        let known = self.sessions - pool;
+        let clients = self.clients.len() - usize::from(pool > 0);
+        (known > 0 || pool == 0) && own * clients >= known
+    }
+
+    /// Asks every worker to identify its pooled sessions (and count them
+    /// under their owners, [`Admission::leave_pool`]) before the next
+    /// admission: under fd pressure and before shedding, which weigh
+    /// clients. Nothing to do with an empty pool.
+    pub(crate) fn identify_pool(&mut self) {
+        if self.pool().sessions > 0 {
+            self.pool_epoch += 1;
+        }
+    }
+
+    /// See [`Admission::identify_pool`].
+    pub(crate) fn pool_epoch(&self) -> u64 {
+        self.pool_epoch
+    }
+
+    /// A pooled session was identified as `key`'s: counted under it from
+    /// now on (no limit applies: its admission already counted the pool
+    /// against every local client).
+    pub(crate) fn leave_pool(&mut self, key: ClientKey, handshaking: bool) {
+        if let Some(c) = self.clients.get_mut(&ClientKey::Loopback) {
+            c.sessions -= 1;
+            if handshaking {
+                c.handshakes -= 1;
+            }
+            if c.sessions == 0 {
+                self.clients.remove(&ClientKey::Loopback);
+            }
+        }
+        let c = self.clients.entry(key).or_default();
+        c.sessions += 1;
+        if handshaking {
+            c.handshakes += 1;
         }
     }
 
@@ -181,7 +235,9 @@ impl Admission {
                 < self.fds.pressure_at().saturating_sub(self.base_fds) / 2 / POOL_SHARE
             // The new session may be any local client's: none may pass its
             // limit through it (one admitted under its uid while the pool was
-            // short must not be topped up later).
+            // short must not be topped up later). Checked over a short list
+            // only: past it, clients are identified.
+            && self.clients.len() <= POOL_CLIENTS
             && self.clients.iter().filter(|(k, _)| k.is_local()).all(|(_, c)| {
                 c.sessions + pool.sessions < limits.max_sessions_per_client
                     && c.handshakes + pool.handshakes < limits.max_pending_handshakes_per_client
@@ -190,11 +246,15 @@ impl Admission {
 
     /// The client with the most sessions among those with a handshake
     /// pending: whose handshakes go first when fds run out.
+    ///
+    /// The pool comes last: its sessions are others' (before shedding, the
+    /// reactor hands them to their owners; another worker's may still be
+    /// pooled for a moment).
     pub(crate) fn heaviest(&self) -> Option<ClientKey> {
         self.clients
             .iter()
             .filter(|(_, c)| c.handshakes > 0)
-            .max_by_key(|(_, c)| c.sessions)
+            .max_by_key(|(k, c)| (**k != ClientKey::Loopback, c.sessions))
             .map(|(k, _)| *k)
     }
 
@@ -510,25 +570,36 @@ mod tests {
         assert!(mine <= 8, "uid {a} holds {mine} sessions, its limit is 8");
     }
 
-    /// Attack on the shedding order: the pool is one client to
-    /// `heaviest()`, so a heavy attacker that keeps its sessions pooled makes
-    /// the pool the heaviest, and shedding closes the oldest pooled
-    /// handshake: a light victim's, not the attacker's.
+    /// Attack on the shedding order: a heavy attacker that keeps its
+    /// sessions pooled made the pool the heaviest, and shedding closed the
+    /// oldest pooled handshake: a light victim's. Before shedding, the
+    /// reactor now asks the pool's owners (`identify_pool`, then
+    /// `leave_pool` for each), and `heaviest()` puts the pool last.
     #[test]
     fn atk_shedding_takes_a_light_victims_pooled_handshake() {
         use crate::reactor::shed::{victims, Candidate};
         let mut adm = Admission::new(FdBudget::for_limit(None), 0);
         let l = limits(1000, 40, 1000, 40);
-        let mut cands = Vec::new();
-        let mut id = 0;
-        let mut open = |adm: &mut Admission, owner: u32, done: bool, cands: &mut Vec<(u32, Candidate)>| {
-            let k = connect(adm, &l, owner).unwrap();
-            if done {
-                adm.left_handshake(k);
-            }
-            id += 1;
-            cands.push((owner, Candidate { key: cands.len(), id, client: k, admitted: true, handshaking: !done }));
-        };
+        // (owner, candidate) for every session, oldest first.
+        let mut cands: Vec<(u32, Candidate)> = Vec::new();
+        let open =
+            |adm: &mut Admission, owner: u32, done: bool, cands: &mut Vec<(u32, Candidate)>| {
+                let k = connect(adm, &l, owner).unwrap();
+                if done {
+                    adm.left_handshake(k);
+                }
+                let (key, id) = (cands.len(), cands.len() as u64);
+                cands.push((
+                    owner,
+                    Candidate {
+                        key,
+                        id,
+                        client: k,
+                        admitted: true,
+                        handshaking: !done,
+                    },
+                ));
+            };
         // The victim (uid 1000): one handshake, the oldest.
         open(&mut adm, 1000, false, &mut cands);
         // The attacker (nobody): 8 tunnels and a handshake, all pooled.
@@ -536,10 +607,46 @@ mod tests {
             open(&mut adm, 65534, true, &mut cands);
         }
         open(&mut adm, 65534, false, &mut cands);
+        assert!(cands.iter().all(|(_, c)| c.client == ClientKey::Loopback));
+        // What the reactor does before shedding.
+        let epoch = adm.pool_epoch();
+        adm.identify_pool();
+        assert_ne!(adm.pool_epoch(), epoch, "every worker is asked");
+        for (owner, c) in &mut cands {
+            c.client = ClientKey::Uid(*owner);
+            adm.leave_pool(c.client, c.handshaking);
+        }
+        assert_eq!(adm.pool().sessions, 0);
         let heaviest = adm.heaviest();
+        assert_eq!(heaviest, Some(ClientKey::Uid(65534)));
         let shed = victims(cands.iter().map(|(_, c)| *c), heaviest, 1);
         let owner = cands[shed[0]].0;
-        assert_eq!(owner, 65534, "shed uid {owner}'s handshake (1 session) before nobody's (9 sessions)");
+        assert_eq!(
+            owner, 65534,
+            "shed uid {owner}'s handshake (1 session) before nobody's (9 sessions)"
+        );
+        // Counts add up as the sessions end under their owners.
+        for (_, c) in &cands {
+            if c.handshaking {
+                adm.left_handshake(c.client);
+            }
+            adm.ended(c.client, true);
+        }
+        assert_eq!((adm.sessions, adm.handshakes, adm.clients.len()), (0, 0, 0));
+    }
+
+    /// Another worker's pooled sessions may linger a moment: the pool is
+    /// shed last, after every client known by name.
+    #[test]
+    fn the_pool_is_the_heaviest_only_when_no_one_else_waits() {
+        let mut adm = Admission::new(FdBudget::for_limit(None), 0);
+        let l = limits(1000, 400, 1000, 400);
+        for _ in 0..9 {
+            assert_eq!(adm.admit(ClientKey::Loopback, &l), Admit::Yes);
+        }
+        assert_eq!(adm.heaviest(), Some(ClientKey::Loopback));
+        assert_eq!(adm.admit(ClientKey::Uid(5), &l), Admit::Yes);
+        assert_eq!(adm.heaviest(), Some(ClientKey::Uid(5)));
     }
 
     /// Attack on the fd reserve: under pressure a client at or above the

@@ -9,13 +9,14 @@
 //! others get `WouldBlock`).
 
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
 use mio::net::{TcpListener, UnixListener};
 use mio::{Interest, Registry, Token};
 
-use crate::client::{in_our_netns, is_loopback, peer_cred, Identify, Peer, PeerAddr};
+use crate::client::{in_our_netns, is_loopback, peer_cred, Peer, PeerAddr};
 use crate::config::{ListenAddr, ListenerConfig, ListenerProtocol};
 use crate::io::Stream;
 
@@ -257,18 +258,18 @@ impl Listener {
         self.identify && matches!(peer.addr, PeerAddr::Tcp(a) if is_loopback(a.ip()))
     }
 
-    /// Asks the kernel who owns the socket of `peer` (accepted here as
-    /// `stream`), and records the uid if it says (two netlink calls).
-    pub(crate) fn identify(&self, stream: &Stream, peer: &mut Peer, identify: &mut Identify) {
+    /// The tuple the kernel knows a loopback client's socket by: its
+    /// address and ours (the listener's, unless it listens on every address:
+    /// then the kernel says which, one `getsockname`).
+    pub(crate) fn tuple(&self, stream: &Stream, peer: &Peer) -> Option<(SocketAddr, SocketAddr)> {
         let (PeerAddr::Tcp(client), Stream::Tcp(s)) = (peer.addr, stream) else {
-            return;
+            return None;
         };
-        // Our end of the tuple: the listener's address, unless it listens on
-        // every address (then the kernel says which).
-        peer.uid = identify.loopback_uid(client, || match self.local {
-            ListenAddr::Tcp(ours) if !ours.ip().is_unspecified() => Some(ours),
-            _ => s.local_addr().ok(),
-        });
+        let server = match self.local {
+            ListenAddr::Tcp(ours) if !ours.ip().is_unspecified() => ours,
+            _ => s.local_addr().ok()?,
+        };
+        Some((client, server))
     }
 }
 

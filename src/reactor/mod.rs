@@ -162,6 +162,9 @@ struct Slot {
     session: Session,
     /// Whom admission counts it against.
     client: ClientKey,
+    /// While it counts in the unidentified loopback pool: the tuple to ask
+    /// its uid by when admission needs the pool's owners.
+    pooled: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
     /// Counted by admission (false: past a limit, being refused).
     admitted: bool,
     /// Still counted as a pending handshake.
@@ -215,6 +218,9 @@ pub(crate) struct Reactor {
     /// The memory's generation the open sessions were last checked
     /// against (see [`crate::policy::InspectedMemory::generation`]).
     checked_memory: u64,
+    /// The admission's pool epoch when this worker last identified its
+    /// pooled sessions ([`Admission::identify_pool`]).
+    pool_epoch: u64,
     /// Polls so far: tells a listener whose queue outlasted one poll.
     iteration: u64,
     /// Rounds of resolving the inspected names.
@@ -510,36 +516,56 @@ impl Reactor {
         mut peer: Peer,
         protocol: ListenerProtocol,
     ) {
-        let identifiable = self.identify.available()
-            && self
-                .listener(listener)
-                .is_some_and(|l| l.identifiable(&peer));
+        let tuple = if self.identify.available() {
+            self.listener(listener)
+                .filter(|l| l.identifiable(&peer))
+                .and_then(|l| l.tuple(&stream, &peer))
+        } else {
+            None
+        };
         // A loopback client's uid costs two netlink calls; it is asked at once
         // when something will read it (an access line or event, a login's
         // per-client share), else only when admission needs it.
-        let eager = identifiable && (self.env.events.wants() || self.env.settings.auth.is_some());
-        if eager {
-            self.identify_peer(listener, &stream, &mut peer);
-        }
-        let mut client = if identifiable && !eager {
-            ClientKey::Loopback
-        } else {
-            peer.key()
+        let eager = self.env.events.wants() || self.env.settings.auth.is_some();
+        let mut pooled = None;
+        let mut client = match tuple {
+            Some(t) if eager => {
+                peer.uid = self.identify.loopback_uid(t.0, || Some(t.1));
+                peer.key()
+            }
+            Some(t) => {
+                pooled = Some(t);
+                ClientKey::Loopback
+            }
+            None => peer.key(),
         };
         let mut admission = lock(&self.admission);
         if admission.under_pressure() {
             // The limit may have been raised (or lowered) meanwhile.
             admission.set_fd_limit(fd_budget::nofile_limit());
+            // The fd reserve weighs clients: the pool's sessions must be
+            // their owners' first, in every worker.
+            admission.identify_pool();
+        }
+        if admission.pool_epoch() != self.pool_epoch {
+            drop(admission);
+            self.identify_pool();
+            admission = lock(&self.admission);
         }
         let mut admit = admission.admit(client, &self.env.settings.limits);
         if admit == Admit::Identify {
             drop(admission);
-            self.identify_peer(listener, &stream, &mut peer);
+            if let Some(t) = pooled.take() {
+                peer.uid = self.identify.loopback_uid(t.0, || Some(t.1));
+            }
             client = peer.key();
             admission = lock(&self.admission);
             admit = admission.admit(client, &self.env.settings.limits);
         }
         drop(admission);
+        if client != ClientKey::Loopback {
+            pooled = None;
+        }
         let refusing = match admit {
             Admit::Yes => None,
             Admit::Refuse(limit) => {
@@ -563,6 +589,7 @@ impl Reactor {
                 self.sessions.insert(Slot {
                     session,
                     client,
+                    pooled,
                     admitted,
                     handshaking: true,
                     timer: None,
@@ -585,10 +612,25 @@ impl Reactor {
         self.listeners.get(index).and_then(Option::as_ref)
     }
 
-    /// Asks who owns `peer`'s socket (accepted on listener `index`).
-    fn identify_peer(&mut self, index: usize, stream: &Stream, peer: &mut Peer) {
-        if let Some(l) = self.listeners.get(index).and_then(Option::as_ref) {
-            l.identify(stream, peer, &mut self.identify);
+    /// Asks the owner of each of this worker's sessions in the unidentified
+    /// loopback pool, and counts it under its uid from now on (fd pressure
+    /// and shedding weigh clients; the pool names none).
+    fn identify_pool(&mut self) {
+        let mut moved = Vec::new();
+        for (_, slot) in self.sessions.iter_mut() {
+            let Some((client, server)) = slot.pooled.take() else {
+                continue;
+            };
+            let key = Peer::tcp(client, self.identify.loopback_uid(client, || Some(server))).key();
+            if slot.admitted {
+                moved.push((key, slot.handshaking));
+            }
+            slot.client = key;
+        }
+        let mut admission = lock(&self.admission);
+        self.pool_epoch = admission.pool_epoch();
+        for (key, handshaking) in moved {
+            admission.leave_pool(key, handshaking);
         }
     }
 
@@ -651,6 +693,10 @@ impl Reactor {
     /// lowered) and closes sessions in the shedding order. Returns whether
     /// any was closed.
     fn shed(&mut self, e: &io::Error) -> bool {
+        // Shedding goes by owner: the pool's sessions are told theirs first
+        // (here now, in the other workers at their next accept).
+        lock(&self.admission).identify_pool();
+        self.identify_pool();
         let heaviest = {
             let mut admission = lock(&self.admission);
             admission.set_fd_limit(fd_budget::nofile_limit());

@@ -210,6 +210,7 @@ impl Workers {
                 now,
                 pins_resolved: None,
                 checked_memory: 0,
+                pool_epoch: 0,
                 iteration: 0,
                 pins: Default::default(),
                 awaiting_pins: Default::default(),
