@@ -275,3 +275,102 @@ fn atk_a_pooled_uid_runs_the_proxy_out_of_fds() {
     assert_eq!(refusal, "limit; fd_reserve");
     assert_eq!(stat(&s, "accept_pauses"), 0, "EMFILE: {s:?}");
 }
+
+fn stop(proxy: &ChildProxy) {
+    let pid = nix::unistd::Pid::from_raw(proxy.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // Stopped for real (every thread) before going on.
+    wait_for("the proxy stopped", PROMPTLY, || {
+        std::fs::read_dir(format!("/proc/{}/task", proxy.pid()))
+            .unwrap()
+            .all(|t| {
+                let stat = std::fs::read_to_string(t.unwrap().path().join("stat")).unwrap();
+                stat.rsplit(')').next().unwrap().trim_start().starts_with('T')
+            })
+    });
+}
+
+fn cont(proxy: &ChildProxy) {
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = nix::unistd::Pid::from_raw(proxy.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+}
+
+/// Round 2. `Reactor::identify_pool` walks every slot with a stored tuple,
+/// including one whose session ended earlier in the same poll iteration
+/// (`ended(Loopback)` already ran; the slot waits for the reap): that slot
+/// is `leave_pool`ed too, so the pool is decremented twice and its owner
+/// gains a session that never ends (a client gone: keyed by its address,
+/// here 127.0.0.1). Each round: nobody's pooled handshake P ends (EOF) in
+/// the same iteration as an accept that hits EMFILE and sheds (shedding
+/// identifies the pool first); the proxy is stopped meanwhile so both
+/// events land in one `epoll_wait`, P's first. After 8 rounds, with nothing
+/// open, a client keyed 127.0.0.1 (one gone before its lookup) is refused
+/// at max_sessions_per_client.
+#[test]
+fn atk_a_session_ended_in_the_same_iteration_leaks_into_its_owner() {
+    let echo = echo_server();
+    let (_dir, proxy) = start(
+        "[limits]\nmax_sessions_per_client = 8\nmax_pending_handshakes_per_client = 8\n",
+        &echo,
+        Some(256),
+        &[],
+    );
+    for round in 0..8 {
+        // Two pooled handshakes of nobody's (the pool's cap is 8 / 4 = 2).
+        let p = pending(NOBODY, &proxy);
+        let p2 = pending(NOBODY, &proxy);
+        wait_for("two pending handshakes", PROMPTLY, || {
+            stat(&proxy.stats(), "handshake") == 2
+        });
+        // Below P's fd too (P's and P2's are the last two sockets accepted):
+        // the fd P frees is not accept's to take.
+        let mut sockets: Vec<u64> = std::fs::read_dir(format!("/proc/{}/fd", proxy.pid()))
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| {
+                std::fs::read_link(e.path())
+                    .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+            })
+            .map(|e| e.file_name().to_string_lossy().parse().unwrap())
+            .collect();
+        sockets.sort();
+        let limit = sockets[sockets.len() - 2];
+        set_nofile(proxy.pid(), limit, 256);
+        stop(&proxy);
+        // P ends ...
+        p.shutdown(std::net::Shutdown::Write).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        // ... and a new client's accept fails with EMFILE: shed.
+        let x = TcpStream::connect(proxy.addr).unwrap();
+        cont(&proxy);
+        wait_for("P gone, P2 shed", PROMPTLY, || {
+            stat(&proxy.stats(), "handshake") == 0
+        });
+        set_nofile(proxy.pid(), 256, 256);
+        drop((p, p2, x));
+        wait_for("nothing open", PROMPTLY, || stat(&proxy.stats(), "open") == 0);
+        eprintln!("round {round}: {:?}", proxy.stats().get("closed.shed"));
+    }
+    // A client keyed 127.0.0.1: its lookup finds no one (gone before the
+    // accept; the pool is full of nobody's handshake so it is asked).
+    let _held = pending(NOBODY, &proxy);
+    stop(&proxy);
+    {
+        let mut s = connect_as(NOBODY, ip("127.0.0.1"), proxy.addr).expect("connect");
+        let t = echo.target();
+        s.write_all(format!("CONNECT {t} HTTP/1.1\r\nHost: {t}\r\n\r\n").as_bytes())
+            .unwrap();
+    }
+    cont(&proxy);
+    std::thread::sleep(Duration::from_millis(500));
+    let refused: Vec<String> = proxy
+        .log()
+        .into_iter()
+        .filter(|l| l.contains("refused, at the max_sessions_per_client"))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "with nothing open, refused at the per-client limit: {refused:?}"
+    );
+}
