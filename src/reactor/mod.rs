@@ -338,6 +338,9 @@ impl Reactor {
             }
             slot.handshaking = false;
             admission.ended(slot.client, slot.admitted);
+            // Its counts are released: no longer the pool's to hand over
+            // (the slot waits for the reap, and `identify_pool` may run first).
+            slot.pooled = None;
             drop(admission);
             self.reap.push(key);
         } else if effects.again && !slot.queued {
