@@ -80,10 +80,16 @@ impl Peer {
         }
     }
 
-    /// The key per-client limits count this peer under.
+    /// The key per-client limits count this peer under. A loopback client
+    /// whose uid the kernel would not tell counts as 127.0.0.1, whichever
+    /// loopback address it chose: addresses would let it be as many clients
+    /// as it likes.
     pub(crate) fn key(&self) -> ClientKey {
         match (self.addr, self.uid) {
             (_, Some(uid)) => ClientKey::Uid(uid),
+            (PeerAddr::Tcp(a), None) if is_loopback(a.ip()) => {
+                ClientKey::Ip(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
+            }
             (PeerAddr::Tcp(a), None) => ClientKey::Ip(a.ip().to_canonical()),
             (PeerAddr::Unix, None) => ClientKey::Unix,
         }
@@ -128,7 +134,8 @@ pub(crate) struct Identify {
 impl Identify {
     /// Opens the socket diagnostics socket if `needed` (some listener has
     /// loopback TCP clients to identify); without it (another OS, a seccomp
-    /// filter) loopback clients are keyed by address, and a warning says so.
+    /// filter) loopback clients are all one client (127.0.0.1), and a
+    /// warning says so.
     pub(crate) fn new(needed: bool) -> Identify {
         if !needed {
             return Identify {
@@ -141,7 +148,7 @@ impl Identify {
             Err(e) => {
                 #[cfg(any(target_os = "linux", target_os = "android"))]
                 log::warn!(
-                    "socket diagnostics unavailable ({e}): loopback clients are told apart by address, not uid"
+                    "socket diagnostics unavailable ({e}): loopback clients are not told apart (all count as 127.0.0.1)"
                 );
                 #[cfg(not(any(target_os = "linux", target_os = "android")))]
                 let _ = e;
@@ -178,7 +185,7 @@ impl Identify {
             Err(e) => {
                 if !self.warned {
                     self.warned = true;
-                    log::warn!("{client}: socket owner lookup failed ({e}); such clients are keyed by address");
+                    log::warn!("{client}: socket owner lookup failed ({e}); such clients count as one, 127.0.0.1");
                 }
                 None
             }
@@ -266,7 +273,17 @@ mod tests {
         assert_eq!(Peer::tcp(a, Some(7)).key(), ClientKey::Uid(7));
         // The same uid over a Unix socket is the same client.
         assert_eq!(Peer::unix(Some(7), Some(42)).key(), ClientKey::Uid(7));
-        assert_eq!(Peer::tcp(a, None).key(), ClientKey::Ip(a.ip()));
+        // Without a uid, every loopback address is one client.
+        let one = ClientKey::Ip("127.0.0.1".parse().unwrap());
+        for other in ["127.0.0.2:5000", "[::1]:1", "[::ffff:127.9.9.9]:1"] {
+            assert_eq!(
+                Peer::tcp(other.parse().unwrap(), None).key(),
+                one,
+                "{other}"
+            );
+        }
+        let remote: SocketAddr = "10.0.0.2:5000".parse().unwrap();
+        assert_eq!(Peer::tcp(remote, None).key(), ClientKey::Ip(remote.ip()));
         // An IPv4 client on a dual-stack listener is keyed as IPv4.
         let mapped: SocketAddr = "[::ffff:10.0.0.1]:1".parse().unwrap();
         assert_eq!(

@@ -285,7 +285,11 @@ fn stop(proxy: &ChildProxy) {
             .unwrap()
             .all(|t| {
                 let stat = std::fs::read_to_string(t.unwrap().path().join("stat")).unwrap();
-                stat.rsplit(')').next().unwrap().trim_start().starts_with('T')
+                stat.rsplit(')')
+                    .next()
+                    .unwrap()
+                    .trim_start()
+                    .starts_with('T')
             })
     });
 }
@@ -349,7 +353,9 @@ fn atk_a_session_ended_in_the_same_iteration_leaks_into_its_owner() {
         });
         set_nofile(proxy.pid(), 256, 256);
         drop((p, p2, x));
-        wait_for("nothing open", PROMPTLY, || stat(&proxy.stats(), "open") == 0);
+        wait_for("nothing open", PROMPTLY, || {
+            stat(&proxy.stats(), "open") == 0
+        });
         eprintln!("round {round}: {:?}", proxy.stats().get("closed.shed"));
     }
     // A client keyed 127.0.0.1: its lookup finds no one (gone before the

@@ -196,7 +196,11 @@ impl Admission {
     /// now on (no limit applies: its admission already counted the pool
     /// against every local client).
     pub(crate) fn leave_pool(&mut self, key: ClientKey, handshaking: bool) {
-        if let Some(c) = self.clients.get_mut(&ClientKey::Loopback) {
+        let Some(c) = self.clients.get_mut(&ClientKey::Loopback) else {
+            debug_assert!(false, "a session left a pool that does not count it");
+            return;
+        };
+        {
             c.sessions -= 1;
             if handshaking {
                 c.handshakes -= 1;

@@ -621,6 +621,11 @@ impl Reactor {
     fn identify_pool(&mut self) {
         let mut moved = Vec::new();
         for (_, slot) in self.sessions.iter_mut() {
+            // An ended session gave its counts back already (its slot waits
+            // for the reap): it is no one's to hand over.
+            if slot.session.is_done() {
+                continue;
+            }
             let Some((client, server)) = slot.pooled.take() else {
                 continue;
             };
