@@ -6,27 +6,38 @@
 
 /// A fixed-capacity byte queue: bytes are appended at the tail and consumed
 /// from the head.
+///
+/// The offsets are `u32` (a buffer is at most 4 GiB; relay buffers are
+/// KiB): with the pipe boxed, a flow's carrier then fits in 24 bytes, and
+/// every idle tunnel holds two carriers' worth of slab space.
 #[derive(Debug)]
 pub(crate) struct ByteBuf {
     data: Box<[u8]>,
-    start: usize,
-    end: usize,
+    start: u32,
+    end: u32,
 }
 
 impl ByteBuf {
     pub(crate) fn with_capacity(cap: usize) -> Self {
+        assert!(u32::try_from(cap).is_ok(), "a ByteBuf holds at most 4 GiB");
         ByteBuf {
             data: vec![0; cap].into_boxed_slice(),
             start: 0,
             end: 0,
         }
     }
+    fn start(&self) -> usize {
+        self.start as usize
+    }
+    fn end(&self) -> usize {
+        self.end as usize
+    }
     /// Bytes waiting to be written.
     pub(crate) fn data(&self) -> &[u8] {
-        &self.data[self.start..self.end]
+        &self.data[self.start()..self.end()]
     }
     pub(crate) fn len(&self) -> usize {
-        self.end - self.start
+        (self.end - self.start) as usize
     }
     pub(crate) fn is_empty(&self) -> bool {
         self.start == self.end
@@ -44,29 +55,31 @@ impl ByteBuf {
     }
     /// The free tail, compacting first if the head has room and the tail none.
     pub(crate) fn space(&mut self) -> &mut [u8] {
-        if self.end == self.data.len() {
+        if self.end() == self.data.len() {
             self.compact();
         }
-        &mut self.data[self.end..]
+        let end = self.end();
+        &mut self.data[end..]
     }
 
     /// Moves the pending bytes to the front, so all of [`ByteBuf::room`] is tail.
     fn compact(&mut self) {
         if self.start > 0 {
-            self.data.copy_within(self.start..self.end, 0);
+            self.data.copy_within(self.start()..self.end(), 0);
             self.end -= self.start;
             self.start = 0;
         }
     }
     /// Marks `n` bytes of [`ByteBuf::space`] as filled.
     pub(crate) fn commit(&mut self, n: usize) {
-        debug_assert!(self.end + n <= self.data.len());
-        self.end += n;
+        debug_assert!(self.end() + n <= self.data.len());
+        // In range: `n` fits the buffer, whose length fits a u32.
+        self.end += n as u32;
     }
     /// Drops `n` bytes from the head.
     pub(crate) fn consume(&mut self, n: usize) {
         debug_assert!(n <= self.len());
-        self.start += n;
+        self.start += n as u32;
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -74,10 +87,11 @@ impl ByteBuf {
     }
     /// Appends as much of `bytes` as fits in [`ByteBuf::room`]; returns how much did.
     pub(crate) fn extend(&mut self, bytes: &[u8]) -> usize {
-        if self.data.len() - self.end < bytes.len() {
+        if self.data.len() - self.end() < bytes.len() {
             self.compact();
         }
-        let space = &mut self.data[self.end..];
+        let end = self.end();
+        let space = &mut self.data[end..];
         let n = space.len().min(bytes.len());
         space[..n].copy_from_slice(&bytes[..n]);
         self.commit(n);

@@ -46,7 +46,12 @@ impl ClientKey {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PeerAddr {
     Tcp(SocketAddr),
-    Unix,
+    /// A Unix-socket peer, with its pid (from `SO_PEERCRED`; TCP clients
+    /// have none: finding it costs a scan of /proc). Kept here, not beside
+    /// the uid, so that a peer is 8 bytes smaller in every session.
+    Unix {
+        pid: Option<u32>,
+    },
 }
 
 /// Who connected, for logs and per-client limits.
@@ -56,9 +61,6 @@ pub(crate) struct Peer {
     /// The uid owning the client's socket: a Unix-socket peer's, or a
     /// loopback TCP client's when the kernel told it.
     pub(crate) uid: Option<u32>,
-    /// A Unix-socket peer's pid (from `SO_PEERCRED`; TCP clients have none:
-    /// finding it costs a scan of /proc).
-    pub(crate) pid: Option<u32>,
 }
 
 impl Peer {
@@ -67,16 +69,22 @@ impl Peer {
         Peer {
             addr: PeerAddr::Tcp(addr),
             uid,
-            pid: None,
         }
     }
 
     /// A Unix-socket client.
     pub(crate) fn unix(uid: Option<u32>, pid: Option<u32>) -> Peer {
         Peer {
-            addr: PeerAddr::Unix,
+            addr: PeerAddr::Unix { pid },
             uid,
-            pid,
+        }
+    }
+
+    /// A Unix-socket peer's pid, when the kernel told it.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        match self.addr {
+            PeerAddr::Unix { pid } => pid,
+            PeerAddr::Tcp(_) => None,
         }
     }
 
@@ -91,7 +99,7 @@ impl Peer {
                 ClientKey::Ip(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
             }
             (PeerAddr::Tcp(a), None) => ClientKey::Ip(a.ip().to_canonical()),
-            (PeerAddr::Unix, None) => ClientKey::Unix,
+            (PeerAddr::Unix { .. }, None) => ClientKey::Unix,
         }
     }
 
@@ -101,7 +109,7 @@ impl Peer {
         if let Some(uid) = self.uid {
             s.push_str(&format!(" client_uid={uid}"));
         }
-        if let Some(pid) = self.pid {
+        if let Some(pid) = self.pid() {
             s.push_str(&format!(" client_pid={pid}"));
         }
         s
@@ -112,7 +120,7 @@ impl std::fmt::Display for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.addr {
             PeerAddr::Tcp(a) => write!(f, "{a}"),
-            PeerAddr::Unix => f.write_str("unix"),
+            PeerAddr::Unix { .. } => f.write_str("unix"),
         }
     }
 }

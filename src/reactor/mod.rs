@@ -162,15 +162,16 @@ struct Slot {
     session: Session,
     /// Whom admission counts it against.
     client: ClientKey,
-    /// While it counts in the unidentified loopback pool: the tuple to ask
-    /// its uid by when admission needs the pool's owners.
-    pooled: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
+    /// It counts in the unidentified loopback pool: its uid is asked (by
+    /// the client socket's tuple, from the session) only when admission
+    /// needs the pool's owners.
+    pooled: bool,
     /// Counted by admission (false: past a limit, being refused).
     admitted: bool,
     /// Still counted as a pending handshake.
     handshaking: bool,
-    /// The armed deadline, as the session last asked.
-    timer: Option<(TimerId, Instant)>,
+    /// The armed deadline, as the session last asked (the wheel knows when).
+    timer: Option<TimerId>,
     /// In the run queue already.
     queued: bool,
 }
@@ -319,8 +320,8 @@ impl Reactor {
         let verify = effects
             .verify
             .map(|job| (slot.session.id(), slot.client, job));
-        if slot.timer.map(|(_, at)| at) != effects.deadline {
-            if let Some((id, _)) = slot.timer.take() {
+        if slot.timer.and_then(|id| self.timers.deadline(id)) != effects.deadline {
+            if let Some(id) = slot.timer.take() {
                 self.timers.cancel(id);
             }
             if let Some(at) = effects.deadline {
@@ -328,7 +329,7 @@ impl Reactor {
                     key,
                     id: slot.session.id(),
                 };
-                slot.timer = Some((self.timers.insert(at, timer), at));
+                slot.timer = Some(self.timers.insert(at, timer));
             }
         }
         if effects.closed.is_some() {
@@ -340,7 +341,7 @@ impl Reactor {
             admission.ended(slot.client, slot.admitted);
             // Its counts are released: no longer the pool's to hand over
             // (the slot waits for the reap, and `identify_pool` may run first).
-            slot.pooled = None;
+            slot.pooled = false;
             drop(admission);
             self.reap.push(key);
         } else if effects.again && !slot.queued {
@@ -519,28 +520,32 @@ impl Reactor {
         mut peer: Peer,
         protocol: ListenerProtocol,
     ) {
-        let tuple = if self.identify.available() {
-            self.listener(listener)
-                .filter(|l| l.identifiable(&peer))
-                .and_then(|l| l.tuple(&stream, &peer))
-        } else {
-            None
+        let identifiable = self.identify.available()
+            && self
+                .listener(listener)
+                .is_some_and(|l| l.identifiable(&peer));
+        // The tuple the kernel knows the client's socket by (a `getsockname`
+        // when the listener is on every address).
+        let tuple = |reactor: &Self, peer: &Peer| {
+            reactor
+                .listener(listener)
+                .and_then(|l| l.tuple(&stream, peer))
         };
         // A loopback client's uid costs two netlink calls; it is asked at once
         // when something will read it (an access line or event, a login's
         // per-client share), else only when admission needs it.
         let eager = self.env.events.wants() || self.env.settings.auth.is_some();
-        let mut pooled = None;
-        let mut client = match tuple {
-            Some(t) if eager => {
-                peer.uid = self.identify.loopback_uid(t.0, || Some(t.1));
-                peer.key()
+        let mut pooled = false;
+        let mut client = if identifiable && eager {
+            if let Some((client, ours)) = tuple(self, &peer) {
+                peer.uid = self.identify.loopback_uid(client, || Some(ours));
             }
-            Some(t) => {
-                pooled = Some(t);
-                ClientKey::Loopback
-            }
-            None => peer.key(),
+            peer.key()
+        } else if identifiable {
+            pooled = true;
+            ClientKey::Loopback
+        } else {
+            peer.key()
         };
         let mut admission = lock(&self.admission);
         if admission.under_pressure() {
@@ -558,17 +563,17 @@ impl Reactor {
         let mut admit = admission.admit(client, &self.env.settings.limits);
         if admit == Admit::Identify {
             drop(admission);
-            if let Some(t) = pooled.take() {
-                peer.uid = self.identify.loopback_uid(t.0, || Some(t.1));
+            if std::mem::take(&mut pooled) {
+                if let Some((client, ours)) = tuple(self, &peer) {
+                    peer.uid = self.identify.loopback_uid(client, || Some(ours));
+                }
             }
             client = peer.key();
             admission = lock(&self.admission);
             admit = admission.admit(client, &self.env.settings.limits);
         }
         drop(admission);
-        if client != ClientKey::Loopback {
-            pooled = None;
-        }
+        pooled &= client == ClientKey::Loopback;
         let refusing = match admit {
             Admit::Yes => None,
             Admit::Refuse(limit) => {
@@ -626,10 +631,18 @@ impl Reactor {
             if slot.session.is_done() {
                 continue;
             }
-            let Some((client, server)) = slot.pooled.take() else {
+            if !std::mem::take(&mut slot.pooled) {
                 continue;
+            }
+            // Without the client's socket (a Closing that kept only the
+            // upstream) no uid can be asked: it counts as 127.0.0.1.
+            let tuple = slot.session.client_tuple();
+            let uid =
+                tuple.and_then(|(client, ours)| self.identify.loopback_uid(client, || Some(ours)));
+            let key = match tuple {
+                Some((client, _)) => Peer::tcp(client, uid).key(),
+                None => ClientKey::Ip(std::net::Ipv4Addr::LOCALHOST.into()),
             };
-            let key = Peer::tcp(client, self.identify.loopback_uid(client, || Some(server))).key();
             if slot.admitted {
                 moved.push((key, slot.handshaking));
             }
@@ -864,5 +877,20 @@ fn protocol_name(p: ListenerProtocol) -> &'static str {
         ListenerProtocol::Auto => "http+socks5",
         ListenerProtocol::Http => "http",
         ListenerProtocol::Socks5 => "socks5",
+    }
+}
+#[cfg(test)]
+mod sizes {
+    /// Every idle tunnel holds a slot: it is what a tunnel costs in memory
+    /// (BENCHMARKS.md's bytes per idle tunnel). Sizes with debug assertions
+    /// are larger (mio's sockets carry a selector id), so the absolute
+    /// bound holds for optimised builds: `cargo test --release --lib sizes`.
+    #[test]
+    fn a_slot_stays_small() {
+        let slot = std::mem::size_of::<super::Slot>();
+        let session = std::mem::size_of::<crate::session::Session>();
+        assert!(slot <= session + 40, "slot {slot} B, session {session} B");
+        #[cfg(all(target_pointer_width = "64", not(debug_assertions)))]
+        assert!(slot <= 400, "slot {slot} B");
     }
 }

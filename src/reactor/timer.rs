@@ -35,7 +35,9 @@ const NIL: usize = usize::MAX;
 /// Names one armed timer, for [`TimerWheel::cancel`]. Stale ids are harmless.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimerId {
-    key: usize,
+    /// The entry's slab key; a wheel holds fewer than 2^32 timers (each is
+    /// a session's, or one of a few of the reactor's own).
+    key: u32,
     generation: u32,
 }
 
@@ -125,7 +127,10 @@ impl<T> TimerWheel<T> {
         b.head = key;
         b.min = Some(b.min.map_or(deadline, |m| m.min(deadline)));
         self.earliest = Some(self.earliest.map_or(deadline, |e| e.min(deadline)));
-        TimerId { key, generation }
+        TimerId {
+            key: key as u32,
+            generation,
+        }
     }
 
     /// Disarms a timer, returning its value if it was still armed.
@@ -133,17 +138,26 @@ impl<T> TimerWheel<T> {
     /// A stale id (fired or cancelled, slot possibly reused) returns `None`
     /// and touches nothing.
     pub fn cancel(&mut self, id: TimerId) -> Option<T> {
-        match self.entries.get(id.key) {
+        match self.entries.get(id.key as usize) {
             Some(e) if e.generation == id.generation => {}
             _ => return None,
         }
-        let value = self.unlink_remove(id.key);
+        let value = self.unlink_remove(id.key as usize);
         // Bounds stay valid lower bounds; only reset them when they would
         // otherwise refer to nothing at all (keeps an idle wheel wake-free).
         if self.entries.is_empty() {
             self.earliest = None;
         }
         Some(value)
+    }
+
+    /// The deadline `id` is armed for; `None` once it fired or was
+    /// cancelled (then its slot may belong to another timer already).
+    pub fn deadline(&self, id: TimerId) -> Option<Instant> {
+        self.entries
+            .get(id.key as usize)
+            .filter(|e| e.generation == id.generation)
+            .map(|e| e.deadline)
     }
 
     /// How long `poll` may sleep: `None` when no timer is armed.

@@ -69,7 +69,7 @@ pub(crate) fn answer(
     conn: &mut Conn,
     ctx: &mut Ctx,
 ) -> State {
-    conn.log.error = Some(why);
+    conn.log.error = Some(why.into());
     if bytes.is_empty() {
         return State::Done(reason);
     }

@@ -33,13 +33,13 @@ pub(crate) struct AccessLog {
     /// How the client spoke, once the handshake knows.
     pub(crate) protocol: Option<Protocol>,
     /// The proxy user the client authenticated as.
-    pub(crate) user: Option<String>,
+    pub(crate) user: Option<Box<str>>,
     pub(crate) target: Option<Target>,
     /// The upstream address the tunnel was dialled to.
     pub(crate) dialled: Option<IpAddr>,
     pub(crate) decision: Decision,
     /// Why the session was refused or failed, if it was.
-    pub(crate) error: Option<String>,
+    pub(crate) error: Option<Box<str>>,
     /// Inspected HTTP requests this session carried.
     pub(crate) requests: u32,
     /// An inspected session switched to raw passthrough after a 101.
@@ -56,41 +56,31 @@ pub(crate) enum Decision {
     /// Allowed by this rule.
     Allowed(Arc<str>),
     /// Refused: by a deny rule (named), or with no rule (deny by default, a
-    /// special address); `reason` says why.
-    Denied {
-        rule: Option<Arc<str>>,
-        reason: String,
-    },
-    /// Audit mode let it through: `rule` allowed it (`-` when none did),
-    /// `reason` says why it would have been refused.
-    WouldDeny {
-        rule: Arc<str>,
-        reason: String,
-    },
+    /// special address); the reason says why. Boxed, as is `WouldDeny`:
+    /// every session holds a decision, few hold these.
+    Denied(Box<(Option<Arc<str>>, String)>),
+    /// Audit mode let it through: the rule allowed it (`-` when none did),
+    /// the reason says why it would have been refused.
+    WouldDeny(Box<(Arc<str>, String)>),
 }
 
 impl Decision {
     /// Refused for `denial`.
     pub(crate) fn denied(denial: &Denial) -> Decision {
-        Decision::Denied {
-            rule: denial_rule(denial),
-            reason: denial.to_string(),
-        }
+        Decision::Denied(Box::new((denial_rule(denial), denial.to_string())))
     }
 
     /// Let through by audit mode under `rule`, though `denial` would have refused it.
     pub(crate) fn would_deny(rule: Arc<str>, denial: &Denial) -> Decision {
-        Decision::WouldDeny {
-            rule,
-            reason: denial.to_string(),
-        }
+        Decision::WouldDeny(Box::new((rule, denial.to_string())))
     }
 
     fn rule(&self) -> Option<&Arc<str>> {
         match self {
             Decision::Undecided => None,
-            Decision::Allowed(rule) | Decision::WouldDeny { rule, .. } => Some(rule),
-            Decision::Denied { rule, .. } => rule.as_ref(),
+            Decision::Allowed(rule) => Some(rule),
+            Decision::WouldDeny(w) => Some(&w.0),
+            Decision::Denied(d) => d.0.as_ref(),
         }
     }
 
@@ -98,14 +88,15 @@ impl Decision {
         match self {
             Decision::Undecided => None,
             Decision::Allowed(_) => Some(events::Decision::Allow),
-            Decision::Denied { .. } => Some(events::Decision::Deny),
-            Decision::WouldDeny { .. } => Some(events::Decision::WouldDeny),
+            Decision::Denied(_) => Some(events::Decision::Deny),
+            Decision::WouldDeny(_) => Some(events::Decision::WouldDeny),
         }
     }
 
     fn reason(&self) -> Option<&str> {
         match self {
-            Decision::Denied { reason, .. } | Decision::WouldDeny { reason, .. } => Some(reason),
+            Decision::Denied(d) => Some(&d.1),
+            Decision::WouldDeny(w) => Some(&w.1),
             Decision::Undecided | Decision::Allowed(_) => None,
         }
     }
@@ -162,8 +153,8 @@ impl Conn {
         let outcome = match &decision {
             Decision::Undecided => None,
             Decision::Allowed(_) => Some(Outcome::Allowed),
-            Decision::Denied { .. } => Some(Outcome::Denied),
-            Decision::WouldDeny { .. } => Some(Outcome::WouldDeny),
+            Decision::Denied(_) => Some(Outcome::Denied),
+            Decision::WouldDeny(_) => Some(Outcome::WouldDeny),
         };
         if let Some(outcome) = outcome {
             ctx.stats.rules.connection(decision.rule(), outcome);
@@ -179,7 +170,7 @@ impl Conn {
         e.client_uid = uid;
         e.client_pid = pid;
         e.protocol = log.protocol;
-        e.user.clone_from(&log.user);
+        e.user = log.user.as_deref().map(str::to_owned);
         e.target = log.target.as_ref().map(Target::to_string);
         e.dialled = log.dialled;
         e
@@ -202,7 +193,7 @@ impl Conn {
             .decision
             .reason()
             .map(str::to_owned)
-            .or_else(|| log.error.clone());
+            .or_else(|| log.error.as_deref().map(str::to_owned));
         if log.requests > 0 || log.upgraded {
             e.requests = Some(log.requests);
             e.upgraded = Some(log.upgraded);
@@ -291,7 +282,7 @@ impl Conn {
             id: self.id,
             client: log.peer.to_string(),
             protocol: log.protocol,
-            user: log.user.clone(),
+            user: log.user.as_deref().map(str::to_owned),
             target: log.target.as_ref().map(Target::to_string),
             dialled: log.dialled,
             state,
@@ -307,7 +298,7 @@ impl Conn {
 fn peer_fields(peer: &Peer) -> (String, Option<u32>, Option<u32>) {
     let client = match peer.addr {
         crate::client::PeerAddr::Tcp(addr) => addr.to_string(),
-        crate::client::PeerAddr::Unix => "unix".to_string(),
+        crate::client::PeerAddr::Unix { .. } => "unix".to_string(),
     };
-    (client, peer.uid, peer.pid)
+    (client, peer.uid, peer.pid())
 }

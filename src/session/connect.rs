@@ -125,13 +125,7 @@ fn decide(
                     request.target,
                     refusal.describe()
                 );
-                conn.decide(
-                    Decision::Denied {
-                        rule: None,
-                        reason: refusal.describe(),
-                    },
-                    ctx,
-                );
+                conn.decide(Decision::Denied(Box::new((None, refusal.describe()))), ctx);
                 return refuse_request(refusal, &request, client, conn, ctx);
             }
             ctx.stats.allowed();
@@ -407,12 +401,12 @@ impl Plan {
                     // A connect completes (or fails) with a writable edge.
                     upstream.want(false, true);
                     conn.log.dialled = Some(ip);
-                    return State::Connecting(Connecting {
+                    return State::Connecting(Box::new(Connecting {
                         client,
                         upstream,
                         plan: self,
                         stage: Dial::Tcp,
-                    });
+                    }));
                 }
                 Err(e) => {
                     log::debug!("conn={} connect {addr}: {e}", conn.id);
@@ -460,7 +454,7 @@ impl Connecting {
         }
     }
 
-    pub(crate) fn drive(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+    pub(crate) fn drive(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
         self.client.want(false, false);
         if self.client.failed() {
             return State::Done(CloseReason::ClientGone);
@@ -481,7 +475,7 @@ impl Connecting {
             log::debug!("conn={} connect {:?}: {e}", conn.id, conn.log.dialled);
             self.plan.last_error = Some(e);
             // The failed socket closes here, before the next attempt.
-            let Connecting { client, plan, .. } = self;
+            let Connecting { client, plan, .. } = *self;
             if plan.parent.is_some() {
                 return plan.unreachable(client, conn, ctx);
             }
@@ -502,7 +496,12 @@ impl Connecting {
     }
 
     /// The parent proxy's handshake: our request out, its answer in.
-    fn parent(mut self, mut hs: ParentHandshake, conn: &mut Conn, ctx: &mut Ctx) -> State {
+    fn parent(
+        mut self: Box<Self>,
+        mut hs: ParentHandshake,
+        conn: &mut Conn,
+        ctx: &mut Ctx,
+    ) -> State {
         if self.upstream.failed() {
             let why = "the parent proxy closed the connection".to_string();
             return self.parent_failed(why, conn, ctx);
@@ -553,12 +552,12 @@ impl Connecting {
     }
 
     /// Still in the parent stage: waits with its handshake.
-    fn waiting(mut self, hs: ParentHandshake) -> State {
+    fn waiting(mut self: Box<Self>, hs: ParentHandshake) -> State {
         self.stage = Dial::Parent { hs };
         State::Connecting(self)
     }
 
-    fn parent_failed(self, why: String, conn: &mut Conn, ctx: &mut Ctx) -> State {
+    fn parent_failed(self: Box<Self>, why: String, conn: &mut Conn, ctx: &mut Ctx) -> State {
         log::info!("conn={} {why}", conn.id);
         refuse_request(
             Refusal::Parent(why),
@@ -571,13 +570,18 @@ impl Connecting {
 
     /// `from_upstream`: bytes the destination sent already (behind a parent
     /// proxy's answer), the client's first.
-    fn established(self, from_upstream: Vec<u8>, conn: &mut Conn, ctx: &mut Ctx) -> State {
+    fn established(
+        self: Box<Self>,
+        from_upstream: Vec<u8>,
+        conn: &mut Conn,
+        ctx: &mut Ctx,
+    ) -> State {
         let Connecting {
             client,
             upstream,
             plan,
             ..
-        } = self;
+        } = *self;
         let idle = plan.idle.or(ctx.settings.timeouts.idle);
         let Request {
             target,
@@ -679,7 +683,7 @@ impl Connecting {
         }
     }
 
-    pub(crate) fn on_timeout(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+    pub(crate) fn on_timeout(self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
         if let Some(parent) = &self.plan.parent {
             // Connecting to it, or waiting for its answer: the parent's delay.
             let why = match self.stage {

@@ -46,6 +46,14 @@ enum Nodelay {
 const LAZY_NODELAY: bool = cfg!(any(target_os = "linux", target_os = "android"));
 
 impl Endpoint {
+    /// Our end's address, for a TCP socket (one `getsockname`).
+    pub(crate) fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        match &self.stream {
+            Stream::Tcp(s) => s.local_addr().ok(),
+            Stream::Unix(_) => None,
+        }
+    }
+
     /// An accepted client socket: registered, and assumed readable and
     /// writable at once, since clients speak first and the request is
     /// usually queued by the time we accept (a wrong guess costs one

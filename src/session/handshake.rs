@@ -212,7 +212,7 @@ impl Handshake {
             Leave::Answer { .. } => self.stage.dialect(),
         };
         conn.log.protocol = Some(dialect.into());
-        conn.log.user = self.user.as_deref().map(str::to_owned);
+        conn.log.user = self.user.as_deref().map(Box::from);
         let login = self.login.take().filter(|_| self.user.is_some());
         match leave {
             Leave::To {

@@ -497,7 +497,7 @@ impl Inspect {
         match &end {
             End::BadUpstream(why) | End::BadRequest(why) => {
                 log::info!("conn={} {why}", conn.id);
-                conn.log.error = Some(why.clone());
+                conn.log.error = Some(why.as_str().into());
             }
             End::UpstreamClosed => {
                 conn.log.error =

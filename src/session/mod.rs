@@ -91,6 +91,17 @@ impl Session {
         self.conn.info(self.state.to_string(), now)
     }
 
+    /// A TCP client's address and ours, while the session still holds the
+    /// client's socket (ours costs one `getsockname`): what the kernel knows
+    /// the client's socket by.
+    pub(crate) fn client_tuple(&mut self) -> Option<(std::net::SocketAddr, std::net::SocketAddr)> {
+        let crate::client::PeerAddr::Tcp(client) = self.conn.log.peer.addr else {
+            return None;
+        };
+        let ours = self.state.endpoint(Side::Client)?.local_addr()?;
+        Some((client, ours))
+    }
+
     /// Ended and waiting to be reaped.
     pub(crate) fn is_done(&self) -> bool {
         matches!(self.state, State::Done(_))
@@ -310,7 +321,9 @@ impl Session {
             // The client has the handshake timeout to start its TLS.
             State::Securing(_) => self.conn.deadline_in(ctx.now, timeouts.handshake),
             State::Passthrough(p) => {
-                self.conn.deadline = p.idle_timeout().map(|idle| ctx.now + idle);
+                self.conn.deadline = p
+                    .idle_timeout(timeouts.half_close)
+                    .map(|idle| ctx.now + idle);
             }
             // Inspect keeps its own deadline (response, idle) as it goes.
             State::Inspect(_) => self.conn.deadline = None,
@@ -341,6 +354,31 @@ impl Conn {
                 self.log.down += n as u64;
                 ctx.stats.bytes_down(n);
             }
+        }
+    }
+}
+#[cfg(test)]
+mod sizes {
+    use std::mem::size_of;
+
+    /// The states a session passes through on its way in are boxed or kept
+    /// small, so that the slot is sized by the states a tunnel lives in.
+    #[test]
+    fn no_state_is_larger_than_an_idle_tunnel() {
+        let state = size_of::<super::State>();
+        let passthrough = size_of::<super::passthrough::Passthrough>();
+        assert!(
+            state <= passthrough + 8,
+            "State {state} B, Passthrough {passthrough} B"
+        );
+        #[cfg(all(target_pointer_width = "64", not(debug_assertions)))]
+        {
+            assert!(passthrough <= 144, "Passthrough {passthrough} B");
+            assert!(
+                size_of::<super::Conn>() <= 216,
+                "Conn {} B",
+                size_of::<super::Conn>()
+            );
         }
     }
 }

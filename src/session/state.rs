@@ -40,8 +40,9 @@ pub(crate) enum State {
     Handshake(Handshake),
     /// Waiting for DNS.
     Resolving(Resolving),
-    /// A non-blocking connect is in flight.
-    Connecting(Connecting),
+    /// A non-blocking connect is in flight. Boxed: it is the largest state
+    /// and lasts a round trip, so it should not size every slab slot.
+    Connecting(Box<Connecting>),
     /// A TLS-terminated tunnel's start: the reply, the ClientHello, its SNI.
     Securing(Securing),
     /// Raw relaying both ways (spliced on Linux).
@@ -102,10 +103,9 @@ impl State {
         }
     }
 
-    /// Folds a readiness event into the socket of `side`, if this state owns
-    /// one. Returns whether it did.
-    pub(crate) fn absorb(&mut self, side: Side, ev: &Event) -> bool {
-        let ep = match self {
+    /// The socket of `side`, if this state owns one.
+    pub(crate) fn endpoint(&mut self, side: Side) -> Option<&mut super::endpoint::Endpoint> {
+        match self {
             State::Handshake(h) => (side == Side::Client).then(|| h.client()),
             State::Resolving(r) => (side == Side::Client).then(|| r.client()),
             State::Connecting(c) => Some(c.endpoint(side)),
@@ -114,8 +114,13 @@ impl State {
             State::Inspect(i) => Some(i.endpoint(side)),
             State::Closing(c) => c.endpoint(side),
             State::Done(_) => None,
-        };
-        match ep {
+        }
+    }
+
+    /// Folds a readiness event into the socket of `side`, if this state owns
+    /// one. Returns whether it did.
+    pub(crate) fn absorb(&mut self, side: Side, ev: &Event) -> bool {
+        match self.endpoint(side) {
             Some(ep) => {
                 ep.absorb(ev);
                 true

@@ -45,9 +45,10 @@ pub(crate) struct Passthrough {
     up: Flow,
     /// Upstream to client.
     down: Flow,
-    idle: Option<Duration>,
-    /// How long a half-closed tunnel may sit silent.
-    half_close: Duration,
+    /// The idle timeout in nanoseconds, 0 for none: 8 bytes in every idle
+    /// tunnel, not an `Option<Duration>`'s 16 (584 years at most; longer
+    /// saturates).
+    idle_ns: u64,
     /// The half-close deadline is set (the tunnel is half-closed for good).
     half_close_armed: bool,
     last_active: Instant,
@@ -70,7 +71,7 @@ struct Flow {
     phase: FlowPhase,
     /// Leading buffered bytes that are the proxy's own (its success reply),
     /// not payload: written like payload, never counted as relayed.
-    own: usize,
+    own: u32,
 }
 
 /// A side died while relaying.
@@ -131,9 +132,11 @@ impl Passthrough {
             client,
             upstream,
             up: flow(preload.to_upstream, 0, preload.eof.0),
-            down: flow(preload.to_client, preload.own, preload.eof.1),
-            idle,
-            half_close: ctx.settings.timeouts.half_close,
+            // `own` is a reply held in one buffer: it fits a u32.
+            down: flow(preload.to_client, preload.own as u32, preload.eof.1),
+            idle_ns: idle.map_or(0, |d| {
+                u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+            }),
             half_close_armed: false,
             last_active: ctx.now,
         };
@@ -144,16 +147,18 @@ impl Passthrough {
     }
 
     /// How long the tunnel may sit silent now: the idle timeout, and once
-    /// one side has finished, the half-close timeout (whichever is shorter).
-    pub(crate) fn idle_timeout(&self) -> Option<Duration> {
+    /// one side has finished, `half_close` (the setting; whichever is
+    /// shorter).
+    pub(crate) fn idle_timeout(&self, half_close: Duration) -> Option<Duration> {
         if self.half_closed() {
-            Some(
-                self.idle
-                    .map_or(self.half_close, |i| i.min(self.half_close)),
-            )
+            Some(self.idle().map_or(half_close, |i| i.min(half_close)))
         } else {
-            self.idle
+            self.idle()
         }
+    }
+
+    fn idle(&self) -> Option<Duration> {
+        (self.idle_ns > 0).then(|| Duration::from_nanos(self.idle_ns))
     }
 
     /// A side has finished: its EOF was read, or its FIN was reported with
@@ -244,7 +249,7 @@ impl Passthrough {
             // event that woke this call counts too: hence the flag, not a
             // comparison with the state at entry.)
             self.half_close_armed = true;
-            let due = self.last_active + self.half_close;
+            let due = self.last_active + ctx.settings.timeouts.half_close;
             conn.deadline = Some(conn.deadline.map_or(due, |d| d.min(due)));
         }
         // A side that reported an error and with which nothing more can move
@@ -298,7 +303,7 @@ impl Passthrough {
     }
 
     pub(crate) fn on_timer(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let Some(idle) = self.idle_timeout() else {
+        let Some(idle) = self.idle_timeout(ctx.settings.timeouts.half_close) else {
             return State::Passthrough(self);
         };
         let due = self.last_active + idle;
@@ -356,8 +361,9 @@ impl Flow {
         if let Some(carrier) = self.buf.as_mut().filter(|_| dst.can_write()) {
             match carrier.drain_to(dst) {
                 Io::Progress(written) => {
-                    let ours = written.min(self.own);
-                    self.own -= ours;
+                    let ours = written.min(self.own as usize);
+                    // No more than `own`, so it fits.
+                    self.own -= ours as u32;
                     conn.count(src_side, written - ours, ctx);
                     moved = true;
                 }
@@ -392,7 +398,7 @@ impl Flow {
                 ctx.pool.give(buf);
                 #[cfg(target_os = "linux")]
                 if self.bulk && splice && self.phase == FlowPhase::Open {
-                    self.buf = ctx.pipes.take().map(Carrier::Pipe);
+                    self.buf = ctx.pipes.take().map(|p| Carrier::Pipe(Box::new(p)));
                 }
             }
             #[cfg(target_os = "linux")]
