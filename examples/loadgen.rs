@@ -330,10 +330,26 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 /// Samples the resident memory of a process tree every 20 ms on a thread,
 /// until dropped: forked children that come and go (socat) are seen, and
 /// the kernel's high-water marks at the end catch peaks between samples.
+/// Also the peak of its anonymous memory (`RssAnon`: heap, stacks, buffers,
+/// what the process alone pays for; the rest of RSS is mapped files, its
+/// binary's text and the libraries, shared with the page cache).
 struct RssSampler {
     pid: u32,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<thread::JoinHandle<u64>>,
+    thread: Option<thread::JoinHandle<(u64, u64)>>,
+}
+
+/// Peak resident memory of a process tree, in KiB.
+#[derive(Clone, Copy)]
+struct Peak {
+    rss: u64,
+    anon: u64,
+}
+
+impl std::fmt::Display for Peak {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "peak_rss_kib={} peak_anon_kib={}", self.rss, self.anon)
+    }
 }
 
 impl RssSampler {
@@ -342,7 +358,7 @@ impl RssSampler {
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = thread::spawn(move || {
-            let mut peak = 0;
+            let (mut peak, mut anon) = (0, 0);
             let mut tree = process_tree(pid);
             let mut rescan = Instant::now();
             while !flag.load(Ordering::Relaxed) {
@@ -353,9 +369,11 @@ impl RssSampler {
                 }
                 let now: u64 = tree.iter().map(|&p| status_kib(p, "VmRSS:")).sum();
                 peak = peak.max(now);
+                let now: u64 = tree.iter().map(|&p| status_kib(p, "RssAnon:")).sum();
+                anon = anon.max(now);
                 thread::sleep(Duration::from_millis(20));
             }
-            peak
+            (peak, anon)
         });
         RssSampler {
             pid,
@@ -364,16 +382,25 @@ impl RssSampler {
         }
     }
 
-    /// The peak RSS of the tree in KiB: the largest sample, or the sum of
-    /// the high-water marks of the processes alive now, whichever is larger.
-    fn finish(mut self) -> u64 {
+    /// The peak RSS of the tree: the largest sample, or the sum of the
+    /// high-water marks of the processes alive now, whichever is larger;
+    /// and the largest sample of its anonymous memory (the kernel keeps no
+    /// high-water mark of that, so a peak between samples can be missed).
+    fn finish(mut self) -> Peak {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let sampled = self.thread.take().and_then(|t| t.join().ok()).unwrap_or(0);
+        let (sampled, anon) = self
+            .thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or((0, 0));
         let hwm: u64 = process_tree(self.pid)
             .into_iter()
             .map(|p| status_kib(p, "VmHWM:"))
             .sum();
-        sampled.max(hwm)
+        Peak {
+            rss: sampled.max(hwm),
+            anon,
+        }
     }
 }
 
@@ -519,7 +546,7 @@ fn transfer(c: &Common, bytes: u64, dir: Dir, chunk: usize, streams: u32) -> io:
         line += &format!(" proxy_cpu_s={cpu:.2} cpu_s_per_gib={:.3}", cpu / gib);
     }
     if let Some(peak) = peak {
-        line += &format!(" peak_rss_kib={peak}");
+        line += &format!(" {peak}");
     }
     println!("{line}");
     Ok(())
@@ -642,7 +669,7 @@ fn watch(pid: u32, until: &std::path::Path, max_secs: u64) -> io::Result<()> {
     let cpu = cpu_seconds(pid) - cpu0;
     let peak = sampler.finish();
     println!(
-        "RESULT kind=watch secs={:.3} cpu_s={cpu:.3} peak_rss_kib={peak}",
+        "RESULT kind=watch secs={:.3} cpu_s={cpu:.3} {peak}",
         t0.elapsed().as_secs_f64()
     );
     Ok(())

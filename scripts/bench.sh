@@ -154,7 +154,7 @@ for label in $PEERS; do
         cmd="loadgen transfer $vargs --sink 127.0.0.1:$sink --bytes $BYTES --dir $DIR --streams $n${watch:+ --watch-pid PID}"
         log "$label: $cmd (x$REPEAT)"
         COMMANDS+=("$label transfer: $cmd")
-        rates=() cpus=() peaks=()
+        rates=() cpus=() peaks=() anons=()
         for i in $(seq 1 "$REPEAT"); do
             # shellcheck disable=SC2086
             r=$(lg transfer $vargs --sink "127.0.0.1:$sink" --bytes "$BYTES" --dir "$DIR" --streams "$n" $watch)
@@ -162,11 +162,15 @@ for label in $PEERS; do
             rates+=("$(value mib_per_s <<<"$r")")
             cpus+=("$(value cpu_s_per_gib <<<"$r")")
             peaks+=("$(value peak_rss_kib <<<"$r")")
+            anons+=("$(value peak_anon_kib <<<"$r")")
         done
         rate[$n]=$(printf '%s\n' "${rates[@]}" | awk NF | median)
         cpu[$n]=$(printf '%s\n' "${cpus[@]}" | awk NF | median)
         p=$(printf '%s\n' "${peaks[@]}" | awk NF | maxof)
-        [ -z "$p" ] || peak=$(awk -v k="$p" 'BEGIN { printf "%.1f", k / 1024 }')
+        a=$(printf '%s\n' "${anons[@]}" | awk NF | maxof)
+        # Anonymous memory (heap, stacks, buffers) beside the whole RSS,
+        # which also counts the mapped binary and libraries.
+        [ -z "$p" ] || peak=$(awk -v k="$p" -v a="${a:-0}" 'BEGIN { printf "%.1f (%.1f)", k / 1024, a / 1024 }')
     done
     wake="-"
     if [ -n "$c0" ]; then
@@ -284,7 +288,7 @@ FRAG=$WORK/bench.md
     echo "- Load average (1, 5, 15 min) before the run: ${LOADS[0]}; at the start of each path: $(printf '%s; ' "${LOADS[@]:1}" | sed 's/; $//')"
     echo "- Transfer: $BYTES in all per run, over 1 stream then over $STREAMS, direction $DIR, median of $REPEAT runs; strace transfer: $STRACE_BYTES; churn (open, 32-byte echo, close): $CHURN tunnels with 1 and with 8 clients at once, median of $REPEAT; strace churn: $STRACE_CHURN tunnels, 1 client; idle: $IDLE tunnels for memory, $IDLE_CHECK for the ${IDLE_SECS}-second syscall count"
     echo
-    echo "| Path | MiB/s, 1 stream (× direct) | MiB/s, $STREAMS streams (× direct) | proxy CPU s/GiB (1 / $STREAMS streams) | syscalls/MiB | tunnels/s, 1 client (× direct) | tunnels/s, 8 clients (× direct) | proxy CPU µs/tunnel (1 / 8 clients) | syscalls/tunnel (without epoll_wait) | syscalls/s, $IDLE_CHECK idle tunnels | bytes/idle tunnel | peak RSS MiB |"
+    echo "| Path | MiB/s, 1 stream (× direct) | MiB/s, $STREAMS streams (× direct) | proxy CPU s/GiB (1 / $STREAMS streams) | syscalls/MiB | tunnels/s, 1 client (× direct) | tunnels/s, 8 clients (× direct) | proxy CPU µs/tunnel (1 / 8 clients) | syscalls/tunnel (without epoll_wait) | syscalls/s, $IDLE_CHECK idle tunnels | bytes/idle tunnel | peak RSS MiB (of it anonymous) |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
     printf '%s\n' "${ROWS[@]}"
     echo
