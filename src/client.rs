@@ -30,6 +30,12 @@ pub(crate) enum ClientKey {
 }
 
 impl ClientKey {
+    /// A loopback TCP client the kernel named no uid for: all of them are
+    /// one client, whichever loopback address they bound (addresses would
+    /// let one be as many clients as it likes).
+    pub(crate) const UNNAMED_LOOPBACK: ClientKey =
+        ClientKey::Ip(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+
     /// Whether this client may own sessions counted under
     /// [`ClientKey::Loopback`]: any local one (a uid, a Unix peer, a
     /// loopback address the kernel could not put a uid to).
@@ -95,9 +101,7 @@ impl Peer {
     pub(crate) fn key(&self) -> ClientKey {
         match (self.addr, self.uid) {
             (_, Some(uid)) => ClientKey::Uid(uid),
-            (PeerAddr::Tcp(a), None) if is_loopback(a.ip()) => {
-                ClientKey::Ip(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
-            }
+            (PeerAddr::Tcp(a), None) if is_loopback(a.ip()) => ClientKey::UNNAMED_LOOPBACK,
             (PeerAddr::Tcp(a), None) => ClientKey::Ip(a.ip().to_canonical()),
             (PeerAddr::Unix { .. }, None) => ClientKey::Unix,
         }

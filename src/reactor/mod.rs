@@ -641,7 +641,7 @@ impl Reactor {
                 tuple.and_then(|(client, ours)| self.identify.loopback_uid(client, || Some(ours)));
             let key = match tuple {
                 Some((client, _)) => Peer::tcp(client, uid).key(),
-                None => ClientKey::Ip(std::net::Ipv4Addr::LOCALHOST.into()),
+                None => ClientKey::UNNAMED_LOOPBACK,
             };
             if slot.admitted {
                 moved.push((key, slot.handshaking));
@@ -879,6 +879,7 @@ fn protocol_name(p: ListenerProtocol) -> &'static str {
         ListenerProtocol::Socks5 => "socks5",
     }
 }
+
 #[cfg(test)]
 mod sizes {
     /// Every idle tunnel holds a slot: it is what a tunnel costs in memory

@@ -56,31 +56,44 @@ pub(crate) enum Decision {
     /// Allowed by this rule.
     Allowed(Arc<str>),
     /// Refused: by a deny rule (named), or with no rule (deny by default, a
-    /// special address); the reason says why. Boxed, as is `WouldDeny`:
-    /// every session holds a decision, few hold these.
-    Denied(Box<(Option<Arc<str>>, String)>),
+    /// special address). Boxed, as is `WouldDeny`: every session holds a
+    /// decision, few hold these.
+    Denied(Box<Reasoned<Option<Arc<str>>>>),
     /// Audit mode let it through: the rule allowed it (`-` when none did),
-    /// the reason says why it would have been refused.
-    WouldDeny(Box<(Arc<str>, String)>),
+    /// though it would have been refused.
+    WouldDeny(Box<Reasoned<Arc<str>>>),
+}
+
+/// A refusal's rule and why it refused (or would have).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reasoned<R> {
+    pub(crate) rule: R,
+    pub(crate) reason: String,
+}
+
+impl<R> Reasoned<R> {
+    pub(crate) fn new(rule: R, reason: String) -> Box<Reasoned<R>> {
+        Box::new(Reasoned { rule, reason })
+    }
 }
 
 impl Decision {
     /// Refused for `denial`.
     pub(crate) fn denied(denial: &Denial) -> Decision {
-        Decision::Denied(Box::new((denial_rule(denial), denial.to_string())))
+        Decision::Denied(Reasoned::new(denial_rule(denial), denial.to_string()))
     }
 
     /// Let through by audit mode under `rule`, though `denial` would have refused it.
     pub(crate) fn would_deny(rule: Arc<str>, denial: &Denial) -> Decision {
-        Decision::WouldDeny(Box::new((rule, denial.to_string())))
+        Decision::WouldDeny(Reasoned::new(rule, denial.to_string()))
     }
 
     fn rule(&self) -> Option<&Arc<str>> {
         match self {
             Decision::Undecided => None,
             Decision::Allowed(rule) => Some(rule),
-            Decision::WouldDeny(w) => Some(&w.0),
-            Decision::Denied(d) => d.0.as_ref(),
+            Decision::WouldDeny(w) => Some(&w.rule),
+            Decision::Denied(d) => d.rule.as_ref(),
         }
     }
 
@@ -95,8 +108,8 @@ impl Decision {
 
     fn reason(&self) -> Option<&str> {
         match self {
-            Decision::Denied(d) => Some(&d.1),
-            Decision::WouldDeny(w) => Some(&w.1),
+            Decision::Denied(d) => Some(&d.reason),
+            Decision::WouldDeny(w) => Some(&w.reason),
             Decision::Undecided | Decision::Allowed(_) => None,
         }
     }

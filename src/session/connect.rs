@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::channel::{Channel, Secure};
 use super::closing::refuse;
-use super::conn::{Conn, Decision};
+use super::conn::{Conn, Decision, Reasoned};
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
 use super::inspect::Inspect;
@@ -125,7 +125,10 @@ fn decide(
                     request.target,
                     refusal.describe()
                 );
-                conn.decide(Decision::Denied(Box::new((None, refusal.describe()))), ctx);
+                conn.decide(
+                    Decision::Denied(Reasoned::new(None, refusal.describe())),
+                    ctx,
+                );
                 return refuse_request(refusal, &request, client, conn, ctx);
             }
             ctx.stats.allowed();

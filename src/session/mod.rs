@@ -357,6 +357,7 @@ impl Conn {
         }
     }
 }
+
 #[cfg(test)]
 mod sizes {
     use std::mem::size_of;
