@@ -161,10 +161,9 @@ fn control_fd_steers_a_running_binary() {
     assert_eq!(v["stats"]["closed"]["closed-by-control"], 1, "{v}");
     assert_eq!(v["stats"]["rules"]["echo"]["allowed"], 1, "{v}");
     assert_eq!(v["stats"]["rules"]["-"]["denied"], 2, "{v}");
-    assert!(proxy
-        .log()
-        .iter()
-        .any(|l| l.contains("close=closed-by-control")));
+    proxy.wait_for_line("with close=closed-by-control", |l| {
+        l.contains("close=closed-by-control")
+    });
 }
 
 #[test]

@@ -266,6 +266,31 @@ impl ChildProxy {
     pub fn log(&self) -> Vec<String> {
         self.lines.lock().unwrap().clone()
     }
+
+    /// Waits for a logged line that `is_it` accepts and returns it. A line
+    /// the binary wrote reaches [`log`](Self::log) through a reader thread, so
+    /// a check made over another channel (the control socket, a client's
+    /// socket) must wait for it rather than look once.
+    #[track_caller]
+    pub fn wait_for_line(&self, what: &str, is_it: impl Fn(&str) -> bool) -> String {
+        let mut found = None;
+        let ok = wait_until(PROMPTLY, || {
+            found = self
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| is_it(l))
+                .cloned();
+            found.is_some()
+        });
+        assert!(
+            ok,
+            "no log line {what} within {PROMPTLY:?}: {:#?}",
+            self.log()
+        );
+        found.unwrap()
+    }
 }
 
 impl Drop for ChildProxy {
