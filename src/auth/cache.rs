@@ -6,6 +6,7 @@
 //! test guesses against offline. Only successes go in (a failure is never
 //! remembered as anything); the oldest entry leaves when it is full.
 
+use std::cell::OnceCell;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -20,7 +21,9 @@ pub(crate) type Digest = [u8; 32];
 
 /// Verified logins, bounded. Lives on the reactor thread.
 pub(crate) struct LoginCache {
-    key: hmac::Key,
+    /// Drawn at the first login, not at start: a proxy without users never
+    /// runs (or maps) the HMAC and RNG code.
+    key: OnceCell<hmac::Key>,
     /// Digest to the user name it verified.
     map: HashMap<Digest, Arc<str>>,
     /// Insertion order, for eviction.
@@ -44,32 +47,40 @@ fn digest(key: &hmac::Key, user: &[u8], password: &[u8]) -> Digest {
 pub(crate) const CAPACITY: usize = 4096;
 
 impl LoginCache {
-    /// An empty cache holding at most `capacity` logins, with a fresh random key.
+    /// An empty cache holding at most `capacity` logins; its random key is
+    /// drawn when first needed.
     pub(crate) fn new(capacity: usize) -> LoginCache {
-        let mut seed = [0u8; 32];
-        // The system RNG failing leaves a zero key: digests stay unique per
-        // login, they are only guessable offline, which needs a memory dump.
-        if SystemRandom::new().fill(&mut seed).is_err() {
-            log::warn!("no system randomness for the login cache key");
-        }
         LoginCache {
-            key: hmac::Key::new(hmac::HMAC_SHA256, &seed),
+            key: OnceCell::new(),
             map: HashMap::new(),
             order: VecDeque::new(),
             capacity: capacity.max(1),
         }
     }
 
+    /// The cache's key, drawn from the system RNG on first use.
+    fn key(&self) -> &hmac::Key {
+        self.key.get_or_init(|| {
+            let mut seed = [0u8; 32];
+            // The system RNG failing leaves a zero key: digests stay unique per
+            // login, they are only guessable offline, which needs a memory dump.
+            if SystemRandom::new().fill(&mut seed).is_err() {
+                log::warn!("no system randomness for the login cache key");
+            }
+            hmac::Key::new(hmac::HMAC_SHA256, &seed)
+        })
+    }
+
     /// The digest of `user` with `password` (length-prefixed, so no two
     /// pairs share an encoding).
     pub(crate) fn digest(&self, user: &[u8], password: &[u8]) -> Digest {
-        digest(&self.key, user, password)
+        digest(self.key(), user, password)
     }
 
     /// A check that a `Proxy-Authorization` value carries exactly `user`
     /// and `password` (by digest: no password is kept).
     pub(crate) fn same_login(&self, user: &[u8], password: &[u8]) -> SameLogin {
-        let key = self.key.clone();
+        let key = self.key().clone();
         let want = digest(&key, user, password);
         SameLogin::new(move |value| {
             basic_auth_credentials(value).is_some_and(|(u, p)| digest(&key, &u, &p) == want)
