@@ -198,7 +198,9 @@ mod linux {
     pub(crate) struct SockDiag {
         fd: OwnedFd,
         seq: u32,
-        buf: Box<[u8; 8192]>,
+        /// Zeroed by calloc: its pages are mapped when a lookup first
+        /// answers, not at start.
+        buf: Box<[u8]>,
     }
 
     impl SockDiag {
@@ -215,7 +217,7 @@ mod linux {
             Ok(SockDiag {
                 fd,
                 seq: 0,
-                buf: Box::new([0; 8192]),
+                buf: vec![0; 8192].into_boxed_slice(),
             })
         }
 

@@ -76,7 +76,9 @@ impl Verifier {
         client_max: usize,
         waker: Arc<mio::Waker>,
     ) -> io::Result<Self> {
-        let (jobs, rx) = mpsc::sync_channel::<Verify>(queue);
+        // No threads, no queue: a bounded channel allocates its slots up
+        // front, memory a proxy without hashed users would never use.
+        let (jobs, rx) = mpsc::sync_channel::<Verify>(if threads == 0 { 0 } else { queue });
         let (done_tx, done) = mpsc::channel();
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..threads {
