@@ -409,12 +409,26 @@ fn pattern_text(pat: &[Seg]) -> String {
     s
 }
 
+// Steps the matchers took on this thread: tests bound the work on hostile
+// input by this count, not by a clock.
+#[cfg(test)]
+thread_local! {
+    pub(crate) static MATCH_STEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+#[inline]
+fn count_step() {
+    #[cfg(test)]
+    MATCH_STEPS.with(|c| c.set(c.get() + 1));
+}
+
 /// Whether `pat` matches the path segments `segs`. Greedy matching with
 /// backtracking to the last `**` only: O(pattern × path), whatever the input.
 fn path_matches(pat: &[Seg], segs: &[&[u8]], fold: bool) -> bool {
     let (mut p, mut s) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while s < segs.len() {
+        count_step();
         match pat.get(p) {
             Some(Seg::AnyDepth) => {
                 star = Some((p, s));
@@ -445,6 +459,7 @@ fn glob_matches(pat: &[u8], text: &[u8], fold: bool) -> bool {
     let (mut p, mut t) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while t < text.len() {
+        count_step();
         match pat.get(p) {
             Some(b'*') => {
                 star = Some((p, t));
