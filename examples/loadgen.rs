@@ -27,7 +27,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use common::{open, Via};
+use common::{open, open_sending, Via};
 
 #[derive(Parser)]
 #[command(about = "Loopback load generator for proxy benchmarks")]
@@ -114,6 +114,9 @@ enum ViaKind {
     Direct,
     Relay,
     Connect,
+    /// CONNECT with the tunnel's first bytes in the request's write
+    /// (`churn` only; elsewhere the same as `connect`).
+    ConnectEarly,
     Socks5,
 }
 
@@ -145,7 +148,9 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 impl Common {
     fn via_name(&self) -> String {
-        format!("{:?}", self.via).to_lowercase()
+        self.via
+            .to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_owned())
     }
     fn via(&self) -> Via {
         let proxy = || self.proxy.expect("--proxy is required unless --via direct");
@@ -153,6 +158,7 @@ impl Common {
             ViaKind::Direct => Via::Direct,
             ViaKind::Relay => Via::Relay(proxy()),
             ViaKind::Connect => Via::Connect(proxy()),
+            ViaKind::ConnectEarly => Via::ConnectEarly(proxy()),
             ViaKind::Socks5 => Via::Socks5(proxy()),
         }
     }
@@ -579,11 +585,14 @@ fn churn(c: &Common, count: u32, parallel: u32) -> io::Result<()> {
             thread::spawn(move || -> io::Result<()> {
                 let msg = [0x5au8; 32];
                 for i in 0..per_client {
-                    let mut s = open(via, sink)
+                    let (mut s, early) = open_sending(via, sink, &msg)
                         .map_err(|e| io::Error::new(e.kind(), format!("connection {i}: {e}")))?;
-                    s.write_all(&msg)?;
+                    if early.len() > msg.len() {
+                        return Err(io::Error::other("more echoed than sent"));
+                    }
                     let mut back = [0u8; 32];
-                    s.read_exact(&mut back)?;
+                    back[..early.len()].copy_from_slice(&early);
+                    s.read_exact(&mut back[early.len()..])?;
                     if back != msg {
                         return Err(io::Error::other("echo mismatch"));
                     }

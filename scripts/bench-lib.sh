@@ -42,10 +42,12 @@ portcullis_has_workers() {
 
 # path_info LABEL: sets PEER (process to start: none | portcullis | baseline |
 # tinyproxy | dante | haproxy | socat | c-relay), VIA (direct | relay |
-# connect | socks5) and PEER_ARGS (extra arguments for start_peer), or
+# connect | connect-early | socks5) and PEER_ARGS (extra arguments for start_peer), or
 # returns 1 for an unknown label. Labels:
 #   direct
 #   portcullis-connect, portcullis-socks5        splice path (Linux default)
+#   portcullis-connect-early                     CONNECT with the first bytes in the
+#                                                request's write (churn: one client flight)
 #   portcullis-connect-rw, portcullis-socks5-rw  read/write path ([limits] splice = false)
 #   portcullis-connect-w2, portcullis-socks5-w2  --workers 2 (when the build has it)
 #   baseline-connect, baseline-socks5            BASELINE_BIN, another portcullis build
@@ -58,6 +60,7 @@ path_info() {
         portcullis-* | baseline-*)
             PEER=${1%%-*}
             case $1 in
+                *-connect-early*) VIA=connect-early ;;
                 *-connect*) VIA=connect ;;
                 *-socks5*) VIA=socks5 ;;
                 *) return 1 ;;

@@ -11,7 +11,7 @@
 # regenerates every figure of BENCHMARKS.md and leaves its prose alone.
 #
 #   scripts/bench.sh                 # everything, printed
-#   BYTES=2GiB DIR=up REPEAT=3 STREAMS=16 STRACE_BYTES=256MiB CHURN=2000 IDLE=5000 scripts/bench.sh
+#   BYTES=2GiB DIR=up REPEAT=3 STREAMS=16 STRACE_BYTES=256MiB CHURN=5000 IDLE=5000 scripts/bench.sh
 #   PEERS="portcullis-connect c-relay haproxy" TLS=0 scripts/bench.sh
 #   BASELINE_BIN=/tmp/old/portcullis PEERS="baseline-connect portcullis-connect" scripts/bench.sh
 #
@@ -53,13 +53,13 @@ DIR=${DIR:-up}
 REPEAT=${REPEAT:-3}
 STREAMS=${STREAMS:-16}
 STRACE_BYTES=${STRACE_BYTES:-256MiB}
-CHURN=${CHURN:-2000}
+CHURN=${CHURN:-5000}
 STRACE_CHURN=${STRACE_CHURN:-1000}
 IDLE=${IDLE:-5000}
 IDLE_CHECK=${IDLE_CHECK:-1000}
 IDLE_SECS=${IDLE_SECS:-5}
 TLS=${TLS:-1}
-PEERS=${PEERS:-"direct portcullis-connect portcullis-socks5 portcullis-connect-rw portcullis-socks5-rw portcullis-connect-w2 portcullis-socks5-w2 c-relay haproxy haproxy-nbthread2 tinyproxy dante socat"}
+PEERS=${PEERS:-"direct portcullis-connect portcullis-connect-early portcullis-socks5 portcullis-connect-rw portcullis-socks5-rw portcullis-connect-w2 portcullis-socks5-w2 c-relay haproxy haproxy-nbthread2 tinyproxy dante socat"}
 export DIR
 
 ulimit -n "$(ulimit -Hn)"
