@@ -95,8 +95,17 @@ fn every_spelling_of_an_inspected_name_is_inspected() {
         "{}",
         head.raw
     );
-    let log = proxy.log().join("\n");
-    assert!(!log.contains("GET /v1/admin/secret allowed"), "{log}");
+    let is_request = |l: &str, decision: &str| {
+        l.contains("event=request") && l.contains(decision) && l.contains("path=/v1/admin/secret")
+    };
+    proxy.wait_for_line("refusing the admin path", |l| {
+        is_request(l, "decision=deny")
+    });
+    let log = proxy.log();
+    assert!(
+        !log.iter().any(|l| is_request(l, "decision=allow")),
+        "{log:#?}"
+    );
 }
 
 #[test]

@@ -319,11 +319,19 @@ fn out_of_fds_the_heaviest_clients_oldest_handshakes_make_room() {
     proxy.wait_for_line("saying the heaviest client's handshakes were closed", |l| {
         l.contains("closing pending handshakes of the heaviest client")
     });
-    let shed_lines = proxy
-        .log()
-        .into_iter()
-        .filter(|l| l.contains("event=session ") && l.contains("close=shed"))
-        .collect::<Vec<_>>();
+    // The shed sessions' lines follow the warning, and are counted before
+    // they are written: wait for both.
+    let shed = || {
+        proxy
+            .log()
+            .into_iter()
+            .filter(|l| l.contains("event=session ") && l.contains("close=shed"))
+            .collect::<Vec<_>>()
+    };
+    wait_for("both shed sessions' access lines", PROMPTLY, || {
+        shed().len() >= 2
+    });
+    let shed_lines = shed();
     assert_eq!(shed_lines.len(), 2, "{shed_lines:?}");
     assert!(
         shed_lines
