@@ -1,8 +1,8 @@
 //! Logins already verified: a client that opens many tunnels with the same
 //! credentials pays argon2 once.
 //!
-//! Keyed by HMAC-SHA256 of the user and password under a key drawn at
-//! start, so the cache holds no password and nothing an attacker could
+//! Keyed by HMAC-SHA256 of the user and password under a random key, drawn
+//! at start where logins are configured (lazily otherwise), so the cache holds no password and nothing an attacker could
 //! test guesses against offline. Only successes go in (a failure is never
 //! remembered as anything); the oldest entry leaves when it is full.
 
@@ -21,7 +21,8 @@ pub(crate) type Digest = [u8; 32];
 
 /// Verified logins, bounded. Lives on the reactor thread.
 pub(crate) struct LoginCache {
-    /// Drawn at the first login, not at start: a proxy without users never
+    /// Drawn by [`with_key`](Self::with_key) at start where logins are
+    /// configured; otherwise at first use, so a proxy without users never
     /// runs (or maps) the HMAC and RNG code.
     key: OnceCell<hmac::Key>,
     /// Digest to the user name it verified.
@@ -56,6 +57,14 @@ impl LoginCache {
             order: VecDeque::new(),
             capacity: capacity.max(1),
         }
+    }
+
+    /// The cache with its key drawn now: at start, the system RNG cannot
+    /// be short of file descriptors as it might be under load (where
+    /// `getrandom(2)` is filtered and `/dev/urandom` must be opened).
+    pub(crate) fn with_key(self) -> LoginCache {
+        let _ = self.key();
+        self
     }
 
     /// The cache's key, drawn from the system RNG on first use.

@@ -95,7 +95,8 @@ impl<T> TimerWheel<T> {
     /// [`next_timeout`](Self::next_timeout); firing compares exact deadlines.
     /// A zero `tick` is treated as 1 ns and zero `slots` as 1.
     pub fn new(tick: Duration, slots: usize, now: Instant) -> Self {
-        let slots = slots.max(1);
+        // Entries name their bucket in a u32.
+        let slots = slots.clamp(1, u32::MAX as usize);
         TimerWheel {
             start: now,
             tick_ns: tick.as_nanos().max(1),
@@ -279,16 +280,18 @@ impl<T> TimerWheel<T> {
         e.value
     }
 
-    /// `bucket`'s bound as an instant (`start` for deadlines before it,
-    /// which are due at any `expire` anyway).
+    /// `bucket`'s bound as an instant.
     fn min(&self, bucket: usize) -> Option<Instant> {
         let ns = self.mins[bucket]?.get() - 1;
         Some(self.start + Duration::from_nanos(ns))
     }
 
-    /// Sets `bucket`'s bound, rounded down to the nanosecond (and to
-    /// `start`), so it stays a lower bound. A deadline 584 years out is
-    /// bounded by that horizon, which is still below it.
+    /// Sets `bucket`'s bound, rounded down to the nanosecond, so it stays a
+    /// lower bound; a deadline 584 years out is bounded by that horizon,
+    /// still below it. A deadline before `start` is bounded by `start`: not
+    /// a lower bound, but the caller's clock never reads before the wheel's
+    /// start (the reactor arms `now + timeout`), and such a timer is due at
+    /// any `expire` from `start` on.
     fn set_min(&mut self, bucket: usize, min: Option<Instant>) {
         self.mins[bucket] = min.map(|m| {
             let ns = m.saturating_duration_since(self.start).as_nanos();

@@ -214,9 +214,14 @@ impl Reactor {
     }
 }
 
-/// A cache sized for the default.
-pub(crate) fn login_cache() -> LoginCache {
-    LoginCache::new(crate::auth::cache::CAPACITY)
+/// A cache sized for the default, its key drawn now if there are `logins`.
+pub(crate) fn login_cache(logins: bool) -> LoginCache {
+    let cache = LoginCache::new(crate::auth::cache::CAPACITY);
+    if logins {
+        cache.with_key()
+    } else {
+        cache
+    }
 }
 
 #[cfg(test)]

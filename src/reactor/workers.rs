@@ -170,7 +170,7 @@ impl Workers {
                 remote: Arc::clone(&remote),
                 tls: TlsEnv::new(config.tls.clone()),
                 events: hooks.events.clone(),
-                logins: super::verifier::login_cache(),
+                logins: super::verifier::login_cache(auth.is_some()),
                 // Until the first round of resolving inspected names is in.
                 pins_settled: false,
             };
