@@ -587,6 +587,8 @@ fn churn(c: &Common, count: u32, parallel: u32) -> io::Result<()> {
                 for i in 0..per_client {
                     let (mut s, early) = open_sending(via, sink, &msg)
                         .map_err(|e| io::Error::new(e.kind(), format!("connection {i}: {e}")))?;
+                    // A path that loses bytes fails the run instead of hanging it.
+                    s.set_read_timeout(Some(Duration::from_secs(10)))?;
                     if early.len() > msg.len() {
                         return Err(io::Error::other("more echoed than sent"));
                     }
