@@ -2,8 +2,9 @@
 //! credentials pays argon2 once.
 //!
 //! Keyed by HMAC-SHA256 of the user and password under a random key, drawn
-//! at start where logins are configured (lazily otherwise), so the cache holds no password and nothing an attacker could
-//! test guesses against offline. Only successes go in (a failure is never
+//! at start where logins are configured (lazily otherwise), so the cache
+//! holds no password and nothing an attacker could test guesses against
+//! offline. Only successes go in (a failure is never
 //! remembered as anything); the oldest entry leaves when it is full.
 
 use std::cell::OnceCell;
