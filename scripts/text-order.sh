@@ -19,14 +19,8 @@ set -euo pipefail
 source "$(dirname "$0")/bench-lib.sh"
 ORDER="$BENCH_ROOT/scripts/text-order.txt"
 
-# Function symbols of the binary, one per line.
-functions() { nm --defined-only "$1" | awk '$2 ~ /^[tTwW]$/ {print $3}' | sort -u; }
-
 if [ "${1:-}" = --check ]; then
-    [ -x "$PORTCULLIS" ] || { log "no release binary: cargo build --release"; exit 1; }
-    listed=$(grep -vc '^#' "$ORDER" || true)
-    found=$(comm -12 <(grep -v '^#' "$ORDER" | sort -u) <(functions "$PORTCULLIS") | wc -l)
-    echo "text order: $found of $listed listed functions are in the binary ($(sed -n 3s/^#.//p "$ORDER"); this binary: $(readelf -p .comment "$PORTCULLIS" | grep -o "rustc version [^)]*)"))"
+    text_order_check
     exit 0
 fi
 
