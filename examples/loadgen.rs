@@ -464,9 +464,23 @@ fn transfer_server(l: TcpListener, chunk: usize) {
     });
 }
 
+/// The server's listener. Its accept queue is as deep as the proxies' (std
+/// listens with 128): a plain relay dials the server as fast as clients
+/// connect to it, and thousands of dials at once overflowed 128, leaving
+/// connections to wait for SYN-ACK retransmits (seconds each).
 fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    TcpListener::bind(addr)
-        .map_err(|e| io::Error::new(e.kind(), format!("cannot bind the server on {addr}: {e}")))
+    let listen = || -> io::Result<TcpListener> {
+        let s = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            None,
+        )?;
+        s.set_reuse_address(true)?;
+        s.bind(&addr.into())?;
+        s.listen(4096)?;
+        Ok(s.into())
+    };
+    listen().map_err(|e| io::Error::new(e.kind(), format!("cannot bind the server on {addr}: {e}")))
 }
 
 // ---- commands ---------------------------------------------------------------

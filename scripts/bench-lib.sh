@@ -57,6 +57,8 @@ portcullis_has_workers() {
 #   portcullis-connect-w2, portcullis-socks5-w2  --workers 2 (when the build has it)
 #   baseline-connect, baseline-socks5            BASELINE_BIN, another portcullis build
 #   tinyproxy, dante, socat, c-relay
+#   c-relay-connect                              the C relay with -c: reads a CONNECT head,
+#                                                answers 200, fixed backend (the protocol's floor)
 #   haproxy (nbthread 1), haproxy-nbthread2
 path_info() {
     PEER_ARGS=""
@@ -88,6 +90,9 @@ path_info() {
         tinyproxy) PEER=tinyproxy VIA=connect ;;
         dante) PEER=dante VIA=socks5 ;;
         socat | c-relay) PEER=$1 VIA=relay ;;
+        # The C relay speaking the least of CONNECT (relay.c -c): what the
+        # protocol's round trip costs in a relay that does nothing else.
+        c-relay-connect) PEER=c-relay VIA=connect PEER_ARGS=-c ;;
         haproxy) PEER=haproxy VIA=relay PEER_ARGS=1 ;;
         haproxy-nbthread*) PEER=haproxy VIA=relay PEER_ARGS=${1#haproxy-nbthread} ;;
         *) return 1 ;;
@@ -168,7 +173,8 @@ start_peer() {
             pid=$!
             ;;
         c-relay)
-            "$RELAY" "$port" "$sink" >"$WORK/c-relay.log" 2>&1 &
+            # shellcheck disable=SC2086 # args: -c or nothing
+            "$RELAY" $args "$port" "$sink" >"$WORK/c-relay.log" 2>&1 &
             pid=$!
             ;;
         tinyproxy)

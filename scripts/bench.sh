@@ -20,7 +20,8 @@
 # with [limits] splice = false), portcullis-{connect,socks5}-w2 (--workers 2;
 # "n/a" when this build has no --workers), baseline-connect and
 # baseline-socks5 (BASELINE_BIN), tinyproxy, dante, haproxy (nbthread 1),
-# haproxy-nbthread2, socat, c-relay (benches/relay/relay.c, built with cc -O2).
+# haproxy-nbthread2, socat, c-relay (benches/relay/relay.c, built with cc -O2),
+# c-relay-connect (the same with -c: a CONNECT head read, 200, fixed backend).
 # haproxy, socat and c-relay are plain TCP relays: no CONNECT, no parsing.
 #
 # Per path, on a fresh proxy process: memory per idle tunnel (PSS growth over
@@ -59,7 +60,7 @@ IDLE=${IDLE:-5000}
 IDLE_CHECK=${IDLE_CHECK:-1000}
 IDLE_SECS=${IDLE_SECS:-5}
 TLS=${TLS:-1}
-PEERS=${PEERS:-"direct portcullis-connect portcullis-connect-early portcullis-socks5 portcullis-connect-rw portcullis-socks5-rw portcullis-connect-w2 portcullis-socks5-w2 c-relay haproxy haproxy-nbthread2 tinyproxy dante socat"}
+PEERS=${PEERS:-"direct portcullis-connect portcullis-connect-early portcullis-socks5 portcullis-connect-rw portcullis-socks5-rw portcullis-connect-w2 portcullis-socks5-w2 c-relay c-relay-connect haproxy haproxy-nbthread2 tinyproxy dante socat"}
 export DIR
 
 ulimit -n "$(ulimit -Hn)"

@@ -5,7 +5,13 @@
  * direction. Nothing else: no parsing, no CONNECT, no policy, no timers, no
  * logging (a plain relay like the haproxy and socat rows).
  *
- *   cc -O2 -o relay relay.c && ./relay 20001 20002
+ * With -c it speaks the least of HTTP CONNECT, the lower bound of what a
+ * CONNECT tunnel costs: it reads the client's request head (up to the blank
+ * line, nothing parsed), connects to the same fixed backend, answers
+ * "HTTP/1.1 200" once connected, then relays (bytes after the head included).
+ *
+ *   cc -O2 -o relay relay.c && ./relay 20001 20002      # port relay
+ *   ./relay -c 20001 20002                               # CONNECT, fixed backend
  *
  * Honest about the edges, so its numbers can be compared:
  *   - edge-triggered epoll, every fd registered once (EPOLLIN|EPOLLOUT|
@@ -53,9 +59,12 @@ struct side {
     int fd;
 };
 
+enum stage { HEAD, CONNECTING, RELAY };
+
 struct pair {
-    struct side client, backend;
+    struct side client, backend; /* backend.fd is -1 while the head is read */
     struct dir up, down; /* up: client -> backend; down: backend -> client */
+    enum stage stage;
     int dead;
     struct pair *next_dead;
 };
@@ -63,6 +72,7 @@ struct pair {
 static int ep;
 static struct sockaddr_in backend_addr;
 static struct pair *dead_list;
+static int connect_mode; /* -c */
 
 static void die(const char *what) {
     perror(what);
@@ -74,7 +84,8 @@ static void kill_pair(struct pair *p) {
         return;
     p->dead = 1;
     close(p->client.fd); /* also leaves the epoll set */
-    close(p->backend.fd);
+    if (p->backend.fd >= 0)
+        close(p->backend.fd);
     p->next_dead = dead_list;
     dead_list = p;
 }
@@ -132,6 +143,92 @@ static int add(struct side *s) {
     return epoll_ctl(ep, EPOLL_CTL_ADD, s->fd, &ev);
 }
 
+/* The backend socket: non-blocking connect, registered. -1 on failure. */
+static int dial(struct pair *p) {
+    int b = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (b < 0) {
+        perror("socket");
+        return -1;
+    }
+    if (connect(b, (struct sockaddr *)&backend_addr, sizeof backend_addr) < 0 &&
+        errno != EINPROGRESS) {
+        close(b);
+        return -1;
+    }
+    p->backend = (struct side){p, b};
+    if (add(&p->backend) < 0) {
+        perror("epoll_ctl");
+        return -1; /* kill_pair closes b */
+    }
+    return 0;
+}
+
+/* -c: reads the request head into up.buf; once its blank line is in, dials.
+ * Bytes after the head stay in up.buf, relayed once the 200 is sent. */
+static void read_head(struct pair *p) {
+    struct dir *d = &p->up;
+    for (;;) {
+        if (d->len == BUF_SIZE) {
+            kill_pair(p); /* a head that fills the buffer */
+            return;
+        }
+        ssize_t n = recv(p->client.fd, d->buf + d->len, BUF_SIZE - d->len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0) {
+            kill_pair(p);
+            return;
+        }
+        d->len += (size_t)n;
+        char *end = memmem(d->buf, d->len, "\r\n\r\n", 4);
+        if (end) {
+            d->off = (size_t)(end + 4 - d->buf);
+            p->stage = CONNECTING;
+            if (dial(p) < 0)
+                kill_pair(p);
+            return;
+        }
+    }
+}
+
+/* -c: the backend is connected: the answer, then relaying. */
+static void connected(struct pair *p) {
+    static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+    ssize_t n;
+    do
+        n = send(p->client.fd, ok, sizeof ok - 1, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)(sizeof ok - 1)) {
+        kill_pair(p); /* a fresh socket takes 39 bytes, or the client is gone */
+        return;
+    }
+    p->stage = RELAY;
+    drive(p);
+}
+
+static void on_event(struct side *s, uint32_t events) {
+    struct pair *p = s->pair;
+    if (events & EPOLLERR) {
+        kill_pair(p); /* refused connect, reset */
+        return;
+    }
+    switch (p->stage) {
+    case HEAD:
+        read_head(p);
+        break;
+    case CONNECTING:
+        /* The client's events wait: relaying reads until EAGAIN anyway. */
+        if (s == &p->backend)
+            connected(p);
+        break;
+    case RELAY:
+        drive(p);
+        break;
+    }
+}
+
 static void accept_all(int lfd) {
     for (;;) {
         int c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -142,46 +239,43 @@ static void accept_all(int lfd) {
                 perror("accept4"); /* EMFILE and the like: try again on the next event */
             return;
         }
-        int b = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (b < 0) {
-            perror("socket");
-            close(c);
-            continue;
-        }
-        if (connect(b, (struct sockaddr *)&backend_addr, sizeof backend_addr) < 0 &&
-            errno != EINPROGRESS) {
-            close(b);
-            close(c);
-            continue;
-        }
         struct pair *p = calloc(1, sizeof *p);
         char *bufs = malloc(2 * BUF_SIZE); /* mmap'd: pages cost nothing until touched */
         if (!p || !bufs) {
             free(p);
             free(bufs);
-            close(b);
             close(c);
             continue;
         }
         p->client = (struct side){p, c};
-        p->backend = (struct side){p, b};
+        p->backend = (struct side){p, -1};
         p->up.buf = bufs;
         p->down.buf = bufs + BUF_SIZE;
-        if (add(&p->client) < 0 || add(&p->backend) < 0) {
+        p->stage = connect_mode ? HEAD : RELAY;
+        if (add(&p->client) < 0) {
             perror("epoll_ctl");
             close(c);
-            close(b);
             free(bufs);
             free(p);
             continue;
         }
-        /* No read yet: edge triggering reports whatever is already queued. */
+        if (connect_mode) {
+            read_head(p); /* at once, as the proxies measured do: it is usually there */
+        } else if (dial(p) < 0) {
+            kill_pair(p);
+        }
+        /* No relay read yet: edge triggering reports whatever is already queued. */
     }
 }
 
 int main(int argc, char **argv) {
+    if (argc == 4 && strcmp(argv[1], "-c") == 0) {
+        connect_mode = 1;
+        argv++;
+        argc--;
+    }
     if (argc != 3) {
-        fprintf(stderr, "usage: %s LISTEN_PORT BACKEND_PORT (both on 127.0.0.1)\n", argv[0]);
+        fprintf(stderr, "usage: %s [-c] LISTEN_PORT BACKEND_PORT (both on 127.0.0.1)\n", argv[0]);
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -222,10 +316,8 @@ int main(int argc, char **argv) {
             struct side *s = evs[i].data.ptr;
             if (!s)
                 accept_all(lfd);
-            else if (evs[i].events & EPOLLERR)
-                kill_pair(s->pair); /* refused connect, reset */
-            else
-                drive(s->pair);
+            else if (!s->pair->dead)
+                on_event(s, evs[i].events);
         }
         while (dead_list) {
             struct pair *p = dead_list;
