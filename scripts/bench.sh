@@ -24,8 +24,8 @@
 # c-relay-connect (the same with -c: a CONNECT head read, 200, fixed backend).
 # haproxy, socat and c-relay are plain TCP relays: no CONNECT, no parsing.
 #
-# Per path, on a fresh proxy process: memory per idle tunnel (PSS growth over
-# IDLE tunnels), then the proxy's syscalls over IDLE_SECS with IDLE_CHECK idle
+# Per path, on a fresh proxy process: memory per idle tunnel (growth of the
+# anonymous and shared-memory PSS over IDLE tunnels), then the proxy's syscalls over IDLE_SECS with IDLE_CHECK idle
 # tunnels open (strace). On a second process: throughput over 1 stream and
 # over STREAMS streams (BYTES in all, median of REPEAT) with the proxy's CPU
 # seconds per GiB (utime+stime of the proxy and its children, /proc) and its
