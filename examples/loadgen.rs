@@ -651,6 +651,11 @@ fn idle(c: &Common, count: u32, settle_ms: u64, hold_secs: u64) -> io::Result<()
     let pid = c
         .watch_pid
         .ok_or_else(|| io::Error::other("idle needs --watch-pid"))?;
+    if count < 2 {
+        return Err(io::Error::other(
+            "idle needs --count 2 or more (one tunnel warms up)",
+        ));
+    }
     let l = bind(c.sink)?;
     let held = thread::spawn(move || {
         let mut held = Vec::new();

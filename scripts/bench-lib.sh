@@ -446,7 +446,7 @@ command_line() {
 }
 
 # Function symbols of binary $1, one per line.
-functions() { nm --defined-only "$1" | awk '$2 ~ /^[tTwW]$/ {print $3}' | sort -u; }
+functions() { nm --defined-only "$1" | awk '$2 ~ /^[tTwW]$/ {print $3}' | LC_ALL=C sort -u; }
 
 # How much of scripts/text-order.txt (scripts/build.rs) the release binary
 # has: a list made by another toolchain or before a dependency update
@@ -455,7 +455,7 @@ text_order_check() {
     local order="$BENCH_ROOT/scripts/text-order.txt" listed found
     [ -f "$order" ] && [ -x "$PORTCULLIS" ] || { echo "no list or no binary"; return 0; }
     listed=$(grep -vc '^#' "$order" || true)
-    found=$(comm -12 <(grep -v '^#' "$order" | sort -u) <(functions "$PORTCULLIS") | wc -l)
+    found=$(LC_ALL=C comm -12 <(grep -v '^#' "$order" | LC_ALL=C sort -u) <(functions "$PORTCULLIS") | wc -l)
     echo "$found of the $listed functions scripts/text-order.txt lists are in the binary (list made with $(sed -n 's/^# rustc/rustc/p' "$order"); the binary built by $(readelf -p .comment "$PORTCULLIS" 2>/dev/null | grep -o 'rustc version [^)]*)' || echo '?'))"
 }
 

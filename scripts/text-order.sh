@@ -3,8 +3,8 @@
 # at start, on a tunnel's path (CONNECT, SOCKS5, splice and read/write),
 # on a refusal and at shutdown, as a callgrind run of that workload records
 # them. scripts/build.rs hands the list to the linker, which places those
-# functions first, so the running proxy maps about 0.6 MiB of text instead
-# of 2 (a page fault maps the 64 KiB around it).
+# functions first, so the running proxy maps about 0.75 MiB of text instead
+# of 2.5 (a page fault maps the 64 KiB around it).
 #
 # Run it again after a toolchain update or a large change: names carry
 # hashes of the crate and the compiler, and a name that is gone is only
@@ -15,6 +15,7 @@
 #
 # Needs valgrind (Debian: apt-get install valgrind).
 set -euo pipefail
+export LC_ALL=C # one sort order for sort and comm, and for the list's diffs
 # shellcheck source=scripts/bench-lib.sh
 source "$(dirname "$0")/bench-lib.sh"
 ORDER="$BENCH_ROOT/scripts/text-order.txt"
@@ -38,14 +39,15 @@ record() {
     shift
     sink=$(pick_port)
     port=$(pick_port)
-    # shellcheck disable=SC2068 # ARGS are words
     RUST_LOG=warn valgrind --tool=callgrind --demangle=no --callgrind-out-file="$out" \
-        "$PORTCULLIS" --listen "127.0.0.1:$port" --allow "127.0.0.1:$sink" $@ \
+        "$PORTCULLIS" --listen "127.0.0.1:$port" --allow "127.0.0.1:$sink" "$@" \
         >"$out.log" 2>&1 &
     pid=$!
     STARTED_PIDS+=("$pid")
     # valgrind starts slowly: up to 25 s
-    for _ in 1 2 3 4 5; do wait_listen "$port" && break; done
+    local up=0
+    for _ in 1 2 3 4 5; do wait_listen "$port" && up=1 && break; done
+    [ "$up" = 1 ] || { log "the proxy under callgrind did not listen: $out.log"; tail -5 "$out.log" >&2; return 1; }
     lg transfer "$port" "$sink" --via connect --bytes 64MiB --dir up --streams 4
     lg transfer "$port" "$sink" --via socks5 --bytes 64MiB --dir down --streams 4
     lg churn "$port" "$sink" --via connect --count 300 --parallel 4
@@ -54,7 +56,7 @@ record() {
     # A refusal: a port no rule allows.
     exec 3<>"/dev/tcp/127.0.0.1/$port"
     printf 'CONNECT 127.0.0.1:1 HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n' >&3
-    head -c 12 <&3 >/dev/null || true
+    timeout 5 head -c 12 <&3 >/dev/null || true
     exec 3<&-
     kill -TERM "$pid"
     wait "$pid" || { log "the proxy under callgrind failed: $out.log"; tail -5 "$out.log" >&2; return 1; }
@@ -69,6 +71,6 @@ record rw --config "$cfg"
     echo "# Written by scripts/text-order.sh; read by scripts/build.rs (the linker's --symbol-ordering-file)."
     echo "# The functions the release binary ran (callgrind), placed first in its text. Made with:"
     echo "# $(rustc --version), Cargo.lock $(sha256sum "$BENCH_ROOT/Cargo.lock" | cut -c1-12), $(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
-    comm -12 <(sort -u "$WORK"/callgrind.*.names) <(functions "$PORTCULLIS")
+    comm -12 <(sort -u "$WORK/callgrind.splice.names" "$WORK/callgrind.rw.names") <(functions "$PORTCULLIS")
 } >"$ORDER"
 log "wrote $ORDER: $(grep -vc "^#" "$ORDER") functions"
