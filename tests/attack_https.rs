@@ -544,6 +544,43 @@ fn a_bare_lf_in_a_request_head_is_refused() {
     );
 }
 
+/// The same on the way back: a bare LF in a response head was a line end to
+/// the proxy, which forwarded the head byte for byte. A client that keeps
+/// it inside a value does not see the `Content-Length` behind it and frames
+/// this response, and the responses after it, otherwise.
+///
+/// Fixed in `protocol/http1/exchange/response.rs`: such a response is
+/// `502`, and none of it reaches the client.
+#[test]
+fn a_bare_lf_in_a_response_head_is_502() {
+    let origin = Origin::start(|r| match r.target.as_str() {
+        "/lf" => Reply::Bytes(b"HTTP/1.1 200 OK\r\nX: a\nContent-Length: 6\r\n\r\nsecret".to_vec()),
+        _ => ok("fine"),
+    });
+    let dir = TempDir::new("attack-bare-lf-response");
+    let cfg = write_config(&dir, &inspect_config(origin.port()));
+    let proxy = start(&cfg, &[]);
+    let target = format!("localhost:{}", origin.port());
+    let mut s = connect_via_http(proxy.addr, &target);
+    s.set_read_timeout(Some(PROMPTLY)).unwrap();
+    s.write_all(format!("GET /fine HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .unwrap();
+    let (resp, body) = read_response(&mut s);
+    assert_eq!((resp.status, body.as_str()), (200, "fine"), "{}", resp.raw);
+    s.write_all(format!("GET /lf HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .unwrap();
+    let (resp, body) = read_response(&mut s);
+    assert_eq!(resp.status, 502, "{}{body}", resp.raw);
+    assert!(body.contains("malformed response: bare LF"), "{body}");
+    assert!(
+        !resp.raw.contains("X: a") && !body.contains("secret"),
+        "{}{body}",
+        resp.raw
+    );
+    expect_closed(&mut s, "after the 502");
+    assert_eq!(origin.requests().len(), 2);
+}
+
 /// Audit-8 H4: `mkdir -m 777` then `portcullis ca`: the CA was generated
 /// into the world-writable directory and reused from it (anyone could have
 /// swapped it), and a key file made 0644 was reused silently.

@@ -2,6 +2,7 @@
 //! own answers and the upstream's responses (parsed only to find where each
 //! ends, take its status, and rewrite its head for the forward proxy).
 
+use super::checks;
 use super::{Due, End, Exchange, Mode, Phase, Progress, Req, Resp, UpstreamAction, VIA};
 use crate::policy::RequestVerdict;
 use crate::protocol::http::{error_response, HeadError};
@@ -81,6 +82,11 @@ impl Exchange {
             http1::parse_response_head(input, self.config.max_head_bytes)
         };
         match parsed {
+            // As for requests (`request.rs`): the parser takes a bare LF as
+            // a line end, a client may not, and would then frame this
+            // response (and take the rest as the next one) otherwise.
+            Ok(Some((_, n))) if checks::has_bare_lf(&input[..n]) => self
+                .bad_upstream("malformed response: bare LF in the head (lines end in CRLF)".into()),
             Ok(Some((head, n))) => self.response(head, n, room),
             Ok(None) if self.upstream_eof => {
                 if let Some((cause, why)) = self.failure_answer() {

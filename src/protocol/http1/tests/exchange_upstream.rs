@@ -271,6 +271,51 @@ fn bad_upstream_heads_are_502() {
     }
 }
 
+/// A bare LF ends a line for the proxy's parser, not for every client: a
+/// client that keeps it inside a value would not see the `Content-Length`
+/// behind it and frame the response (and the next) otherwise. Nothing of
+/// such a response reaches the client: a 502 in its place.
+#[test]
+fn a_bare_lf_in_a_response_head_is_502() {
+    for resp in [
+        "HTTP/1.1 200 OK\nContent-Length: 5\n\nhello",
+        "HTTP/1.1 200 OK\r\nX: a\nContent-Length: 5\r\n\r\nhello",
+        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\nhello",
+        "HTTP/1.1 100 Continue\n\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+    ] {
+        let client = get("/fine") + &get("/bad");
+        let script = Script::new(
+            &client,
+            vec![
+                Reply::on("GET /fine", ok("fine")),
+                Reply::on("GET /bad", resp),
+            ],
+        );
+        let out = run_split(&tunnel(), &script);
+        expect_502(&out, &["GET", "GET"], "bad-upstream-response");
+        assert_eq!(out.statuses(&["GET", "GET"]), [200, 502], "{resp:?}");
+        assert!(
+            !out.client_text().contains("hello"),
+            "{resp:?}: {}",
+            out.client_text()
+        );
+        assert!(
+            out.client_text().contains("bare LF"),
+            "{}",
+            out.client_text()
+        );
+        assert!(
+            matches!(out.end, Ending::Closed(End::BadUpstream(_))),
+            "{:?}",
+            out.end
+        );
+    }
+    // A LF inside a body is the body's.
+    let script = Script::new(get("/a"), vec![Reply::on("GET /a", ok("x\ny"))]);
+    let out = run_split(&tunnel(), &script);
+    assert_eq!(out.client_text(), ok("x\ny"));
+}
+
 #[test]
 fn a_body_that_breaks_its_framing_closes_without_an_answer() {
     let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
