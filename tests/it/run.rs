@@ -1,0 +1,688 @@
+//! `portcullis run`: CMD in a network namespace whose only way out is the
+//! proxy. Real processes: the binary, sh, curl, a loopback origin.
+//!
+//! Namespaces must work on this machine and in CI (unprivileged user
+//! namespaces, or root). A platform without them sets
+//! `PORTCULLIS_TEST_NO_NAMESPACES=1`; then these tests check instead that
+//! `run` refuses with its clear error. Without that variable a missing
+//! namespace fails the test.
+
+use crate::support;
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const BODY: &str = "hello from the host's loopback\n";
+/// Bound for one `run` (each finishes in well under a second).
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+
+/// The binary with a clean proxy environment and info logs.
+fn portcullis() -> Command {
+    command(env!("CARGO_BIN_EXE_portcullis"))
+}
+
+/// `program` with a clean proxy environment, info logs, no stdin and its
+/// output piped.
+fn command(program: &str) -> Command {
+    let mut cmd = Command::new(program);
+    for v in PROXY_VARS {
+        cmd.env_remove(v);
+    }
+    cmd.env("RUST_LOG", "info")
+        .env("RUST_LOG_STYLE", "never")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// A running `portcullis run`, its output collected line by line.
+struct Running {
+    child: ChildGuard,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<Vec<String>>>,
+    readers: Vec<thread::JoinHandle<()>>,
+}
+
+impl Running {
+    fn start(mut cmd: Command) -> Running {
+        let mut child = ChildGuard(cmd.spawn().expect("spawn portcullis"));
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let readers = vec![
+            collect(child.stdout.take().unwrap(), stdout.clone(), ""),
+            collect(child.stderr.take().unwrap(), stderr.clone(), "[run] "),
+        ];
+        Running {
+            child,
+            stdout,
+            stderr,
+            readers,
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn wait_stdout(&self, line: &str) {
+        wait_for(&format!("`{line}` on CMD's stdout"), PROMPTLY, || {
+            self.stdout.lock().unwrap().iter().any(|l| l == line)
+        });
+    }
+
+    /// Waits for exit (bounded), then for both streams to close.
+    fn finish(mut self) -> Output {
+        let deadline = Instant::now() + RUN_LIMIT;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "portcullis run did not exit");
+            thread::sleep(Duration::from_millis(10));
+        };
+        for r in self.readers.drain(..) {
+            r.join().unwrap();
+        }
+        let stdout = self.stdout.lock().unwrap().join("\n");
+        let stderr = self.stderr.lock().unwrap().join("\n");
+        Output {
+            status,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+fn collect(
+    r: impl Read + Send + 'static,
+    into: Arc<Mutex<Vec<String>>>,
+    echo: &'static str,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            eprintln!("{echo}{line}");
+            into.lock().unwrap().push(line);
+        }
+    })
+}
+
+struct Output {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Output {
+    fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+    fn access_lines(&self, target: &str) -> usize {
+        self.stderr
+            .lines()
+            .filter(|l| l.contains("event=session") && l.contains(&format!("target={target} ")))
+            .count()
+    }
+}
+
+/// `portcullis run ARGS -- sh -c SCRIPT`, to completion.
+fn run_sh(args: &[&str], script: &str) -> Output {
+    let mut cmd = portcullis();
+    cmd.arg("run").args(args).args(["--", "sh", "-c", script]);
+    Running::start(cmd).finish()
+}
+
+/// False when the platform is declared to lack namespaces.
+fn namespaces_expected() -> bool {
+    if std::env::var_os("PORTCULLIS_TEST_NO_NAMESPACES").is_some() {
+        eprintln!("PORTCULLIS_TEST_NO_NAMESPACES is set: checking that run refuses clearly");
+        let out = run_sh(&[], "exit 0");
+        assert_eq!(out.code(), Some(1), "{}", out.stderr);
+        assert!(out.stderr.contains("cannot isolate CMD"), "{}", out.stderr);
+        assert!(out.stderr.contains("--no-isolate"), "{}", out.stderr);
+        return false;
+    }
+    true
+}
+
+/// Fails loudly when `run` could not isolate: this machine must support it.
+#[track_caller]
+fn assert_isolated(out: &Output) {
+    assert!(
+        !out.stderr.contains("cannot isolate CMD"),
+        "namespaces are unavailable here, but this platform must support them (set \
+         PORTCULLIS_TEST_NO_NAMESPACES=1 only where it cannot): {}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("inside CMD's network namespace"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// The host's own non-loopback address (a route lookup; no packet is sent),
+/// so a direct connection to a reachable non-loopback address can be tried
+/// without leaving the machine.
+fn host_address() -> Option<std::net::IpAddr> {
+    let s = UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+#[test]
+fn cmd_reaches_an_allowed_origin_only_through_the_proxy() {
+    if !namespaces_expected() {
+        return;
+    }
+    let origin = http_server(BODY);
+    // The same origin on the host's own address: reachable from the host,
+    // not from inside the namespace (no route).
+    let host_ip = host_address().expect("this machine has a non-loopback address");
+    let host_origin = http_server_on(SocketAddr::new(host_ip, 0), BODY);
+    drop(std::net::TcpStream::connect(host_origin.addr).expect("reachable from the host"));
+    wait_for("the host-side probe accepted", PROMPTLY, || {
+        host_origin.accepted() == 1
+    });
+
+    let port = origin.port();
+    let script = format!(
+        r#"
+        echo "proxy=$HTTP_PROXY https=$https_proxy all=$ALL_PROXY no=$NO_PROXY"
+        body=$(curl -sS --max-time 20 --noproxy '' -x "$HTTP_PROXY" http://127.0.0.1:{port}/) && echo "proxied=$body"
+        curl -sS --max-time 5 --noproxy '*' http://127.0.0.1:{port}/ >/dev/null 2>&1; echo "direct-loopback=$?"
+        err=$(curl -v --max-time 5 --noproxy '*' http://{host}/ 2>&1 >/dev/null); echo "direct-host=$?"
+        echo "$err" | grep -q -i -E 'network is unreachable|no route to host' && echo "no-route=yes"
+        exit 7
+        "#,
+        host = host_origin.addr,
+    );
+    let out = run_sh(&["--allow", &format!("127.0.0.1:{port}")], &script);
+    assert_isolated(&out);
+    assert_eq!(out.code(), Some(7), "CMD's exit status: {}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines.contains(
+            &"proxy=http://127.0.0.1:3128 https=http://127.0.0.1:3128 all=socks5h://127.0.0.1:3128 no=localhost,127.0.0.1,::1"
+        ),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&format!("proxied={}", BODY.trim_end()).as_str()),
+        "through the proxy: {lines:?}"
+    );
+    assert!(
+        lines.contains(&"direct-loopback=7"),
+        "the host's loopback must not be reachable directly: {lines:?}"
+    );
+    assert!(
+        lines.contains(&"direct-host=7") && lines.contains(&"no-route=yes"),
+        "a non-loopback address must have no route: {lines:?}"
+    );
+    assert_eq!(origin.accepted(), 1, "only the proxied request arrives");
+    assert_eq!(
+        host_origin.accepted(),
+        1,
+        "nothing from inside the namespace"
+    );
+    assert_eq!(
+        out.access_lines(&format!("127.0.0.1:{port}")),
+        1,
+        "one access line for the proxied request: {}",
+        out.stderr
+    );
+}
+
+#[test]
+fn the_default_policy_refuses_the_hosts_loopback() {
+    if !namespaces_expected() {
+        return;
+    }
+    let origin = must_not_accept();
+    let script = format!(
+        "curl -sS --max-time 20 -p -x \"$HTTP_PROXY\" --noproxy '' http://127.0.0.1:{}/; echo \"curl=$?\"",
+        origin.port()
+    );
+    let out = run_sh(&[], &script);
+    assert_isolated(&out);
+    assert_eq!(out.code(), Some(0));
+    let curl = out.stdout.lines().find_map(|l| l.strip_prefix("curl="));
+    assert!(
+        matches!(curl, Some(c) if c != "0"),
+        "curl through a refused CONNECT must fail: {}",
+        out.stdout
+    );
+    assert_eq!(origin.accepted(), 0);
+    assert!(out.stderr.contains("decision=deny"), "{}", out.stderr);
+}
+
+#[test]
+fn signals_reach_cmd_and_nothing_is_left_running() {
+    if !namespaces_expected() {
+        return;
+    }
+    // A unique argument to find leftovers by (background sleep, the namespace's init).
+    let marker = format!("3{}.25", std::process::id());
+    let script = format!(
+        r#"sleep {marker} &
+        trap 'echo got-term; exit 42' TERM
+        echo ready
+        while :; do sleep 0.05; done"#
+    );
+    let mut cmd = portcullis();
+    cmd.args(["run", "--", "sh", "-c", &script]);
+    let running = Running::start(cmd);
+    running.wait_stdout("ready");
+    assert!(
+        !leftovers(&marker).is_empty(),
+        "the marker should find CMD's background sleep"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(running.pid()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = running.finish();
+    assert_isolated(&out);
+    assert_eq!(out.code(), Some(42), "the trap's status: {}", out.stderr);
+    assert!(out.stdout.contains("got-term"));
+    // run has exited, and its namespace with it: the background sleep and
+    // the namespace's init are gone.
+    let left = leftovers(&marker);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}
+
+/// Processes whose command line mentions `marker`.
+fn leftovers(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(marker) {
+            found.push(format!(
+                "{}: {cmdline}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    found
+}
+
+#[test]
+fn exit_statuses_pass_through() {
+    if !namespaces_expected() {
+        return;
+    }
+    let out = run_sh(&[], "kill -KILL $$");
+    assert_isolated(&out);
+    assert_eq!(out.code(), Some(128 + 9), "a signal death is 128+N");
+    let out = run_sh(&[], "exit 0");
+    assert_eq!(out.code(), Some(0));
+
+    let mut cmd = portcullis();
+    cmd.args(["run", "--", "/nonexistent/portcullis-test-command"]);
+    let out = Running::start(cmd).finish();
+    assert_eq!(out.code(), Some(127), "{}", out.stderr);
+    assert!(out.stderr.contains("cannot run"), "{}", out.stderr);
+}
+
+#[test]
+fn an_unprivileged_user_keeps_their_uid_in_a_user_namespace() {
+    if !namespaces_expected() {
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        // Every other test here already runs unprivileged.
+        return;
+    }
+    // As root, drop to nobody to take the unprivileged path (setgroups deny,
+    // a one-id map written by the parent).
+    let origin = http_server(BODY);
+    let port = origin.port();
+    // A copy nobody can execute, wherever the checkout lives (/root is 0700).
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("run-nobody");
+    let exe = dir.path().join("portcullis");
+    std::fs::copy(env!("CARGO_BIN_EXE_portcullis"), &exe).unwrap();
+    for p in [dir.path(), exe.as_path()] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut cmd = command("setpriv");
+    cmd.current_dir("/").args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        exe.to_str().unwrap(),
+        "run",
+        "--allow",
+        &format!("127.0.0.1:{port}"),
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "echo uid=$(id -u); curl -sS --max-time 20 --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:{port}/"
+        ),
+    ]);
+    let out = Running::start(cmd).finish();
+    assert_isolated(&out);
+    assert!(
+        out.stderr.contains("new user, network and PID namespaces"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("uid=65534"), "{}", out.stdout);
+    assert!(out.stdout.contains(BODY.trim_end()), "{}", out.stdout);
+    assert_eq!(origin.accepted(), 1);
+}
+
+#[test]
+fn without_namespaces_the_error_is_clear_and_no_isolate_still_runs() {
+    // Inside `unshare -U` (a user namespace with no uid map) no nested user
+    // namespace can be made: the same failure as where they are disabled.
+    let mut cmd = Command::new("unshare");
+    for v in PROXY_VARS {
+        cmd.env_remove(v);
+    }
+    cmd.args(["-U", env!("CARGO_BIN_EXE_portcullis"), "run", "--", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = Running::start(cmd).finish();
+    if out.stderr.contains("unshare: unshare failed") {
+        assert!(
+            !namespaces_expected(),
+            "unshare -U failed here: {}",
+            out.stderr
+        );
+        return;
+    }
+    assert_eq!(out.code(), Some(1), "{}", out.stderr);
+    for needle in [
+        "cannot isolate CMD",
+        "EPERM",
+        "user.max_user_namespaces",
+        "kernel.unprivileged_userns_clone",
+        "portcullis run --no-isolate",
+    ] {
+        assert!(
+            out.stderr.contains(needle),
+            "no {needle:?} in: {}",
+            out.stderr
+        );
+    }
+
+    let mut cmd = Command::new("unshare");
+    for v in PROXY_VARS {
+        cmd.env_remove(v);
+    }
+    cmd.args([
+        "-U",
+        env!("CARGO_BIN_EXE_portcullis"),
+        "run",
+        "--no-isolate",
+        "--",
+        "sh",
+        "-c",
+        "echo \"proxy=$HTTP_PROXY\"; exit 3",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let out = Running::start(cmd).finish();
+    assert_eq!(out.code(), Some(3), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("proxy=http://127.0.0.1:"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn no_isolate_sets_the_environment_only() {
+    let origin = http_server(BODY);
+    let port = origin.port();
+    let script = format!(
+        r#"echo "proxy=$HTTP_PROXY"
+        echo "node=$NODE_USE_ENV_PROXY grpc=$grpc_proxy"
+        body=$(curl -sS --max-time 20 --noproxy '' -x "$http_proxy" http://127.0.0.1:{port}/) && echo "proxied=$body"
+        body=$(curl -sS --max-time 20 --noproxy '*' http://127.0.0.1:{port}/) && echo "direct=$body"
+        exit 5"#
+    );
+    let out = run_sh(
+        &["--no-isolate", "--allow", &format!("127.0.0.1:{port}")],
+        &script,
+    );
+    assert_eq!(out.code(), Some(5), "{}", out.stderr);
+    let proxy_line = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("proxy="))
+        .expect("proxy line");
+    let addr: SocketAddr = proxy_line
+        .trim_start_matches("proxy=http://")
+        .parse()
+        .expect("an address");
+    assert!(addr.ip().is_loopback());
+    assert_ne!(addr.port(), 3128, "an ephemeral port by default");
+    assert!(out.stdout.contains("node=1 grpc=http://127.0.0.1:"));
+    assert!(out.stdout.contains(&format!("proxied={}", BODY.trim_end())));
+    // Not isolated: the direct request works too.
+    assert!(out.stdout.contains(&format!("direct={}", BODY.trim_end())));
+    assert_eq!(origin.accepted(), 2);
+    assert_eq!(out.access_lines(&format!("127.0.0.1:{port}")), 1);
+}
+
+#[test]
+fn as_root_without_user_namespaces_a_plain_network_namespace_is_used() {
+    if !namespaces_expected() {
+        return;
+    }
+    // `unshare -Ur` makes us root of a user namespace where no further user
+    // namespace may be created (limit 0): run falls back to plain network and
+    // PID namespaces, which root may create.
+    let origin = http_server(BODY);
+    let port = origin.port();
+    let exe = env!("CARGO_BIN_EXE_portcullis");
+    let inner = format!(
+        "echo 0 > /proc/sys/user/max_user_namespaces || exit 90
+        exec '{exe}' run --allow 127.0.0.1:{port} -- sh -c '
+            curl -sS --max-time 20 --noproxy \"\" -x \"$HTTP_PROXY\" http://127.0.0.1:{port}/
+            curl -sS --max-time 5 --noproxy \"*\" http://127.0.0.1:{port}/ >/dev/null 2>&1; echo direct=$?
+            exit 6'"
+    );
+    let mut cmd = command("unshare");
+    cmd.args(["-Ur", "sh", "-c", &inner]);
+    let out = Running::start(cmd).finish();
+    assert_isolated(&out);
+    assert!(
+        out.stderr
+            .contains("new network and PID namespaces (as root)"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.code(), Some(6), "{}", out.stderr);
+    assert!(out.stdout.contains(BODY.trim_end()), "{}", out.stdout);
+    assert!(out.stdout.contains("direct=7"), "{}", out.stdout);
+    assert_eq!(origin.accepted(), 1);
+}
+
+/// Pids of the processes running `sleep ARG` (not run itself, whose own
+/// command line mentions ARG too).
+fn sleeping(arg: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if argv.len() >= 2 && argv[0].ends_with(b"sleep") && argv[1] == arg.as_bytes() {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Waits for `child` to exit, at most [`PROMPTLY`] (a signal that does not
+/// reach CMD would leave it waiting forever).
+fn exit_promptly(mut running: Running, what: &str) -> Output {
+    let exited = wait_until(PROMPTLY, || running.child.try_wait().unwrap().is_some());
+    assert!(exited, "{what}: run has not exited");
+    running.finish()
+}
+
+/// A unique `sleep` argument (bounded: leftovers of a failing run end by themselves).
+fn sleep_arg(tag: u32) -> String {
+    format!("60.{}{tag}", std::process::id())
+}
+
+#[test]
+fn sigterm_to_run_ends_a_cmd_that_installs_no_handler() {
+    let isolate = namespaces_expected();
+    for (i, flags) in [&[][..], &["--no-isolate"][..]].into_iter().enumerate() {
+        if flags.is_empty() && !isolate {
+            continue;
+        }
+        let arg = sleep_arg(i as u32);
+        let mut cmd = portcullis();
+        cmd.arg("run").args(flags).args(["--", "sleep", &arg]);
+        let running = Running::start(cmd);
+        wait_for("CMD's sleep", PROMPTLY, || !sleeping(&arg).is_empty());
+        let status = std::fs::read_to_string(format!("/proc/{}/status", sleeping(&arg)[0]))
+            .unwrap_or_default();
+        let mask = status.lines().find(|l| l.starts_with("SigBlk:"));
+        assert_eq!(
+            mask.map(|l| l.split_whitespace().nth(1)),
+            Some(Some("0000000000000000")),
+            "{flags:?}: CMD must start with no signal blocked: {status}"
+        );
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(running.pid()),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let out = exit_promptly(running, &format!("{flags:?} after SIGTERM"));
+        assert_eq!(out.code(), Some(128 + 15), "{flags:?}: {}", out.stderr);
+        wait_for("no sleep left", PROMPTLY, || sleeping(&arg).is_empty());
+    }
+}
+
+#[test]
+fn a_cmd_that_signals_itself_dies_by_the_signal() {
+    let isolate = namespaces_expected();
+    let script = "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\nprint('survived')";
+    for flags in [&[][..], &["--no-isolate"][..]] {
+        if flags.is_empty() && !isolate {
+            continue;
+        }
+        let mut cmd = portcullis();
+        cmd.arg("run")
+            .args(flags)
+            .args(["--", "python3", "-c", script]);
+        let out = exit_promptly(Running::start(cmd), &format!("{flags:?}"));
+        assert_eq!(out.code(), Some(128 + 15), "{flags:?}: {}", out.stderr);
+        assert!(
+            !out.stdout.contains("survived"),
+            "{flags:?}: {}",
+            out.stdout
+        );
+    }
+}
+
+#[test]
+fn sigkill_of_run_no_isolate_leaves_no_cmd() {
+    let arg = sleep_arg(7);
+    let mut cmd = portcullis();
+    cmd.args(["run", "--no-isolate", "--", "sleep", &arg]);
+    let mut running = Running::start(cmd);
+    wait_for("CMD's sleep", PROMPTLY, || !sleeping(&arg).is_empty());
+    running.child.kill().unwrap();
+    let _ = running.child.wait();
+    let gone = wait_until(PROMPTLY, || sleeping(&arg).is_empty());
+    let left = sleeping(&arg);
+    for pid in &left {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(gone, "CMD outlived a SIGKILLed run: {left:?}");
+}
+
+#[test]
+fn terminated_tls_is_trusted_whatever_ca_variables_cmd_inherits() {
+    use support::tls::{https_origin, terminate_rule, Cas};
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
+    let port = origin.port();
+    let dir = TempDir::new("run-terminate");
+    let cfg = dir.path().join("portcullis.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}state_dir = \"{}\"\n\n{}",
+            cas.tls_table(),
+            dir.path().join("state").display(),
+            terminate_rule(port, ""),
+        ),
+    )
+    .unwrap();
+    // CMD inherits CA variables pointing elsewhere (a bundle without the
+    // proxy's CA); curl prefers CURL_CA_BUNDLE to SSL_CERT_FILE.
+    let elsewhere = cas.upstream.cert_path.display().to_string();
+    let script = format!(
+        r#"echo "vars $SSL_CERT_FILE $CURL_CA_BUNDLE $PIP_CERT $AWS_CA_BUNDLE"
+        curl -sS --max-time 20 --noproxy '' -i https://localhost:{port}/through"#
+    );
+    let isolate = namespaces_expected();
+    for flags in [&[][..], &["--no-isolate"][..]] {
+        if flags.is_empty() && !isolate {
+            continue;
+        }
+        let mut cmd = portcullis();
+        for var in [
+            "CURL_CA_BUNDLE",
+            "PIP_CERT",
+            "AWS_CA_BUNDLE",
+            "SSL_CERT_FILE",
+        ] {
+            cmd.env(var, &elsewhere);
+        }
+        cmd.arg("run")
+            .args(flags)
+            .args(["--config", cfg.to_str().unwrap()])
+            .args(["--", "sh", "-c", &script]);
+        let out = Running::start(cmd).finish();
+        assert_eq!(out.code(), Some(0), "{flags:?}: {}", out.stderr);
+        let vars: Vec<&str> = out
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("vars "))
+            .expect("the vars line")
+            .split(' ')
+            .collect();
+        assert_eq!(vars.len(), 4, "{flags:?}: {vars:?}");
+        assert!(
+            vars.iter().all(|v| *v == vars[0] && *v != elsewhere),
+            "{flags:?}: every CA variable points at the proxy's bundle: {vars:?}"
+        );
+        assert!(
+            out.stdout.contains("GET /through"),
+            "{flags:?}: curl trusted the terminated TLS: {}",
+            out.stdout
+        );
+    }
+}

@@ -1,0 +1,440 @@
+//! Writing policy (issue problem 7), with the binary: configuration
+//! mistakes in a file are reported plainly with the line and column of the
+//! offending value; `--default` and `default = true` add the built-in
+//! default rule; `--check` prints every effective setting; `match = "both"`
+//! opens a range only for the names listed; `mode = "audit"` on one rule
+//! reports what that rule would refuse and lets it through.
+
+use crate::support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use support::*;
+
+fn write(dir: &TempDir, name: &str, text: &str) -> PathBuf {
+    let path = dir.0.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `portcullis ARGS` (no proxy is started by `--check`).
+fn binary(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(args)
+        .output()
+        .expect("run portcullis")
+}
+
+/// `--check` of `config`: (exit code, stdout, stderr).
+fn check(config: &Path, extra: &[&str]) -> (Option<i32>, String, String) {
+    let mut args = vec!["--check", "--config", config.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let out = binary(&args);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const RULE: &str = "[[rules]]\nname = \"r\"\naction = \"allow\"\n";
+
+#[test]
+fn config_mistakes_read_plainly_with_line_and_column() {
+    let dir = TempDir::new("policy-errors");
+    for (body, want) in [
+        (
+            "cidr = \"10.20.0.0/33\"",
+            "rules[0].cidr: line 4, column 8: \"10.20.0.0/33\": prefix length /33 too long",
+        ),
+        (
+            "cidr = \"10.0.0.1/8\"",
+            "rules[0].cidr: line 4, column 8: \"10.0.0.1/8\": 10.0.0.1/8 has host bits set: use 10.0.0.0/8",
+        ),
+        (
+            "cidrs = [\"10.0.0.0/8\", \"fd00::1/8\"]",
+            "rules[0].cidrs[1]: line 4, column 24: \"fd00::1/8\": fd00::1/8 has host bits set: use fd00::/8",
+        ),
+        (
+            "host = \"https://github.com/owner/repo\"",
+            "rules[0].host: line 4, column 8: \"https://github.com/owner/repo\": a rule takes a host, not a URL: use github.com:443",
+        ),
+        (
+            "host = \"github.com:443\"",
+            "rules[0].host: line 4, column 8: \"github.com:443\": a host has no port: give \"github.com\", and the port as port = 443 (or in ports)",
+        ),
+        (
+            "host = \"x.test\"\nport = 70000",
+            "line 5, column 8: port 70000 is out of range (1-65535)",
+        ),
+        (
+            "host = \"x.test\"\nport = \"abc\"",
+            "rules[0].port: line 5, column 8: invalid port \"abc\"",
+        ),
+        (
+            "host = \"x.test\"\nports = [443, \"10-5\"]",
+            "rules[0].ports[1]: line 5, column 15: invalid port range \"10-5\": 10 > 5",
+        ),
+        (
+            "host = \"x.test\"\n\n[[rules]]\nname = \"r\"\naction = \"deny\"\nhost = \"y.test\"",
+            "rules[1].name: line 7, column 8: \"r\" names an earlier rule too: rule names must be unique",
+        ),
+    ] {
+        let cfg = write(&dir, "bad.toml", &format!("{RULE}{body}\n"));
+        let (code, out, err) = check(&cfg, &[]);
+        assert_eq!(code, Some(2), "{body}: {out}{err}");
+        let err = err.trim();
+        assert!(
+            err.starts_with(&format!("portcullis: {}: ", cfg.display())) && err.contains(want),
+            "{body}:\n  got  {err}\n  want {want}"
+        );
+        for noise in ["untagged", "invalid IPv6", "did not match"] {
+            assert!(!err.contains(noise), "{body}: {err}");
+        }
+    }
+    // A Unix listener's group that does not exist: start would fail, so
+    // --check does.
+    let cfg = write(
+        &dir,
+        "group.toml",
+        "[[listen]]\naddress = \"unix:/tmp/portcullis-test-no.sock\"\ngroup = \"no-such-group-9\"\n",
+    );
+    let (code, _, err) = check(&cfg, &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("listen[0].group: no group named \"no-such-group-9\""),
+        "{err}"
+    );
+    // The same mistakes as flags.
+    for (flag, want) in [
+        ("https://github.com", "a rule takes a host, not a URL: use github.com:443"),
+        ("10.0.0.1/8:443", "10.0.0.1/8 has host bits set: use 10.0.0.0/8"),
+        (
+            "::1:443",
+            "\"::1:443\" is ambiguous: write [::1]:443 for port 443 of ::1, or [::1:443] for that address on every port",
+        ),
+    ] {
+        let out = binary(&["--check", "--allow", flag]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {err}");
+        assert!(err.contains(want), "{flag}: {err}");
+    }
+}
+
+#[test]
+fn default_adds_the_builtin_rule_after_the_given_ones() {
+    let dir = TempDir::new("policy-default");
+    let rules = format!("{RULE}host = \"x.test\"\n");
+    let plain = write(&dir, "plain.toml", &rules);
+    let with = write(&dir, "default.toml", &format!("default = true\n{rules}"));
+    let rule_lines = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with("rule "))
+            .map(|l| l.split(':').next().unwrap().to_owned())
+            .collect()
+    };
+    let (code, out, err) = check(&plain, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(rule_lines(&out), ["rule \"r\""], "{out}");
+    for (cfg, extra) in [(&plain, &["--default"][..]), (&with, &[][..])] {
+        let (code, out, err) = check(cfg, extra);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(
+            out.contains("policy: 2 rules (from file and flags)"),
+            "{out}"
+        );
+        assert_eq!(
+            rule_lines(&out),
+            ["rule \"r\"", "rule \"default-public-web\""],
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "rule \"default-public-web\": allow, hosts [*], cidrs [], ports [80, 443]"
+            ),
+            "{out}"
+        );
+    }
+    // Flags alone, with and without --default.
+    let out = binary(&["--check", "--allow", "x.test:443"]);
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(out.contains("policy: 1 rule (from flags)"), "{out}");
+    let out = binary(&["--check", "--allow", "x.test:443", "--default"]);
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(out.contains("policy: 2 rules (from flags)"), "{out}");
+}
+
+#[test]
+fn check_prints_every_effective_setting() {
+    let dir = TempDir::new("policy-check-all");
+    let sock = dir.0.join("p.sock");
+    let text = format!(
+        r#"
+log_format = "json"
+upstream_proxy = "http://parent:hunter2@127.0.0.1:3128"
+
+[[listen]]
+address = "127.0.0.1:3999"
+protocol = "http"
+
+[[listen]]
+address = "unix:{}"
+mode = "0660"
+group = "root"
+
+[admin]
+listen = "127.0.0.1:3998"
+
+[timeouts]
+handshake = "3s"
+connect = "4s"
+idle = "5m"
+half_close = "20s"
+close = "2s"
+drain = "6s"
+response = "45s"
+
+[limits]
+max_head_bytes = 16384
+buffer_size = 32768
+max_sessions = 500
+max_sessions_per_client = 100
+max_pending_handshakes = 50
+max_pending_handshakes_per_client = 10
+
+[[rules]]
+name = "mirror"
+action = "allow"
+hosts = ["mirror.test"]
+cidrs = ["10.20.0.0/16"]
+match = "both"
+ports = [443, "8000-8100"]
+idle_timeout = "90s"
+upstream_proxy = "direct"
+
+[[rules]]
+name = "api"
+action = "allow"
+host = "api.test"
+port = 80
+inspect = "http"
+mode = "audit"
+requests = [
+  {{ action = "allow", path = "/**" }},
+  {{ action = "deny", method = "DELETE", path = "/v1/**" }},
+]
+
+[[rules]]
+name = "trackers"
+action = "deny"
+host = "*.tracker.test"
+mode = "audit"
+"#,
+        sock.display()
+    );
+    let cfg = write(&dir, "all.toml", &text);
+    let (code, out, err) = check(&cfg, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    for line in [
+        format!("config: {}", cfg.display()),
+        "listen: 127.0.0.1:3999 (protocol http)".into(),
+        format!("listen: unix:{} (protocol auto)", sock.display()),
+        "  socket file: mode 0660, group root (gid 0)".into(),
+        "auth: off".into(),
+        "admin: 127.0.0.1:3998 (GET /metrics, GET /stats; control off)".into(),
+        "log_format: json".into(),
+        "upstream_proxy: http://parent:***@127.0.0.1:3128 (rules may say direct)".into(),
+        "timeouts: handshake 3s, connect 4s, idle 5m, half_close 20s, close 2s, drain 6s, response 45s".into(),
+        "sessions: max_sessions 500, max_sessions_per_client 100, max_pending_handshakes 50, max_pending_handshakes_per_client 10".into(),
+        "policy: 3 rules (from file and flags), mode enforce".into(),
+        "rule \"mirror\": allow, hosts [mirror.test], cidrs [10.20.0.0/16], ports [443, 8000-8100], match both, mode enforce, inspect none (raw tunnel), tls passthrough, idle_timeout 90s, upstream_proxy direct".into(),
+        "rule \"api\": allow, hosts [api.test], cidrs [], ports [80], match either, mode audit, inspect http, tls passthrough, upgrades [websocket], idle_timeout default".into(),
+        "  requests[0]: allow * /**".into(),
+        "  requests[1]: deny DELETE /v1/**".into(),
+        "rule \"trackers\": deny, hosts [*.tracker.test], cidrs [], ports any, match either, mode audit".into(),
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with(line.as_str())),
+            "missing {line:?} in\n{out}"
+        );
+    }
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("limits: max_head_bytes 16384, buffer_size 32768, ")),
+        "{out}"
+    );
+    assert!(out.contains("\ntls: ca_cert/ca_key none"), "{out}");
+    assert!(!out.contains("hunter2"), "{out}");
+    assert!(out.ends_with("\nOK\n"), "{out}");
+    assert!(!sock.exists(), "--check binds nothing");
+}
+
+/// An origin on `addr` that answers each request with its request line.
+fn origin_on(addr: &str) -> Server {
+    request_line_server_on(addr.parse().unwrap())
+}
+
+/// CONNECT `target`: the status.
+fn connect_status(proxy: std::net::SocketAddr, target: &str) -> u16 {
+    http_connect(proxy, target, &[]).expect("CONNECT").1.status
+}
+
+/// `match = "both"`: `mirror.test` is reached only because it resolves
+/// into the listed (private) range; the range's address as a literal, by
+/// CONNECT or SOCKS5, another name resolving into it, and a listed name
+/// resolving outside it are refused. At private addresses in a network
+/// namespace, the names from the proxy's own /etc/hosts (support/netns.rs).
+#[test]
+fn match_both_opens_the_range_only_for_the_names_listed() {
+    in_netns(&["10.99.0.1", "10.99.0.2", "10.98.0.1"], || {
+        let mirror = origin_on("10.99.0.1:0");
+        let port = mirror.port();
+        let _other = origin_on(&format!("10.99.0.2:{port}"));
+        let _outside = origin_on(&format!("10.98.0.1:{port}"));
+        let dir = TempDir::new("policy-match-both");
+        let hosts = write(
+            &dir,
+            "hosts",
+            "127.0.0.1 localhost\n10.99.0.1 mirror.test\n10.99.0.2 other.test\n10.98.0.1 evil.test\n",
+        );
+        let cfg = write(
+            &dir,
+            "both.toml",
+            &format!(
+                "[[rules]]\nname = \"mirror\"\naction = \"allow\"\nhosts = [\"mirror.test\", \"evil.test\"]\n\
+                 cidrs = [\"10.99.0.0/16\"]\nmatch = \"both\"\nport = {port}\n"
+            ),
+        );
+        let proxy = ChildProxy::with_hosts(&hosts, &["--config", cfg.to_str().unwrap()]);
+        let p = proxy.addr;
+        for name in ["mirror.test", "MIRROR.test."] {
+            let mut s = connect_via_http(p, &format!("{name}:{port}"));
+            write!(s, "GET /x HTTP/1.1\r\nHost: mirror.test\r\n\r\n").unwrap();
+            let head = read_response_head(&mut s).expect("the origin's answer");
+            assert_eq!(head.status, 200, "{name}: {}", head.raw);
+        }
+        let mut s = connect_via_socks5(p, "mirror.test", port).expect("SOCKS5 by name");
+        assert_echo_http(&mut s);
+        for target in ["10.99.0.1", "other.test", "10.99.0.2", "evil.test"] {
+            let status = connect_status(p, &format!("{target}:{port}"));
+            assert_eq!(status, 403, "{target}");
+        }
+        assert_eq!(
+            connect_via_socks5(p, "10.99.0.1", port).err(),
+            Some(0x02),
+            "SOCKS5 ATYP 1"
+        );
+        assert_eq!(mirror.accepted(), 3, "only the listed name reached it");
+    });
+}
+
+/// One request on `s`, answered 200 by the origin.
+fn assert_echo_http(s: &mut TcpStream) {
+    write!(s, "GET /y HTTP/1.1\r\nHost: mirror.test\r\n\r\n").unwrap();
+    let head = read_response_head(s).expect("the origin's answer");
+    assert_eq!(head.status, 200, "{}", head.raw);
+    let len: usize = head
+        .header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).unwrap();
+}
+
+/// `mode = "audit"` on single rules, the rest of the policy enforcing: an
+/// audit deny rule lets through what an allow rule allows and says
+/// would-deny; an audit inspecting rule lets a request it would refuse
+/// through, saying so, while an enforcing inspecting rule still refuses;
+/// an audit deny with no allow beside it does not open anything.
+#[test]
+fn audit_mode_on_one_rule_reports_and_lets_through_only_its_own_decisions() {
+    let audited = origin_on("127.0.0.1:0");
+    let enforced = origin_on("127.0.0.1:0");
+    let nothing = origin_on("127.0.0.1:0");
+    let (a, e, n) = (audited.port(), enforced.port(), nothing.port());
+    let dir = TempDir::new("policy-audit-rule");
+    let cfg = write(
+        &dir,
+        "audit.toml",
+        &format!(
+            r#"
+[[rules]]
+name = "audited-api"
+action = "allow"
+cidr = "127.0.0.1/32"
+port = {a}
+inspect = "http"
+mode = "audit"
+requests = [
+  {{ action = "allow", path = "/**" }},
+  {{ action = "deny", path = "/admin/**" }},
+]
+
+[[rules]]
+name = "enforced-api"
+action = "allow"
+cidr = "127.0.0.1/32"
+port = {e}
+inspect = "http"
+requests = [
+  {{ action = "allow", path = "/**" }},
+  {{ action = "deny", path = "/admin/**" }},
+]
+
+[[rules]]
+name = "no-enforced"
+action = "deny"
+cidr = "127.0.0.1/32"
+port = {e}
+mode = "audit"
+
+[[rules]]
+name = "no-nothing"
+action = "deny"
+cidr = "127.0.0.1/32"
+port = {n}
+mode = "audit"
+"#
+        ),
+    );
+    let proxy = ChildProxy::start(&["--config", cfg.to_str().unwrap()]);
+    let p = proxy.addr;
+    let admin = |port: u16| {
+        let mut s = connect_via_http(p, &format!("127.0.0.1:{port}"));
+        write!(s, "GET /admin/x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").unwrap();
+        read_response_head(&mut s).expect("an answer").status
+    };
+    // Audited request rules: through, with a would-deny request line.
+    assert_eq!(admin(a), 200);
+    // Enforced request rules still refuse; the audit deny on that port
+    // lets the connection through (an allow rule allows it).
+    assert_eq!(admin(e), 403);
+    // An audit deny with no allow: still refused (deny by default).
+    assert_eq!(connect_status(p, &format!("127.0.0.1:{n}")), 403);
+    assert_eq!(nothing.accepted(), 0);
+    wait_for("the would-deny lines", PROMPTLY, || {
+        let log = proxy.log();
+        let request = log.iter().any(|l| {
+            l.contains("event=request")
+                && l.contains("decision=would-deny")
+                && l.contains("/admin/x")
+                && l.contains(&format!("127.0.0.1:{a}"))
+        });
+        let session = log.iter().any(|l| {
+            l.contains("event=session")
+                && l.contains("decision=would-deny")
+                && l.contains("no-enforced")
+        });
+        request && session
+    });
+    let log = proxy.log();
+    assert!(
+        !log.iter().any(|l| l.contains("event=request")
+            && l.contains("decision=allow")
+            && l.contains("/admin/x")),
+        "an admin request logged as allowed: {log:#?}"
+    );
+}
