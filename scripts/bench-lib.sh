@@ -22,8 +22,7 @@ build_release() {
     log "building release (portcullis, examples/loadgen)"
     # The binary alone, as `cargo build --release` builds it: built with the
     # example, the dependencies' features would be unified with the
-    # dev-dependencies', which renames the functions scripts/text-order.txt
-    # lists (scripts/build.rs).
+    # dev-dependencies'.
     (cd "$BENCH_ROOT" && cargo build --release --quiet --bin portcullis &&
         cargo build --release --quiet --example loadgen)
     build_relay
@@ -445,20 +444,6 @@ command_line() {
     echo "$out"
 }
 
-# Function symbols of binary $1, one per line.
-functions() { nm --defined-only "$1" | awk '$2 ~ /^[tTwW]$/ {print $3}' | LC_ALL=C sort -u; }
-
-# How much of scripts/text-order.txt (scripts/build.rs) the release binary
-# has: a list made by another toolchain or before a dependency update
-# matches less, and the binary then maps more text.
-text_order_check() {
-    local order="$BENCH_ROOT/scripts/text-order.txt" listed found
-    [ -f "$order" ] && [ -x "$PORTCULLIS" ] || { echo "no list or no binary"; return 0; }
-    listed=$(grep -vc '^#' "$order" || true)
-    found=$(LC_ALL=C comm -12 <(grep -v '^#' "$order" | LC_ALL=C sort -u) <(functions "$PORTCULLIS") | wc -l)
-    echo "$found of the $listed functions scripts/text-order.txt lists are in the binary (list made with $(sed -n 's/^# rustc/rustc/p' "$order"); the binary built by $(readelf -p .comment "$PORTCULLIS" 2>/dev/null | grep -o 'rustc version [^)]*)' || echo '?'))"
-}
-
 # The machine, the commit and the load, as Markdown list items.
 md_machine() {
     local model commit dirty
@@ -471,7 +456,6 @@ md_machine() {
     fi
     echo "- Machine: $(nproc) cores ($model$(lscpu 2>/dev/null | sed -n 's/^Hypervisor vendor: *\(.*\)/, virtualised: \1/p')), Linux $(uname -r)"
     echo "- Commit: \`$commit\`$dirty ($(git -C "$BENCH_ROOT" rev-parse --abbrev-ref HEAD 2>/dev/null || echo '?'))"
-    echo "- Text layout: $(text_order_check)"
 }
 
 # splice_fragment FILE NAME FRAGMENT: puts FRAGMENT (which starts with
