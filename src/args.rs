@@ -139,9 +139,21 @@ pub struct Args {
 
     /// Reach every allowed destination through this parent proxy:
     /// http://[USER:PASS@]HOST:PORT or socks5://... Overrides the file's
-    /// `upstream_proxy`; a rule's own `upstream_proxy` still wins.
+    /// `upstream_proxy`; a rule's own `upstream_proxy` still wins. A password
+    /// here is visible to every user in `ps`: prefer --upstream-proxy-env or
+    /// --upstream-proxy-file.
     #[arg(long, value_name = "URL", value_parser = parse_parent)]
     pub upstream_proxy: Option<std::sync::Arc<portcullis::protocol::parent::ParentProxy>>,
+
+    /// Like --upstream-proxy, reading the URL from the environment variable
+    /// VAR (so a password never shows in `ps`).
+    #[arg(long, value_name = "VAR", conflicts_with_all = ["upstream_proxy", "upstream_proxy_file"])]
+    pub upstream_proxy_env: Option<String>,
+
+    /// Like --upstream-proxy, reading the URL from the first line of FILE
+    /// (so a password never shows in `ps`; keep the file mode 0600).
+    #[arg(long, value_name = "FILE", conflicts_with = "upstream_proxy")]
+    pub upstream_proxy_file: Option<PathBuf>,
     /// Reactor threads: a number, or auto (one per available core). Each
     /// accepts on its own socket (SO_REUSEPORT on Linux) and runs its own
     /// event loop; limits and stats stay global. Overrides the file's
@@ -284,8 +296,8 @@ impl Args {
         if let Some(n) = self.workers {
             file.limits.workers = n;
         }
-        if let Some(p) = &self.upstream_proxy {
-            file.upstream_proxy = Some(p.clone());
+        if let Some(p) = self.upstream_proxy()? {
+            file.upstream_proxy = Some(p);
         }
         let tls = &mut file.tls;
         if let Some(c) = &self.ca_cert {
@@ -359,6 +371,41 @@ impl Args {
 }
 
 impl Args {
+    /// `--upstream-proxy`, `--upstream-proxy-env` or `--upstream-proxy-file`.
+    /// A password on the command line is readable by every local user (and
+    /// by a `run` CMD) in /proc/PID/cmdline: warned about, as for --auth.
+    fn upstream_proxy(
+        &self,
+    ) -> Result<Option<std::sync::Arc<portcullis::protocol::parent::ParentProxy>>, ConfigError>
+    {
+        if let Some(p) = &self.upstream_proxy {
+            if p.credentials.is_some() {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    log::warn!("--upstream-proxy puts the parent proxy's password on the command line, where any local user can read it (ps, /proc): prefer --upstream-proxy-env VAR or --upstream-proxy-file FILE");
+                });
+            }
+            return Ok(Some(p.clone()));
+        }
+        let (key, url) = if let Some(var) = &self.upstream_proxy_env {
+            let url = std::env::var(var)
+                .map_err(|e| ConfigError::key("--upstream-proxy-env", format!("{var}: {e}")))?;
+            ("--upstream-proxy-env", url)
+        } else if let Some(path) = &self.upstream_proxy_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ConfigError::key("--upstream-proxy-file", format!("{}: {e}", path.display()))
+            })?;
+            let line = text.lines().next().unwrap_or("").trim().to_string();
+            ("--upstream-proxy-file", line)
+        } else {
+            return Ok(None);
+        };
+        // The parser's errors quote the URL without its password.
+        parse_parent(url.trim())
+            .map(Some)
+            .map_err(|e| ConfigError::key(key, e))
+    }
+
     /// `--auth`, `--auth-env` and `--auth-file`: any of them replaces the
     /// file's `[auth]` (its plaintext user and its `[[auth.users]]`).
     fn apply_auth(&self, file: &mut ConfigFile) -> Result<(), ConfigError> {

@@ -49,15 +49,18 @@ impl ParentProxy {
     /// ports are 3128 and 1080). A host name is resolved here, once
     /// (blocking: call it when reading configuration, never on the reactor).
     pub fn parse(url: &str) -> Result<ParentProxy, String> {
+        // Errors quote the URL without its password: they reach logs and
+        // `--check` output.
+        let shown = redacted(url);
         let (scheme, rest) = url
             .split_once("://")
-            .ok_or_else(|| format!("{url:?}: expected http://HOST:PORT or socks5://HOST:PORT"))?;
+            .ok_or_else(|| format!("{shown:?}: expected http://HOST:PORT or socks5://HOST:PORT"))?;
         let (kind, default_port) = match scheme.to_ascii_lowercase().as_str() {
             "http" => (ParentKind::Http, 3128),
             "socks5" | "socks5h" => (ParentKind::Socks5, 1080),
             other => {
                 return Err(format!(
-                    "{url:?}: unsupported scheme {other:?} (http or socks5)"
+                    "{shown:?}: unsupported scheme {other:?} (http or socks5)"
                 ))
             }
         };
@@ -75,7 +78,9 @@ impl ParentProxy {
         };
         if let Some((user, pass)) = &credentials {
             if user.is_empty() || user.len() > 255 || pass.len() > 255 {
-                return Err(format!("{url:?}: user and password must be 1 to 255 bytes"));
+                return Err(format!(
+                    "{shown:?}: user and password must be 1 to 255 bytes"
+                ));
             }
         }
         let with_port = if hostport.contains(':') && !hostport.ends_with(']') {
@@ -84,9 +89,9 @@ impl ParentProxy {
             format!("{hostport}:{default_port}")
         };
         let addr = std::net::ToSocketAddrs::to_socket_addrs(&with_port)
-            .map_err(|e| format!("{url:?}: cannot resolve the parent proxy: {e}"))?
+            .map_err(|e| format!("{shown:?}: cannot resolve the parent proxy: {e}"))?
             .next()
-            .ok_or_else(|| format!("{url:?}: the parent proxy's name has no address"))?;
+            .ok_or_else(|| format!("{shown:?}: the parent proxy's name has no address"))?;
         let display = match &credentials {
             Some((user, _)) => format!("{scheme}://{user}:***@{hostport}"),
             None => format!("{scheme}://{hostport}"),
@@ -97,6 +102,20 @@ impl ParentProxy {
             credentials,
             display,
         })
+    }
+}
+
+/// `url` with the password of its userinfo (if any) replaced by `***`.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, hostport)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{scheme}://{user}:***@{hostport}")
+        }
+        None => url.to_owned(),
     }
 }
 
@@ -415,6 +434,19 @@ mod tests {
         assert_eq!(p.to_string(), "socks5h://user:***@127.0.0.1:9050");
         assert!(ParentProxy::parse("ftp://x").is_err());
         assert!(ParentProxy::parse("127.0.0.1:3128").is_err());
+    }
+
+    #[test]
+    fn errors_never_quote_the_password() {
+        for url in [
+            "ftp://agent:s3cret@127.0.0.1",
+            "http://agent:s3cret@no-such-host.invalid:3128",
+            "http://agent:s3cret%zz@127.0.0.1",
+            "http://:s3cret@127.0.0.1",
+        ] {
+            let e = ParentProxy::parse(url).unwrap_err();
+            assert!(!e.contains("s3cret"), "{url}: {e}");
+        }
     }
 
     #[test]

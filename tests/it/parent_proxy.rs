@@ -37,6 +37,60 @@ fn tunnels_go_through_an_http_and_a_socks5_parent() {
 }
 
 #[test]
+fn a_parent_password_stays_off_the_command_line() {
+    let origin = echo_server();
+    let parent = parent(&origin);
+    let url = format!("http://up:p%40ss%3Aw0rd@{}", parent.addr);
+
+    // On argv it works, with a warning naming the forms that keep it off.
+    let front = ChildProxy::start(&["--allow", &origin.target(), "--upstream-proxy", &url]);
+    front.wait_for_line("the argv warning", |l| {
+        l.contains("level=warn") && l.contains("--upstream-proxy-env VAR")
+    });
+
+    // From the environment: no warning, and the tunnel goes through.
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    cmd.args(["--listen", "127.0.0.1:0", "--allow", &origin.target()])
+        .args(["--upstream-proxy-env", "PARENT_URL"])
+        .env("PARENT_URL", &url);
+    let front = ChildProxy::start_command(cmd);
+    let mut s = connect_via_http(front.addr, &origin.target());
+    assert_echo(&mut s, b"parent URL from the environment");
+
+    // From a file: the same.
+    let dir = TempDir::new("parent-url");
+    let file = dir.0.join("parent.url");
+    std::fs::write(&file, format!("{url}\n")).unwrap();
+    let front = ChildProxy::start(&[
+        "--allow",
+        &origin.target(),
+        "--upstream-proxy-file",
+        file.to_str().unwrap(),
+    ]);
+    let mut s = connect_via_http(front.addr, &origin.target());
+    assert_echo(&mut s, b"parent URL from a file");
+    for l in front.log().iter() {
+        assert!(
+            !l.contains("w0rd") && !l.contains("--upstream-proxy-env VAR"),
+            "{l}"
+        );
+    }
+
+    // A bad URL in the variable is refused at start without quoting the password.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["--check", "--upstream-proxy-env", "PARENT_URL"])
+        .env("PARENT_URL", "gopher://up:s3cret@127.0.0.1:1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--upstream-proxy-env") && !err.contains("s3cret"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_parent_refusal_is_a_502_that_says_so() {
     let origin = echo_server();
     let elsewhere = echo_server();
