@@ -60,7 +60,7 @@ fn config_mistakes_read_plainly_with_line_and_column() {
         ),
         (
             "host = \"https://github.com/owner/repo\"",
-            "rules[0].host: line 4, column 8: \"https://github.com/owner/repo\": a rule takes a host, not a URL: use github.com:443",
+            "rules[0].host: line 4, column 8: \"https://github.com/owner/repo\": a rule takes a host, not a URL: give \"github.com\", and the port as port = 443 (or in ports)",
         ),
         (
             "host = \"github.com:443\"",
