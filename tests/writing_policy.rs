@@ -655,6 +655,7 @@ fn markdown_links(text: &str) -> Vec<String> {
 /// than `-` and `_` dropped, spaces as `-`; a repeated heading gets `-1`...
 fn markdown_anchors(text: &str) -> Vec<String> {
     let mut anchors: Vec<String> = Vec::new();
+    let mut slugs: Vec<String> = Vec::new();
     let mut fenced = false;
     for line in text.lines() {
         if line.trim_start().starts_with("```") {
@@ -679,12 +680,12 @@ fn markdown_anchors(text: &str) -> Vec<String> {
                 _ => None,
             })
             .collect();
-        let seen = anchors
-            .iter()
-            .filter(|a| **a == slug || a.starts_with(&format!("{slug}-")))
-            .count();
-        let slug = if seen == 0 { slug } else { format!("{slug}-{seen}") };
-        anchors.push(slug);
+        let seen = slugs.iter().filter(|s| **s == slug).count();
+        anchors.push(match seen {
+            0 => slug.clone(),
+            n => format!("{slug}-{n}"),
+        });
+        slugs.push(slug);
     }
     anchors
 }
