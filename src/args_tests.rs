@@ -84,7 +84,10 @@ fn bad_flags_are_rejected_on_one_line() {
 #[test]
 fn a_misspelt_flag_keeps_clap_s_suggestion() {
     let line = one_line(&parse(&["--alow", "x"]).expect_err("should fail"));
-    assert!(line.starts_with("unexpected argument '--alow' found"), "{line}");
+    assert!(
+        line.starts_with("unexpected argument '--alow' found"),
+        "{line}"
+    );
     assert!(
         line.contains("tip: a similar argument exists: '--allow'"),
         "{line}"

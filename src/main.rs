@@ -43,9 +43,7 @@ fn main() -> ExitCode {
         Some(cli::Command::Run(run)) => &run.proxy,
         Some(cli::Command::Env(env)) => &env.proxy,
         Some(cli::Command::Ca(ca)) => &ca.proxy,
-        Some(
-            cli::Command::HashPassword(_) | cli::Command::Completions(_) | cli::Command::Man,
-        )
+        Some(cli::Command::HashPassword(_) | cli::Command::Completions(_) | cli::Command::Man)
         | None => &cli.args,
     };
     let format = log_format(proxy_args);

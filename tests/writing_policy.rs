@@ -455,7 +455,10 @@ fn example_policies_pass_check() {
         .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
         .collect();
     for want in ["agent", "cargo", "npm", "pip"] {
-        assert!(names.iter().any(|n| n == want), "{want}.toml missing: {names:?}");
+        assert!(
+            names.iter().any(|n| n == want),
+            "{want}.toml missing: {names:?}"
+        );
     }
     // A terminating rule makes --check load the CA as a start would: from a
     // state directory of the test's own, never the user's.
@@ -468,7 +471,12 @@ fn example_policies_pass_check() {
             .expect("run portcullis");
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{}: {stderr}{stdout}", file.display());
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {stderr}{stdout}",
+            file.display()
+        );
         assert!(stdout.ends_with("OK\n"), "{}: {stdout}", file.display());
         assert!(!stdout.contains("warning:"), "{}: {stdout}", file.display());
         let stem = file.file_stem().unwrap().to_string_lossy();
@@ -490,7 +498,10 @@ fn example_policies_pass_check() {
         if stem == "agent" {
             // Both API hosts terminated, with request rules.
             assert_eq!(stdout.matches("tls terminate").count(), 2, "{stdout}");
-            assert!(stdout.contains("requests[0]: allow POST /v1/messages"), "{stdout}");
+            assert!(
+                stdout.contains("requests[0]: allow POST /v1/messages"),
+                "{stdout}"
+            );
         }
     }
 }
@@ -551,7 +562,12 @@ fn completions_and_man_page() {
     assert_eq!(out.status.code(), Some(0));
     let page = String::from_utf8_lossy(&out.stdout);
     assert!(page.contains(".TH portcullis 1"), "{page}");
-    for word in ["\\-\\-allow", "\\-\\-terminate", "hash\\-password", "completions"] {
+    for word in [
+        "\\-\\-allow",
+        "\\-\\-terminate",
+        "hash\\-password",
+        "completions",
+    ] {
         assert!(page.contains(word), "no {word} in the man page");
     }
     // Rendered by man(1) where it is installed: the same page, as text.
@@ -577,10 +593,15 @@ fn completions_and_man_page() {
 #[test]
 fn docs_links_resolve() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut pages: Vec<PathBuf> = ["README.md", "ARCHITECTURE.md", "CONTRIBUTING.md", "BENCHMARKS.md"]
-        .iter()
-        .map(|p| root.join(p))
-        .collect();
+    let mut pages: Vec<PathBuf> = [
+        "README.md",
+        "ARCHITECTURE.md",
+        "CONTRIBUTING.md",
+        "BENCHMARKS.md",
+    ]
+    .iter()
+    .map(|p| root.join(p))
+    .collect();
     for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
         let p = entry.unwrap().path();
         if p.extension().is_some_and(|x| x == "md") {
@@ -590,8 +611,8 @@ fn docs_links_resolve() {
     let mut broken = Vec::new();
     let mut checked = 0;
     for page in &pages {
-        let text = std::fs::read_to_string(page)
-            .unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+        let text =
+            std::fs::read_to_string(page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
         for link in markdown_links(&text) {
             if link.contains("://") || link.starts_with("mailto:") {
                 continue;
@@ -616,7 +637,10 @@ fn docs_links_resolve() {
             }
         }
     }
-    assert!(checked > 50, "only {checked} relative links found: is the scan broken?");
+    assert!(
+        checked > 50,
+        "only {checked} relative links found: is the scan broken?"
+    );
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
 
@@ -662,7 +686,9 @@ fn markdown_anchors(text: &str) -> Vec<String> {
             fenced = !fenced;
             continue;
         }
-        let Some(title) = line.strip_prefix('#') else { continue };
+        let Some(title) = line.strip_prefix('#') else {
+            continue;
+        };
         if fenced {
             continue;
         }

@@ -187,7 +187,10 @@ mod tests {
         assert_eq!(c.shell, clap_complete::Shell::Zsh);
         assert!(parse(&["completions"]).is_err());
         assert!(parse(&["completions", "csh"]).is_err());
-        assert!(matches!(parse(&["man"]).unwrap().command, Some(Command::Man)));
+        assert!(matches!(
+            parse(&["man"]).unwrap().command,
+            Some(Command::Man)
+        ));
         assert!(parse(&["man", "--allow", "a.test"]).is_err());
     }
 }

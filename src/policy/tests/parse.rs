@@ -305,9 +305,8 @@ fn plain_messages_for_common_mistakes() {
     assert_eq!((e.rule, e.key.as_deref()), (Some(0), Some("host")));
     // The table form: the port in its own key (`github.com:443` is refused there).
     assert!(
-        e.message.contains(
-            "not a URL: give \"github.com\", and the port as port = 443 (or in ports)"
-        ),
+        e.message
+            .contains("not a URL: give \"github.com\", and the port as port = 443 (or in ports)"),
         "{e}"
     );
     let e = rule(RuleConfig {
@@ -323,7 +322,10 @@ fn plain_messages_for_common_mistakes() {
         host: Some("ftp://files.example.com".into()),
         ..cfg(Action::Allow)
     });
-    assert!(e.message.ends_with("not a URL: give \"files.example.com\""), "{e}");
+    assert!(
+        e.message.ends_with("not a URL: give \"files.example.com\""),
+        "{e}"
+    );
     let e = rule(RuleConfig {
         hosts: vec!["ok.test".into(), "ok.test/path".into()],
         ..cfg(Action::Allow)
