@@ -642,6 +642,20 @@ fn docs_links_resolve() {
         "only {checked} relative links found: is the scan broken?"
     );
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+    // The README stays a front page, and keeps the commands CI and users run.
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 400,
+        "README.md has {lines} lines: move detail to docs/"
+    );
+    for command in [
+        "cargo run --release\n",
+        "cargo test\n",
+        "cargo install --locked --path .",
+    ] {
+        assert!(readme.contains(command), "README.md lost {command:?}");
+    }
 }
 
 /// The `](target)` of every inline link outside code (fenced blocks and
