@@ -43,7 +43,9 @@ fn main() -> ExitCode {
         Some(cli::Command::Run(run)) => &run.proxy,
         Some(cli::Command::Env(env)) => &env.proxy,
         Some(cli::Command::Ca(ca)) => &ca.proxy,
-        Some(cli::Command::HashPassword(_) | cli::Command::Completions(_) | cli::Command::Man)
+        Some(
+            cli::Command::HashPassword(_) | cli::Command::Completions(_) | cli::Command::Man(_),
+        )
         | None => &cli.args,
     };
     let format = log_format(proxy_args);

@@ -570,6 +570,15 @@ fn completions_and_man_page() {
     ] {
         assert!(page.contains(word), "no {word} in the man page");
     }
+    // A subcommand's own page, with its own flags; an unknown one is named.
+    let out = binary(&["man", "run"]);
+    assert_eq!(out.status.code(), Some(0));
+    let run = String::from_utf8_lossy(&out.stdout);
+    assert!(run.contains(".TH portcullis-run 1"), "{run}");
+    assert!(run.contains("\\-\\-no\\-isolate"), "{run}");
+    let out = binary(&["man", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("portcullis man run|env"));
     // Rendered by man(1) where it is installed: the same page, as text.
     let dir = TempDir::new("man-page");
     let file = write(&dir, "portcullis.1", &page);

@@ -31,10 +31,39 @@ pub fn completions(args: &CompletionsArgs) -> ExitCode {
     print_all(&out)
 }
 
-/// Prints the manual page, roff (`portcullis man | man -l -`).
-pub fn man() -> ExitCode {
+/// `portcullis man [SUBCOMMAND]`
+#[derive(Debug, clap::Args)]
+pub struct ManArgs {
+    /// A subcommand's page instead (`portcullis man run`: portcullis-run(1)).
+    #[arg(value_name = "SUBCOMMAND")]
+    pub subcommand: Option<String>,
+}
+
+/// Prints the manual page, roff (`portcullis man | man -l -`): the main
+/// command's, or a subcommand's.
+pub fn man(args: &ManArgs) -> ExitCode {
+    let mut command = Cli::command();
+    command.build();
+    if let Some(name) = &args.subcommand {
+        let Some(sub) = command.find_subcommand(name).cloned() else {
+            let names: Vec<_> = command
+                .get_subcommands()
+                .map(|c| c.get_name().to_string())
+                .filter(|n| n != "help")
+                .collect();
+            fatal!(
+                "no subcommand {name:?}: the pages are portcullis man, or portcullis man {}",
+                names.join("|")
+            );
+            return ExitCode::from(2);
+        };
+        // clap takes a static name (without its `string` feature); the
+        // process prints one page and exits.
+        let page: &'static str = format!("portcullis-{}", sub.get_name()).leak();
+        command = sub.name(page).bin_name(format!("portcullis {name}"));
+    }
     let mut out = Vec::new();
-    match clap_mangen::Man::new(Cli::command()).render(&mut out) {
+    match clap_mangen::Man::new(command).render(&mut out) {
         Ok(()) => print_all(&out),
         Err(e) => {
             fatal!("cannot render the manual page: {e}");

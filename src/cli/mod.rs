@@ -48,7 +48,7 @@ pub enum Command {
     /// powershell), generated from these flags.
     Completions(generate::CompletionsArgs),
     /// Print the manual page (roff): portcullis man | man -l -
-    Man,
+    Man(generate::ManArgs),
 }
 
 /// `portcullis ca [proxy options]`
@@ -98,7 +98,7 @@ pub fn main(command: Command) -> ExitCode {
         Command::Ca(ca) => ca::main(&ca.proxy),
         Command::HashPassword(h) => hash::main(&h),
         Command::Completions(c) => generate::completions(&c),
-        Command::Man => generate::man(),
+        Command::Man(m) => generate::man(&m),
     }
 }
 
@@ -189,8 +189,9 @@ mod tests {
         assert!(parse(&["completions", "csh"]).is_err());
         assert!(matches!(
             parse(&["man"]).unwrap().command,
-            Some(Command::Man)
+            Some(Command::Man(generate::ManArgs { subcommand: None }))
         ));
+        assert!(parse(&["man", "run"]).is_ok());
         assert!(parse(&["man", "--allow", "a.test"]).is_err());
     }
 }
