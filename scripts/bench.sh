@@ -246,7 +246,7 @@ done
 reason() {
     case $1 in
         accept4) echo "accepts the client; the listener is level-triggered (Linux, one reactor), so no EAGAIN-returning accept ends a batch: only a batch grown past 1 by a burst tries once more" ;;
-        sendto) echo "the reply to the client (CONNECT \`200\`, or SOCKS5 method choice and reply: 2); the echoed payload, once each way (2). No netlink SOCK_DIAG query for the loopback client's uid: access lines are off here and the unidentified loopback pool is far from a quarter of any per-client limit (README, Who a client is); with access lines on, one query more" ;;
+        sendto) echo "the reply to the client (CONNECT \`200\`, or SOCKS5 method choice and reply: 2); the echoed payload, once each way (2). No netlink SOCK_DIAG query for the loopback client's uid: access lines are off here and the unidentified loopback pool is far from a quarter of any per-client limit (docs/limits.md, Who a client is); with access lines on, one query more" ;;
         recvfrom) echo "the client's request (1; SOCKS5: greeting and request, 2); the payload, once each way (2); end of stream from each side (2); with access lines on, the netlink answer (1) more" ;;
         epoll_ctl) echo "registration of the client and of the upstream socket (EPOLL_CTL_ADD, edge-triggered for both directions once); no MOD, and no DEL before close (close removes the fd)" ;;
         epoll_wait) echo "wake-ups: upstream connected, each payload arrival, each end of stream; shared between tunnels when several clients are at work (8 clients: under 1 per tunnel)" ;;

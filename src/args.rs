@@ -40,7 +40,7 @@ SIGUSR1 logs the counters; SIGTERM/SIGINT shut down.
 Logging: RUST_LOG (default: info); --log-format text (logfmt) or json.
 Admin: --admin 127.0.0.1:9090 serves GET /metrics (Prometheus) and GET /stats.";
 
-/// portcullis: a sandbox egress proxy for HTTP CONNECT and SOCKS5, deny by default.
+/// A sandbox egress proxy for HTTP CONNECT and SOCKS5, deny by default.
 #[derive(Debug, Parser)]
 #[command(name = "portcullis", version, after_help = AFTER_HELP)]
 pub struct Args {
@@ -444,20 +444,32 @@ impl Args {
     }
 }
 
-/// Renders a clap error on one line: `error: ...` without usage or tips.
+/// Renders a clap error on one line: `error: ...` without the usage, but
+/// with clap's tips (`a similar argument exists: '--allow'` for `--alow`),
+/// which name the fix.
 pub fn one_line(e: &clap::Error) -> String {
     let text = e.render().to_string();
-    let head = text.split("\n\n").next().unwrap_or(&text);
+    let mut parts = text.split("\n\n");
+    let head = parts.next().unwrap_or(&text);
     let joined = head
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join(" ");
-    joined
+    let mut line = joined
         .strip_prefix("error: ")
         .unwrap_or(&joined)
-        .to_string()
+        .to_string();
+    for tip in parts
+        .flat_map(str::lines)
+        .map(str::trim)
+        .filter(|l| l.starts_with("tip: "))
+    {
+        line.push_str("; ");
+        line.push_str(tip);
+    }
+    line
 }
 
 #[cfg(test)]

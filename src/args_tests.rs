@@ -82,6 +82,20 @@ fn bad_flags_are_rejected_on_one_line() {
 }
 
 #[test]
+fn a_misspelt_flag_keeps_clap_s_suggestion() {
+    let line = one_line(&parse(&["--alow", "x"]).expect_err("should fail"));
+    assert!(
+        line.starts_with("unexpected argument '--alow' found"),
+        "{line}"
+    );
+    assert!(
+        line.contains("tip: a similar argument exists: '--allow'"),
+        "{line}"
+    );
+    assert!(!line.contains('\n'), "{line}");
+}
+
+#[test]
 fn flags_override_the_file_timeouts_listeners_and_auth() {
     let a = parse(&[
         "--listen",

@@ -3,7 +3,7 @@
 //! column) in `config/error.rs`, the `[tls]` table in `config/tls.rs`.
 //!
 //! `Config::default()` is the built-in default the binary runs with when given
-//! no arguments. The TOML file format is documented in README.md.
+//! no arguments. The TOML file format is documented in docs/configuration.md.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -414,7 +414,7 @@ impl std::str::FromStr for ListenerProtocol {
 }
 
 impl Config {
-    /// Parses a TOML configuration (format in README.md) and validates it.
+    /// Parses a TOML configuration (format in docs/configuration.md) and validates it.
     /// A file with no `[[rules]]` denies everything; it does not fall back to
     /// the built-in default policy.
     pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {

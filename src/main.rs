@@ -43,7 +43,10 @@ fn main() -> ExitCode {
         Some(cli::Command::Run(run)) => &run.proxy,
         Some(cli::Command::Env(env)) => &env.proxy,
         Some(cli::Command::Ca(ca)) => &ca.proxy,
-        Some(cli::Command::HashPassword(_)) | None => &cli.args,
+        Some(
+            cli::Command::HashPassword(_) | cli::Command::Completions(_) | cli::Command::Man(_),
+        )
+        | None => &cli.args,
     };
     let format = log_format(proxy_args);
     JSON_REPORTS.store(format == LogFormat::Json, Ordering::Relaxed);
@@ -224,7 +227,7 @@ fn reload(args: &Args, running: &Config, handle: &ProxyHandle) {
     }
     let n = setup.rules.as_ref().map_or(0, Vec::len);
     handle.reload(setup.config.policy);
-    info!("policy reloaded: {n} rules");
+    info!("policy reloaded: {n} {}", plural(n, "rule"));
 }
 
 /// The log format: `--log-format`, else the file's `log_format` (read here
@@ -406,6 +409,15 @@ fn reachable(a: SocketAddr) -> SocketAddr {
     }
 }
 
+/// `1 rule`, `2 rules`: the word for a count.
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        word.to_string()
+    } else {
+        format!("{word}s")
+    }
+}
+
 fn log_policy(args: &Args, rules: Option<&[String]>, audit: bool) {
     if audit {
         warn!("policy in audit mode: nothing is denied; denials are logged as would-deny");
@@ -415,7 +427,8 @@ fn log_policy(args: &Args, rules: Option<&[String]>, audit: bool) {
         Some([]) => warn!("policy: no rules, so every destination is denied"),
         Some(names) => {
             let from = if args.config.is_some() { "file and flags" } else { "flags" };
-            info!("policy: {} rules from {from}: {}", names.len(), names.join(", "));
+            let n = names.len();
+            info!("policy: {n} {} from {from}: {}", plural(n, "rule"), names.join(", "));
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The environment that points programs at the proxy: `HTTP_PROXY` and
 //! friends, in both cases, for `portcullis env` and `portcullis run`.
 //!
-//! Which tool reads what (see the README, "Keeping a program behind the proxy"):
+//! Which tool reads what (see docs/run-and-env.md, "Keeping a program behind the proxy"):
 //! curl reads `http_proxy` (lower case only), `HTTPS_PROXY`/`https_proxy`,
 //! `ALL_PROXY`/`all_proxy` and `NO_PROXY`; Python (urllib, requests, pip),
 //! Go, git, cargo and npm read the `*_PROXY` pair; gRPC reads `GRPC_PROXY`;

@@ -1,10 +1,12 @@
 //! Subcommands beside the proxy's own flags: `portcullis run` and
 //! `portcullis env`. Each takes the same proxy flags as the main command
 //! (flattened from [`Args`]), so `--config`, `--listen`, `--allow` ... mean
-//! the same everywhere.
+//! the same everywhere. `completions` and `man` print what clap generates
+//! from these definitions.
 
 pub mod ca;
 pub mod env;
+pub mod generate;
 pub mod hash;
 
 use std::process::ExitCode;
@@ -42,6 +44,11 @@ pub enum Command {
     /// Read a password (the first line of stdin) and print its argon2id
     /// hash, for [[auth.users]] password_hash or an --auth-file line.
     HashPassword(hash::HashArgs),
+    /// Print a completion script for bash, zsh or fish (also elvish,
+    /// powershell), generated from these flags.
+    Completions(generate::CompletionsArgs),
+    /// Print the manual page (roff): portcullis man | man -l -
+    Man(generate::ManArgs),
 }
 
 /// `portcullis ca [proxy options]`
@@ -90,6 +97,8 @@ pub fn main(command: Command) -> ExitCode {
         Command::Env(env) => env::main(&env),
         Command::Ca(ca) => ca::main(&ca.proxy),
         Command::HashPassword(h) => hash::main(&h),
+        Command::Completions(c) => generate::completions(&c),
+        Command::Man(m) => generate::man(&m),
     }
 }
 
@@ -167,5 +176,22 @@ mod tests {
         };
         assert_eq!(env.shell, Shell::Sh);
         assert!(parse(&["env", "--shell", "csh"]).is_err());
+    }
+
+    #[test]
+    fn completions_and_man() {
+        let cli = parse(&["completions", "zsh"]).unwrap();
+        let Some(Command::Completions(c)) = cli.command else {
+            panic!("not completions")
+        };
+        assert_eq!(c.shell, clap_complete::Shell::Zsh);
+        assert!(parse(&["completions"]).is_err());
+        assert!(parse(&["completions", "csh"]).is_err());
+        assert!(matches!(
+            parse(&["man"]).unwrap().command,
+            Some(Command::Man(generate::ManArgs { subcommand: None }))
+        ));
+        assert!(parse(&["man", "run"]).is_ok());
+        assert!(parse(&["man", "--allow", "a.test"]).is_err());
     }
 }

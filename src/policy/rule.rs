@@ -353,7 +353,18 @@ enum Pattern {
 fn parse_host_pattern(p: &str) -> Result<Pattern, String> {
     let p = p.trim();
     if let Some(hint) = url_hint(p) {
-        return Err(format!("{p:?}: a rule takes a host, not a URL: use {hint}"));
+        // The table form: `pypi.org:443` would be refused here too (a host
+        // has no port), so name the host and the port key apart.
+        return Err(match host_and_port(&hint) {
+            Some((host, port)) => format!(
+                "{p:?}: a rule takes a host, not a URL: give {:?}, and the port as port = {port} (or in ports)",
+                host.trim_start_matches('[').trim_end_matches(']')
+            ),
+            None if hint.contains(' ') => {
+                format!("{p:?}: a rule takes a host, not a URL: use {hint}")
+            }
+            None => format!("{p:?}: a rule takes a host, not a URL: give {hint:?}"),
+        });
     }
     if let Some((host, port)) = host_and_port(p) {
         return Err(format!(

@@ -4,7 +4,7 @@
 //! SOCKS5 reply 0x01); those refusals are capped too, so a flood cannot turn
 //! refusing into a resource of its own.
 //!
-//! Near the fd limit, load is shed in a stated order (README, "Guarantees
+//! Near the fd limit, load is shed in a stated order (docs/limits.md, "Guarantees
 //! and limits"). Admission counts the descriptors the proxy holds: those
 //! open at start, two per admitted session (a handshake holds one, but will
 //! hold two), one per refusal being answered. Then:

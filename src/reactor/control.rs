@@ -213,10 +213,11 @@ impl Reactor {
         if let Err(e) = self.env.prepare_tls() {
             log::error!("{e}");
         }
+        let (rules, open) = (self.env.policy.len(), self.sessions.len());
         log::info!(
-            "policy {how} ({} rules); re-checking {} open sessions",
-            self.env.policy.len(),
-            self.sessions.len()
+            "policy {how} ({rules} rule{}); re-checking {open} open session{}",
+            if rules == 1 { "" } else { "s" },
+            if open == 1 { "" } else { "s" },
         );
         self.checked_memory = self.env.policy.memory().generation();
         let keys: Vec<usize> = self.sessions.iter().map(|(k, _)| k).collect();

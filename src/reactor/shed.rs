@@ -1,5 +1,5 @@
 //! Making room when accept runs out of file descriptors: which sessions
-//! to close, in the stated order (README, "Guarantees and limits").
+//! to close, in the stated order (docs/limits.md, "Guarantees and limits").
 //!
 //! First the sessions being refused (they only wait to deliver a 503 or a
 //! SOCKS5 failure), then the pending handshakes of the heaviest client (the

@@ -60,7 +60,7 @@ fn config_mistakes_read_plainly_with_line_and_column() {
         ),
         (
             "host = \"https://github.com/owner/repo\"",
-            "rules[0].host: line 4, column 8: \"https://github.com/owner/repo\": a rule takes a host, not a URL: use github.com:443",
+            "rules[0].host: line 4, column 8: \"https://github.com/owner/repo\": a rule takes a host, not a URL: give \"github.com\", and the port as port = 443 (or in ports)",
         ),
         (
             "host = \"github.com:443\"",
@@ -437,4 +437,304 @@ mode = "audit"
             && l.contains("/admin/x")),
         "an admin request logged as allowed: {log:#?}"
     );
+}
+
+/// The starter policies in `examples/policies/` are real: each passes
+/// `--check` (no error, no warning), and they say what they claim to allow.
+#[test]
+fn example_policies_pass_check() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/policies");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("examples/policies")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    let names: Vec<String> = files
+        .iter()
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    for want in ["agent", "cargo", "npm", "pip"] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "{want}.toml missing: {names:?}"
+        );
+    }
+    // A terminating rule makes --check load the CA as a start would: from a
+    // state directory of the test's own, never the user's.
+    let state = TempDir::new("example-policies");
+    for file in &files {
+        let out = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+            .args(["--check", "--config", file.to_str().unwrap()])
+            .env("XDG_STATE_HOME", state.path())
+            .output()
+            .expect("run portcullis");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {stderr}{stdout}",
+            file.display()
+        );
+        assert!(stdout.ends_with("OK\n"), "{}: {stdout}", file.display());
+        assert!(!stdout.contains("warning:"), "{}: {stdout}", file.display());
+        let stem = file.file_stem().unwrap().to_string_lossy();
+        let expect: &[&str] = match &*stem {
+            "pip" => &["pypi.org", "files.pythonhosted.org", "ports [443]"],
+            "npm" => &["registry.npmjs.org"],
+            "cargo" => &["crates.io", "index.crates.io", "static.crates.io"],
+            "agent" => &[
+                "hosts [api.anthropic.com]",
+                "hosts [api.openai.com]",
+                "tls terminate",
+                "github.com",
+            ],
+            _ => &[],
+        };
+        for want in expect {
+            assert!(stdout.contains(want), "{stem}: no {want:?} in {stdout}");
+        }
+        if stem == "agent" {
+            // Both API hosts terminated, with request rules.
+            assert_eq!(stdout.matches("tls terminate").count(), 2, "{stdout}");
+            assert!(
+                stdout.contains("requests[0]: allow POST /v1/messages"),
+                "{stdout}"
+            );
+        }
+    }
+}
+
+/// A misspelt flag gets clap's suggestion on the one error line.
+#[test]
+fn a_misspelt_flag_suggests_the_right_one() {
+    let out = binary(&["--alow", "github.com:443"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("a similar argument exists: '--allow'"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+/// `portcullis completions SHELL` prints a script the shell accepts, naming
+/// the flags; `portcullis man` a roff page that renders.
+#[test]
+fn completions_and_man_page() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = binary(&["completions", shell]);
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        for word in ["portcullis", "allow", "terminate", "hash-password"] {
+            assert!(script.contains(word), "{shell}: no {word}");
+        }
+        // Checked by the shell itself where it is installed (bash always is here).
+        let syntax = match shell {
+            "bash" => Some(("bash", "-n")),
+            "zsh" => Some(("zsh", "-n")),
+            "fish" => Some(("fish", "--no-execute")),
+            _ => None,
+        };
+        let Some((sh, flag)) = syntax else { continue };
+        let mut child = match Command::new(sh)
+            .arg(flag)
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) if shell != "bash" && e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => panic!("{sh}: {e}"),
+        };
+        child.stdin.take().unwrap().write_all(&out.stdout).unwrap();
+        let done = child.wait_with_output().unwrap();
+        assert!(
+            done.status.success(),
+            "{sh} {flag}: {}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+    }
+    assert_ne!(binary(&["completions", "csh"]).status.code(), Some(0));
+
+    let out = binary(&["man"]);
+    assert_eq!(out.status.code(), Some(0));
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(page.contains(".TH portcullis 1"), "{page}");
+    for word in [
+        "\\-\\-allow",
+        "\\-\\-terminate",
+        "hash\\-password",
+        "completions",
+    ] {
+        assert!(page.contains(word), "no {word} in the man page");
+    }
+    // A subcommand's own page, with its own flags; an unknown one is named.
+    let out = binary(&["man", "run"]);
+    assert_eq!(out.status.code(), Some(0));
+    let run = String::from_utf8_lossy(&out.stdout);
+    assert!(run.contains(".TH portcullis-run 1"), "{run}");
+    assert!(run.contains("\\-\\-no\\-isolate"), "{run}");
+    let out = binary(&["man", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("portcullis man run|env"));
+    // Rendered by man(1) where it is installed: the same page, as text.
+    let dir = TempDir::new("man-page");
+    let file = write(&dir, "portcullis.1", &page);
+    if let Ok(rendered) = Command::new("man")
+        .arg("-l")
+        .arg(&file)
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "80")
+        .output()
+    {
+        let text = String::from_utf8_lossy(&rendered.stdout);
+        assert!(rendered.status.success(), "{text}");
+        assert!(text.contains("NAME"), "{text}");
+        assert!(text.contains("sandbox egress proxy"), "{text}");
+    }
+}
+
+/// Every relative link in the project's Markdown (README, the pages under
+/// docs/, ARCHITECTURE, CONTRIBUTING, BENCHMARKS) names a file that exists
+/// and, with a `#fragment`, a heading in it (GitHub's anchor spelling).
+#[test]
+fn docs_links_resolve() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages: Vec<PathBuf> = [
+        "README.md",
+        "ARCHITECTURE.md",
+        "CONTRIBUTING.md",
+        "BENCHMARKS.md",
+    ]
+    .iter()
+    .map(|p| root.join(p))
+    .collect();
+    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|x| x == "md") {
+            pages.push(p);
+        }
+    }
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for page in &pages {
+        let text =
+            std::fs::read_to_string(page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+        for link in markdown_links(&text) {
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (file, anchor) = link.split_once('#').unwrap_or((&link, ""));
+            let target = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().unwrap().join(file)
+            };
+            if !target.exists() {
+                broken.push(format!("{}: {link}: no such file", page.display()));
+                continue;
+            }
+            if anchor.is_empty() || target.is_dir() {
+                continue;
+            }
+            let body = std::fs::read_to_string(&target).unwrap_or_default();
+            if !markdown_anchors(&body).iter().any(|a| a == anchor) {
+                broken.push(format!("{}: {link}: no such heading", page.display()));
+            }
+        }
+    }
+    assert!(
+        checked > 50,
+        "only {checked} relative links found: is the scan broken?"
+    );
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+    // The README stays a front page, and keeps the commands CI and users run.
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 400,
+        "README.md has {lines} lines: move detail to docs/"
+    );
+    for command in [
+        "cargo run --release\n",
+        "cargo test\n",
+        "cargo install --locked --path .",
+    ] {
+        assert!(readme.contains(command), "README.md lost {command:?}");
+    }
+}
+
+/// The `](target)` of every inline link outside code (fenced blocks and
+/// backtick spans).
+fn markdown_links(text: &str) -> Vec<String> {
+    let mut links = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        // Drop inline code spans: `[x](y)` inside backticks is not a link.
+        let mut plain = String::new();
+        for (i, part) in line.split('`').enumerate() {
+            if i % 2 == 0 {
+                plain.push_str(part);
+            }
+        }
+        let mut rest = plain.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            links.push(after[..end].trim().to_string());
+            rest = &after[end..];
+        }
+    }
+    links
+}
+
+/// GitHub's anchors for a page's headings: lower case, punctuation other
+/// than `-` and `_` dropped, spaces as `-`; a repeated heading gets `-1`...
+fn markdown_anchors(text: &str) -> Vec<String> {
+    let mut anchors: Vec<String> = Vec::new();
+    let mut slugs: Vec<String> = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let Some(title) = line.strip_prefix('#') else {
+            continue;
+        };
+        if fenced {
+            continue;
+        }
+        let title = title.trim_start_matches('#');
+        if !title.starts_with(' ') {
+            continue;
+        }
+        let slug: String = title
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                _ => None,
+            })
+            .collect();
+        let seen = slugs.iter().filter(|s| **s == slug).count();
+        anchors.push(match seen {
+            0 => slug.clone(),
+            n => format!("{slug}-{n}"),
+        });
+        slugs.push(slug);
+    }
+    anchors
 }

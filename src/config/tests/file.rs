@@ -1,4 +1,4 @@
-//! The file as written: the full example, defaults, the README's example,
+//! The file as written: the full example, defaults, the documented example (docs/configuration.md),
 //! `[admin]` and the log format, a policy given beside the file.
 
 use super::*;
@@ -139,10 +139,13 @@ fn missing_sections_take_defaults() {
 
 #[test]
 fn readme_example_parses() {
-    let readme = include_str!("../../../README.md");
-    let start = readme.find("```toml\n").expect("README has a TOML example") + 8;
+    let readme = include_str!("../../../docs/configuration.md");
+    let start = readme
+        .find("```toml\n")
+        .expect("docs/configuration.md has a TOML example")
+        + 8;
     let end = start + readme[start..].find("```").expect("closed");
-    let f = ConfigFile::parse(&readme[start..end]).expect("README example parses");
+    let f = ConfigFile::parse(&readme[start..end]).expect("the documented example parses");
     assert_eq!(f.listeners.as_ref().map(Vec::len), Some(2));
     assert!(f.auth.is_some());
     assert_eq!(
@@ -168,7 +171,7 @@ fn readme_example_parses() {
     );
     assert_eq!(f.users.len(), 1);
     assert!(f.users[0].hash.verify(b"correct horse battery staple"));
-    let c = f.compile().expect("README example compiles");
+    let c = f.compile().expect("the documented example compiles");
     assert_eq!(c.user_names(), ["agent", "alice"]);
     assert_eq!(c.policy.inspected_names(), ["api.example.com"]);
     assert!(c.policy.warnings().is_empty(), "{:?}", c.policy.warnings());

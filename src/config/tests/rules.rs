@@ -51,7 +51,7 @@ fn semantic_errors_carry_line_and_column() {
     );
     let e = compile_err(&RULES.replace("hosts = [\"a.test\"]", "hosts = [\"https://a.test/x\"]"));
     assert!(
-        e.starts_with("rules[1].hosts[0]: line 9, column 10: \"https://a.test/x\": a rule takes a host, not a URL: use a.test:443"),
+        e.starts_with("rules[1].hosts[0]: line 9, column 10: \"https://a.test/x\": a rule takes a host, not a URL: give \"a.test\", and the port as port = 443 (or in ports)"),
         "{e}"
     );
     let e = compile_err(&RULES.replace("host = \"example.com\"", "host = \"github.com:443\""));

@@ -123,7 +123,7 @@ fn kind(w: &World, k: &str) -> RuleConfig {
     }
 }
 
-/// The semantics restated from the README, independently of `check.rs`.
+/// The semantics restated from docs/policy.md, independently of `check.rs`.
 fn expected(w: &World, kinds: &[&str], host: &str, remembered: bool) -> Treat {
     let by_name = host == w.name;
     let name = matches!(t(host, PORT).host, Host::Domain(_));

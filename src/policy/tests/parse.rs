@@ -303,7 +303,29 @@ fn plain_messages_for_common_mistakes() {
         ..cfg(Action::Allow)
     });
     assert_eq!((e.rule, e.key.as_deref()), (Some(0), Some("host")));
-    assert!(e.message.contains("not a URL: use github.com:443"), "{e}");
+    // The table form: the port in its own key (`github.com:443` is refused there).
+    assert!(
+        e.message
+            .contains("not a URL: give \"github.com\", and the port as port = 443 (or in ports)"),
+        "{e}"
+    );
+    let e = rule(RuleConfig {
+        hosts: vec!["https://pypi.org:8443/simple".into()],
+        ..cfg(Action::Allow)
+    });
+    assert!(
+        e.message
+            .contains("give \"pypi.org\", and the port as port = 8443 (or in ports)"),
+        "{e}"
+    );
+    let e = rule(RuleConfig {
+        host: Some("ftp://files.example.com".into()),
+        ..cfg(Action::Allow)
+    });
+    assert!(
+        e.message.ends_with("not a URL: give \"files.example.com\""),
+        "{e}"
+    );
     let e = rule(RuleConfig {
         hosts: vec!["ok.test".into(), "ok.test/path".into()],
         ..cfg(Action::Allow)

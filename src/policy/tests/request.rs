@@ -524,13 +524,13 @@ fn cli_inspect_allows_and_inspects_every_request() {
 
 #[test]
 fn readme_inspection_example_compiles() {
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../../docs/https.md");
     let section = readme
         .find("## HTTP inspection and the forward proxy")
-        .expect("README has the section");
+        .expect("docs/https.md has the section");
     let start = section + readme[section..].find("```toml\n").expect("a TOML example") + 8;
     let end = start + readme[start..].find("```").expect("closed");
-    let p = Policy::parse_toml(&readme[start..end]).expect("README example compiles");
+    let p = Policy::parse_toml(&readme[start..end]).expect("the documented example compiles");
     let r = inspect_of(&verdict(&p, "api.example.com", 80, &["93.184.216.34"])).unwrap();
     assert!(ok(&r, "GET", "/v1/users"));
     assert!(!ok(&r, "GET", "/v1/admin/users"));
