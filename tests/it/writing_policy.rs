@@ -660,7 +660,7 @@ fn docs_links_resolve() {
     );
     for command in [
         "cargo run --release\n",
-        "cargo test\n",
+        "scripts/test.sh\n",
         "cargo install --locked --path .",
     ] {
         assert!(readme.contains(command), "README.md lost {command:?}");
