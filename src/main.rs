@@ -43,7 +43,7 @@ fn main() -> ExitCode {
         Some(cli::Command::Run(run)) => &run.proxy,
         Some(cli::Command::Env(env)) => &env.proxy,
         Some(cli::Command::Ca(ca)) => &ca.proxy,
-        Some(cli::Command::HashPassword(_)) | None => &cli.args,
+        Some(cli::Command::HashPassword(_) | cli::Command::Suggest(_)) | None => &cli.args,
     };
     let format = log_format(proxy_args);
     JSON_REPORTS.store(format == LogFormat::Json, Ordering::Relaxed);

@@ -6,6 +6,7 @@
 pub mod ca;
 pub mod env;
 pub mod hash;
+pub mod suggest;
 
 use std::process::ExitCode;
 
@@ -42,6 +43,9 @@ pub enum Command {
     /// Read a password (the first line of stdin) and print its argon2id
     /// hash, for [[auth.users]] password_hash or an --auth-file line.
     HashPassword(hash::HashArgs),
+    /// Learn mode: read the proxy's JSON log (a file, or standard input)
+    /// and print a policy allowing exactly the destinations it shows.
+    Suggest(suggest::SuggestArgs),
 }
 
 /// `portcullis ca [proxy options]`
@@ -90,6 +94,7 @@ pub fn main(command: Command) -> ExitCode {
         Command::Env(env) => env::main(&env),
         Command::Ca(ca) => ca::main(&ca.proxy),
         Command::HashPassword(h) => hash::main(&h),
+        Command::Suggest(s) => suggest::main(&s),
     }
 }
 
