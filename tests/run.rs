@@ -785,10 +785,7 @@ fn direct_dns_is_refused_at_once_and_the_log_file_keeps_cmds_stderr_clean() {
         summary[0]
     );
     assert_eq!(origin.accepted(), 0);
-    assert!(
-        text.contains(&format!("summary: refused 2 connections")),
-        "{text}"
-    );
+    assert!(text.contains("summary: refused 2 connections"), "{text}");
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "the log is its owner's only");
