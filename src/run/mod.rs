@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
-use log::{info, warn};
+use log::info;
 use nix::sys::signal::SigSet;
 use nix::unistd::Pid;
 use portcullis::config::ConfigFile;
@@ -245,7 +245,7 @@ fn isolated(
     }
     info!("running {} in {how}", show(cmd));
     for note in &child.dns_notes {
-        warn!("{note}; CMD's direct DNS queries fail with no route instead");
+        log::warn!("{note}; CMD's direct DNS queries fail with no route instead");
     }
     for s in &child.dns {
         if let Ok(a) = s.local_addr() {
