@@ -688,8 +688,9 @@ fn terminated_tls_is_trusted_whatever_ca_variables_cmd_inherits() {
 }
 
 /// CMD for the DNS tests: a raw query (id 0x5a17, `portcullis-probe.test`
-/// A) to the first resolver of /etc/resolv.conf, printing the answer's id
-/// and RCODE; then `getaddrinfo`, printing its error.
+/// A) to the first resolver of /etc/resolv.conf over UDP, then over TCP,
+/// printing each answer's id and RCODE; then `getaddrinfo`, printing its
+/// error.
 const DNS_PROBE: &str = r#"
 import socket, struct, sys
 ns = [l.split()[1] for l in open("/etc/resolv.conf") if l.split()[:1] == ["nameserver"]][0]
@@ -701,6 +702,18 @@ s.settimeout(20)
 s.sendto(q, (ns, 53))
 r = s.recv(512)
 print("raw id=%04x rcode=%d question=%s" % (struct.unpack(">H", r[:2])[0], r[3] & 15, r[12:] == q[12:]))
+t = socket.create_connection((ns, 53), timeout=20)
+t.sendall(struct.pack(">H", len(q)) + q)
+def read(n):
+    b = b""
+    while len(b) < n:
+        c = t.recv(n - len(b))
+        if not c:
+            break
+        b += c
+    return b
+r = read(struct.unpack(">H", read(2))[0])
+print("tcp id=%04x rcode=%d question=%s" % (struct.unpack(">H", r[:2])[0], r[3] & 15, r[12:] == q[12:]))
 try:
     socket.getaddrinfo("ignores-the-proxy.example", 443)
     print("gai=resolved")
@@ -751,7 +764,8 @@ fn direct_dns_is_refused_at_once_and_the_log_file_keeps_cmds_stderr_clean() {
     // then fails with EAI_AGAIN (-3) on the REFUSED answers, and never
     // gets an address.
     assert!(
-        out.stdout.contains("raw id=5a17 rcode=5 question=True"),
+        out.stdout.contains("raw id=5a17 rcode=5 question=True")
+            && out.stdout.contains("tcp id=5a17 rcode=5 question=True"),
         "{}",
         out.stdout
     );
@@ -759,7 +773,9 @@ fn direct_dns_is_refused_at_once_and_the_log_file_keeps_cmds_stderr_clean() {
     assert!(
         text.contains("dns query refused name=portcullis-probe.test type=A")
             && text.contains("dns query refused name=ignores-the-proxy.example")
-            && text.contains("hint: CMD resolves names itself"),
+            && text.contains("hint: CMD resolves names itself")
+            && text.contains(":53 (UDP) with REFUSED")
+            && text.contains(":53 (TCP) with REFUSED"),
         "{text}"
     );
     // CMD's stderr: its own line, then the summary, and no proxy line.
@@ -778,7 +794,7 @@ fn direct_dns_is_refused_at_once_and_the_log_file_keeps_cmds_stderr_clean() {
     assert!(
         summary[0].starts_with("portcullis: refused 2 connections: ")
             && summary[0].contains(&target)
-            && summary[0].contains("portcullis-probe.test x1")
+            && summary[0].contains("portcullis-probe.test x2")
             && summary[0].contains("ignores-the-proxy.example x")
             && summary[0].ends_with(&format!("; log: {}", log.display())),
         "{}",

@@ -10,8 +10,9 @@ use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, Ms
 /// The most descriptors one message carries (one per listener).
 pub const MAX_FDS: usize = 16;
 
-/// The most resolver sockets `run` passes beside them (glibc reads three nameservers).
-pub const MAX_RESOLVERS: usize = 3;
+/// The most resolver sockets `run` passes beside them: a UDP socket and a
+/// TCP listener for each of three nameservers (as many as glibc reads).
+pub const MAX_RESOLVERS: usize = 6;
 
 /// Sends `msg` with `fds` attached (none: a plain message).
 pub fn send(sock: &OwnedFd, msg: &[u8], fds: &[RawFd]) -> io::Result<()> {

@@ -247,11 +247,6 @@ fn isolated(
     for note in &child.dns_notes {
         log::warn!("{note}; CMD's direct DNS queries fail with no route instead");
     }
-    for s in &child.dns {
-        if let Ok(a) = s.local_addr() {
-            info!("answering CMD's direct DNS queries to {a} with REFUSED");
-        }
-    }
     trap::start(std::mem::take(&mut child.dns), tally);
     if let Err(e) = child.start() {
         fatal!("cannot start CMD: {e}");

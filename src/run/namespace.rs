@@ -85,9 +85,9 @@ pub struct Spawned {
     pub isolation: Isolation,
     /// The listeners it bound, with their protocols, in configuration order.
     pub listeners: Vec<(StdListener, ListenerProtocol)>,
-    /// UDP sockets bound at the resolvers' addresses inside the namespace
-    /// (port 53), for [`super::trap`] to answer.
-    pub dns: Vec<std::net::UdpSocket>,
+    /// UDP sockets and TCP listeners bound at the resolvers' addresses
+    /// inside the namespace (port 53), for [`super::trap`] to answer.
+    pub dns: Vec<OwnedFd>,
     /// What could not be set up for DNS (one note each), for a log line.
     pub dns_notes: Vec<String>,
     control: OwnedFd,
@@ -176,11 +176,7 @@ pub fn spawn(plan: &Plan) -> Result<Spawned, String> {
             "the namespace child failed to set up the network ({status})"
         )));
     }
-    let dns = fds
-        .split_off(plan.listeners.len())
-        .into_iter()
-        .map(std::net::UdpSocket::from)
-        .collect();
+    let dns = fds.split_off(plan.listeners.len());
     let listeners = fds
         .into_iter()
         .zip(plan.listeners)
@@ -441,9 +437,9 @@ fn setup_network(listeners: &[ListenerConfig]) -> Result<Vec<(OwnedFd, ListenAdd
         .collect()
 }
 
-/// UDP sockets on port 53 at each resolver of /etc/resolv.conf, the
-/// address added to `lo` first unless it is a loopback one already; and a
-/// note for each that failed. Never fatal: CMD runs without them, its
+/// A UDP socket and a TCP listener on port 53 at each resolver of
+/// /etc/resolv.conf, the address added to `lo` first unless it is a
+/// loopback one already; and a note for each that failed. Never fatal: CMD runs without them, its
 /// direct queries then failing with no route (quickly, but unexplained).
 fn resolver_sockets() -> (Vec<OwnedFd>, Vec<String>) {
     let text = match std::fs::read_to_string("/etc/resolv.conf") {
@@ -465,19 +461,21 @@ fn resolver_sockets() -> (Vec<OwnedFd>, Vec<String>) {
                 super::netlink::add_address(lo, ip)?;
             }
             let addr = std::net::SocketAddr::new(ip, 53);
-            let s = socket2::Socket::new(
-                socket2::Domain::for_address(addr),
-                socket2::Type::DGRAM,
-                None,
-            )?;
-            if ip.is_ipv6() {
-                s.set_only_v6(true)?;
-            }
-            s.bind(&addr.into())?;
-            io::Result::Ok(OwnedFd::from(s))
+            let socket = |kind| {
+                let s = socket2::Socket::new(socket2::Domain::for_address(addr), kind, None)?;
+                if ip.is_ipv6() {
+                    s.set_only_v6(true)?;
+                }
+                s.bind(&addr.into())?;
+                io::Result::Ok(s)
+            };
+            let udp = socket(socket2::Type::DGRAM)?;
+            let tcp = socket(socket2::Type::STREAM)?;
+            tcp.listen(16)?;
+            io::Result::Ok([OwnedFd::from(udp), OwnedFd::from(tcp)])
         })();
         match bound {
-            Ok(fd) => socks.push(fd),
+            Ok(fds) => socks.extend(fds),
             Err(e) => notes.push(format!(
                 "cannot answer DNS queries to the resolver {ip} inside the namespace: {e}"
             )),
