@@ -9,6 +9,9 @@ use std::path::Path;
 const TOP: usize = 5;
 /// A reason longer than this is cut in the summary (the log has it whole).
 const REASON_CHARS: usize = 90;
+/// Distinct destinations (and names) remembered: CMD chooses them, so past
+/// this they are only counted, and memory stays bounded.
+const MAX_DISTINCT: usize = 1024;
 
 /// Refusals by destination, and direct DNS queries by name.
 #[derive(Debug, Default)]
@@ -19,23 +22,32 @@ pub struct Tally {
     dns: HashMap<String, (u64, usize)>,
     /// Whether the refusals were audit-mode would-denies.
     audit: bool,
+    /// Refusals of destinations past [`MAX_DISTINCT`], only counted.
+    refused_beyond: u64,
+    /// Queries for names past [`MAX_DISTINCT`], only counted.
+    dns_beyond: u64,
 }
 
 impl Tally {
     /// A connection to `target` was refused (or, `audit`, would have been).
     pub fn refused(&mut self, target: &str, reason: Option<&str>, audit: bool) {
-        let next = self.refused.len();
-        let e =
-            self.refused
-                .entry(target.to_string())
-                .or_insert((0, reason.map(String::from), next));
-        e.0 += 1;
         self.audit |= audit;
+        let next = self.refused.len();
+        if next >= MAX_DISTINCT && !self.refused.contains_key(target) {
+            self.refused_beyond += 1;
+            return;
+        }
+        let e = self.refused.entry(target.to_string());
+        e.or_insert((0, reason.map(String::from), next)).0 += 1;
     }
 
     /// CMD asked a resolver for `name` directly and got `REFUSED`.
     pub fn dns_query(&mut self, name: &str) {
         let next = self.dns.len();
+        if next >= MAX_DISTINCT && !self.dns.contains_key(name) {
+            self.dns_beyond += 1;
+            return;
+        }
         self.dns.entry(name.to_string()).or_insert((0, next)).0 += 1;
     }
 
@@ -49,19 +61,22 @@ impl Tally {
         if !self.refused.is_empty() {
             let mut v: Vec<_> = self.refused.iter().collect();
             v.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.1 .2.cmp(&b.1 .2)));
-            let total: u64 = v.iter().map(|(_, e)| e.0).sum();
+            let total = v.iter().map(|(_, e)| e.0).sum::<u64>() + self.refused_beyond;
             let verb = if self.audit {
                 "would have refused"
             } else {
                 "refused"
             };
-            let list = top(v.iter().map(|(t, (n, reason, _))| {
-                let mut s = format!("{t} x{n}");
-                if let Some(r) = reason {
-                    s += &format!(" ({})", cut(r));
-                }
-                s
-            }));
+            let list = top(
+                v.iter().map(|(t, (n, reason, _))| {
+                    let mut s = format!("{t} x{n}");
+                    if let Some(r) = reason {
+                        s += &format!(" ({})", cut(r));
+                    }
+                    s
+                }),
+                self.refused_beyond,
+            );
             parts.push(format!(
                 "{verb} {total} {}: {list}",
                 plural(total, "connection")
@@ -70,8 +85,11 @@ impl Tally {
         if !self.dns.is_empty() {
             let mut v: Vec<_> = self.dns.iter().collect();
             v.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.1 .1.cmp(&b.1 .1)));
-            let total: u64 = v.iter().map(|(_, e)| e.0).sum();
-            let list = top(v.iter().map(|(name, (n, _))| format!("{name} x{n}")));
+            let total = v.iter().map(|(_, e)| e.0).sum::<u64>() + self.dns_beyond;
+            let list = top(
+                v.iter().map(|(name, (n, _))| format!("{name} x{n}")),
+                self.dns_beyond,
+            );
             parts.push(format!(
                 "refused {total} DNS {} CMD sent directly, ignoring the proxy: {list} \
                  (it must reach the network through HTTPS_PROXY/ALL_PROXY, which run sets)",
@@ -94,12 +112,16 @@ fn plural(n: u64, word: &str) -> String {
     }
 }
 
-/// The first [`TOP`] items, comma-separated, then "and N more".
-fn top(items: impl ExactSizeIterator<Item = String>) -> String {
+/// The first [`TOP`] items, comma-separated, then "and N more" (the
+/// items left), and the events past [`MAX_DISTINCT`] (`beyond`).
+fn top(items: impl ExactSizeIterator<Item = String>, beyond: u64) -> String {
     let n = items.len();
     let mut s: Vec<String> = items.take(TOP).collect();
     if n > TOP {
         s.push(format!("and {} more", n - TOP));
+    }
+    if beyond > 0 {
+        s.push(format!("{beyond} more not told apart"));
     }
     s.join(", ")
 }
@@ -117,6 +139,25 @@ fn cut(reason: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn distinct_entries_are_bounded() {
+        let mut t = Tally::default();
+        for i in 0..MAX_DISTINCT + 10 {
+            t.dns_query(&format!("n{i}.example"));
+            t.refused(&format!("n{i}.example:443"), None, false);
+        }
+        t.dns_query("n0.example");
+        assert_eq!((t.dns.len(), t.refused.len()), (MAX_DISTINCT, MAX_DISTINCT));
+        let s = t.summary(None).unwrap();
+        let want = format!("refused {} connections: ", MAX_DISTINCT + 10);
+        assert!(s.starts_with(&want), "{s}");
+        let want = format!("and {} more, 10 more not told apart;", MAX_DISTINCT - 5);
+        assert!(s.contains(&want), "{s}");
+        let want = format!("refused {} DNS queries", MAX_DISTINCT + 11);
+        assert!(s.contains(&want), "{s}");
+        assert!(s.contains(": n0.example x2, "), "{s}");
+    }
 
     #[test]
     fn nothing_refused_says_nothing() {
