@@ -841,6 +841,19 @@ fn without_a_log_file_only_warnings_and_the_summary_reach_stderr() {
             origin.port()
         )
     );
+    // The same on the host (--no-isolate): the summary counts there too.
+    let mut cmd = portcullis();
+    cmd.env_remove("RUST_LOG")
+        .args(["run", "--no-isolate", "--", "sh", "-c", &script]);
+    let out = Running::start(cmd).finish();
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .starts_with("cmd-says\nportcullis: refused 1 connection: 127.0.0.1:"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(origin.accepted(), 0);
     // A log file that cannot be opened is a usage error naming the flag.
     let mut cmd = portcullis();
     cmd.args(["run", "--log-file", "/nonexistent/dir/x.log", "--", "true"]);
