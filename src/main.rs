@@ -44,7 +44,10 @@ fn main() -> ExitCode {
         Some(cli::Command::Env(env)) => &env.proxy,
         Some(cli::Command::Ca(ca)) => &ca.proxy,
         Some(
-            cli::Command::HashPassword(_) | cli::Command::Completions(_) | cli::Command::Man(_),
+            cli::Command::HashPassword(_)
+            | cli::Command::Completions(_)
+            | cli::Command::Man(_)
+            | cli::Command::Suggest(_),
         )
         | None => &cli.args,
     };
@@ -54,8 +57,15 @@ fn main() -> ExitCode {
         fatal!("--control-fd is for the proxy itself, not for run or env");
         return ExitCode::from(2);
     }
-    if let Err(e) = portcullis::logging::init(format) {
+    let logging = match &cli.command {
+        Some(cli::Command::Run(run)) => run::init_logging(run, format),
+        _ => portcullis::logging::init(format).map_err(|e| e.to_string()),
+    };
+    if let Err(e) = logging {
         fatal!("cannot set up logging: {e}");
+        if matches!(&cli.command, Some(cli::Command::Run(r)) if r.log_file.is_some()) {
+            return ExitCode::from(2);
+        }
     }
     let args = match cli.command {
         Some(command) => return cli::main(command),

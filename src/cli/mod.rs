@@ -8,6 +8,7 @@ pub mod ca;
 pub mod env;
 pub mod generate;
 pub mod hash;
+pub mod suggest;
 
 use std::process::ExitCode;
 
@@ -49,6 +50,9 @@ pub enum Command {
     Completions(generate::CompletionsArgs),
     /// Print the manual page (roff): portcullis man | man -l -
     Man(generate::ManArgs),
+    /// Learn mode: read the proxy's JSON log (a file, or standard input)
+    /// and print a policy allowing exactly the destinations it shows.
+    Suggest(suggest::SuggestArgs),
 }
 
 /// `portcullis ca [proxy options]`
@@ -99,6 +103,7 @@ pub fn main(command: Command) -> ExitCode {
         Command::HashPassword(h) => hash::main(&h),
         Command::Completions(c) => generate::completions(&c),
         Command::Man(m) => generate::man(&m),
+        Command::Suggest(s) => suggest::main(&s),
     }
 }
 

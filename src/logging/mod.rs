@@ -56,7 +56,23 @@ impl FromStr for LogFormat {
 /// Installs the logger on stderr in `format`, filtered by `RUST_LOG`
 /// (default `info`). Fails if a logger is installed already.
 pub fn init(format: LogFormat) -> Result<(), log::SetLoggerError> {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+    init_with(format, "info", None)
+}
+
+/// Installs the logger in `format`, filtered by `RUST_LOG` (default
+/// `default_filter`), writing to `to` (stderr when `None`). Fails if a
+/// logger is installed already.
+pub fn init_with(
+    format: LogFormat,
+    default_filter: &str,
+    to: Option<Box<dyn Write + Send>>,
+) -> Result<(), log::SetLoggerError> {
+    let mut builder =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter));
+    if let Some(w) = to {
+        builder.target(env_logger::Target::Pipe(w));
+    }
+    builder
         .format(move |buf, record| {
             let mut out = String::with_capacity(256);
             line::render(

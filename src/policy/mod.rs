@@ -58,6 +58,15 @@ pub struct Target {
     pub port: u16,
 }
 
+/// The name of the special range `addr` falls in (`"loopback"`,
+/// `"private"`, `"documentation"`, ...), or `None` for a public address. A
+/// special address is refused unless a rule names it by CIDR (with
+/// `match = "both"`, for the listed names only). IPv4-mapped IPv6 is
+/// classified as its IPv4 address.
+pub fn special_range(addr: IpAddr) -> Option<&'static str> {
+    addr::special(host::canonical_ip(addr)).map(|s| s.name)
+}
+
 /// Why a host or authority string was refused before policy ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetError(pub String);

@@ -10,6 +10,10 @@ use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, Ms
 /// The most descriptors one message carries (one per listener).
 pub const MAX_FDS: usize = 16;
 
+/// The most resolver sockets `run` passes beside them: a UDP socket and a
+/// TCP listener for each of three nameservers (as many as glibc reads).
+pub const MAX_RESOLVERS: usize = 6;
+
 /// Sends `msg` with `fds` attached (none: a plain message).
 pub fn send(sock: &OwnedFd, msg: &[u8], fds: &[RawFd]) -> io::Result<()> {
     let iov = [IoSlice::new(msg)];
@@ -28,7 +32,7 @@ pub fn send(sock: &OwnedFd, msg: &[u8], fds: &[RawFd]) -> io::Result<()> {
 /// Receives one message into `buf` and the descriptors attached to it
 /// (close-on-exec). `Ok((0, []))` is end of file: the other side is gone.
 pub fn recv(sock: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
-    let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let mut space = nix::cmsg_space!([RawFd; MAX_FDS + MAX_RESOLVERS]);
     loop {
         let mut iov = [IoSliceMut::new(buf)];
         let msg = match recvmsg::<()>(

@@ -11,23 +11,36 @@
 //! status is `run`'s, SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to CMD, and
 //! the proxy stops when CMD exits.
 
+#[cfg(any(target_os = "linux", test))]
+mod dns;
 #[cfg(target_os = "linux")]
 mod fdpass;
 #[cfg(target_os = "linux")]
 mod namespace;
+#[cfg(target_os = "linux")]
+mod netlink;
 mod sandbox;
 mod supervise;
+mod tally;
+#[cfg(target_os = "linux")]
+mod trap;
 
 use std::ffi::OsString;
 use std::io;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 
 use log::info;
 use nix::sys::signal::SigSet;
 use nix::unistd::Pid;
 use portcullis::config::ConfigFile;
-use portcullis::{Config, Credentials, ListenAddr, ListenerConfig, ListenerProtocol, Proxy};
+use portcullis::events::{Decision, EventKind};
+use portcullis::{
+    Config, Credentials, ListenAddr, ListenerConfig, ListenerProtocol, LogFormat, Proxy,
+    ProxyBuilder,
+};
 
 use crate::args::Args;
 use crate::proxy_env::{tls_ca_vars, Endpoint, ProxyEnv, Var};
@@ -42,6 +55,13 @@ NODE_USE_ENV_PROXY=1. Any other connection fails: there is no route.
 The policy is the proxy's: the built-in default allows the public internet
 on ports 80 and 443 only.
 
+The proxy's log goes to --log-file FILE (appended; created mode 0600).
+Without it only warnings and errors reach stderr (RUST_LOG changes that).
+At exit, if anything was refused, one line on stderr says what:
+  portcullis: refused 3 connections: pypi.org:443 x2 (...), ...; log: FILE
+DNS queries CMD sends itself (to the resolvers in /etc/resolv.conf) are
+answered REFUSED at once, logged with the name and counted there too.
+
 The exit status is CMD's (128+N if a signal N killed it). SIGINT, SIGTERM,
 SIGHUP and SIGQUIT are forwarded to CMD. When CMD exits, every process it
 left in the namespace is killed and the proxy stops.
@@ -49,6 +69,7 @@ left in the namespace is killed and the proxy stops.
 Examples:
   portcullis run -- cargo build
   portcullis run --allow github.com:443 -- git clone https://github.com/o/r
+  portcullis run --log-file run.log -- pip install requests
   portcullis run --no-isolate -- npm install";
 
 /// `portcullis run [proxy options] -- CMD ARGS...`
@@ -64,6 +85,12 @@ pub struct RunArgs {
     /// an ephemeral port on 127.0.0.1.
     #[arg(long)]
     pub no_isolate: bool,
+
+    /// Append the proxy's log to FILE (created mode 0600) instead of
+    /// stderr, at info level. Without it, only warnings and errors go to
+    /// stderr, so CMD's stderr stays its own.
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
 
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -96,15 +123,85 @@ pub fn main(run: RunArgs) -> ExitCode {
         setup.rules.as_deref(),
         setup.config.policy.is_audit(),
     );
-    if run.no_isolate {
+    let tally = Arc::new(Mutex::new(tally::Tally::default()));
+    let status = if run.no_isolate {
         let given = listeners_given(&run.proxy);
-        return on_host(setup.config, given, &run.cmd, signals, |_| Vec::new());
+        on_host(setup.config, given, &run.cmd, signals, &tally, |_| {
+            Vec::new()
+        })
+    } else {
+        isolated(setup.config, &run.proxy, &run.cmd, signals, &tally)
+    };
+    let summary = tally
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .summary(run.log_file.as_deref());
+    if let Some(summary) = summary {
+        if run.log_file.is_some() {
+            info!("summary: {summary}");
+        }
+        crate::report(log::Level::Warn, format_args!("{summary}"));
     }
-    isolated(setup.config, &run.proxy, &run.cmd, signals)
+    status
+}
+
+/// Installs the logger for `run`: to `--log-file` (info by default), else
+/// to stderr with only warnings and errors by default; `RUST_LOG` decides
+/// when set. Errors name the flag.
+pub fn init_logging(run: &RunArgs, format: LogFormat) -> Result<(), String> {
+    let Some(path) = &run.log_file else {
+        return portcullis::logging::init_with(format, "warn", None).map_err(|e| e.to_string());
+    };
+    let file = open_log(path).map_err(|e| {
+        format!(
+            "--log-file {}: cannot open it for appending: {e}",
+            path.display()
+        )
+    })?;
+    portcullis::logging::init_with(format, "info", Some(Box::new(file))).map_err(|e| e.to_string())
+}
+
+/// Opens the log file for appending, creating it readable by its owner only
+/// (the log names every destination CMD tried).
+fn open_log(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// The proxy's builder for `config`, counting refusals into `tally`.
+fn counting(config: Config, tally: &Arc<Mutex<tally::Tally>>) -> ProxyBuilder {
+    let tally = Arc::clone(tally);
+    Proxy::builder().config(config).on_event(move |e| {
+        if e.kind != EventKind::Session {
+            return;
+        }
+        let audit = match e.decision {
+            Some(Decision::Deny) => false,
+            Some(Decision::WouldDeny) => true,
+            _ => return,
+        };
+        if let Some(target) = &e.target {
+            tally.lock().unwrap_or_else(|p| p.into_inner()).refused(
+                target,
+                e.reason.as_deref(),
+                audit,
+            );
+        }
+    })
 }
 
 #[cfg(target_os = "linux")]
-fn isolated(config: Config, _: &Args, cmd: &[OsString], signals: SigSet) -> ExitCode {
+fn isolated(
+    config: Config,
+    _: &Args,
+    cmd: &[OsString],
+    signals: SigSet,
+    tally: &Arc<Mutex<tally::Tally>>,
+) -> ExitCode {
     if config.listeners.len() > fdpass::MAX_FDS {
         fatal!("run takes at most {} listeners", fdpass::MAX_FDS);
         return ExitCode::from(2);
@@ -127,7 +224,7 @@ fn isolated(config: Config, _: &Args, cmd: &[OsString], signals: SigSet) -> Exit
     // Threads may start from here on: the child exists.
     let mut proxy_config = config.clone();
     proxy_config.listeners.clear();
-    let mut builder = Proxy::builder().config(proxy_config);
+    let mut builder = counting(proxy_config, tally);
     for (l, protocol) in std::mem::take(&mut child.listeners) {
         builder = builder.listener(l, protocol);
     }
@@ -147,6 +244,10 @@ fn isolated(config: Config, _: &Args, cmd: &[OsString], signals: SigSet) -> Exit
         info!("listening on {addr} inside CMD's network namespace");
     }
     info!("running {} in {how}", show(cmd));
+    for note in &child.dns_notes {
+        log::warn!("{note}; CMD's direct DNS queries fail with no route instead");
+    }
+    trap::start(std::mem::take(&mut child.dns), tally);
     if let Err(e) = child.start() {
         fatal!("cannot start CMD: {e}");
         return ExitCode::FAILURE;
@@ -162,18 +263,31 @@ fn isolated(config: Config, _: &Args, cmd: &[OsString], signals: SigSet) -> Exit
 }
 
 #[cfg(target_os = "macos")]
-fn isolated(config: Config, args: &Args, cmd: &[OsString], signals: SigSet) -> ExitCode {
+fn isolated(
+    config: Config,
+    args: &Args,
+    cmd: &[OsString],
+    signals: SigSet,
+    tally: &Arc<Mutex<tally::Tally>>,
+) -> ExitCode {
     on_host(
         config,
         listeners_given(args),
         cmd,
         signals,
+        tally,
         sandbox::wrapper,
     )
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
-fn isolated(_: Config, _: &Args, _: &[OsString], _: SigSet) -> ExitCode {
+fn isolated(
+    _: Config,
+    _: &Args,
+    _: &[OsString],
+    _: SigSet,
+    _: &Arc<Mutex<tally::Tally>>,
+) -> ExitCode {
     fatal!(
         "run cannot isolate CMD on this platform (network namespaces are \
          Linux-only, sandbox-exec macOS-only); use --no-isolate to only set the proxy variables"
@@ -188,6 +302,7 @@ fn on_host(
     listeners_given: bool,
     cmd: &[OsString],
     signals: SigSet,
+    tally: &Arc<Mutex<tally::Tally>>,
     wrap: impl FnOnce(&ListenAddr) -> Vec<OsString>,
 ) -> ExitCode {
     if !listeners_given {
@@ -199,7 +314,7 @@ fn on_host(
     let extra_env = tls_ca_vars(&config);
     let auth = config.auth.clone();
     let protocols: Vec<ListenerProtocol> = config.listeners.iter().map(|l| l.protocol).collect();
-    let proxy = match Proxy::new(config) {
+    let proxy = match counting(config, tally).build() {
         Ok(p) => p,
         Err(e) => {
             fatal!("cannot start: {e}");

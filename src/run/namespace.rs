@@ -85,6 +85,11 @@ pub struct Spawned {
     pub isolation: Isolation,
     /// The listeners it bound, with their protocols, in configuration order.
     pub listeners: Vec<(StdListener, ListenerProtocol)>,
+    /// UDP sockets and TCP listeners bound at the resolvers' addresses
+    /// inside the namespace (port 53), for [`super::trap`] to answer.
+    pub dns: Vec<OwnedFd>,
+    /// What could not be set up for DNS (one note each), for a log line.
+    pub dns_notes: Vec<String>,
     control: OwnedFd,
 }
 
@@ -153,12 +158,25 @@ pub fn spawn(plan: &Plan) -> Result<Spawned, String> {
     if let Some(reason) = msg.strip_prefix(b"err:") {
         return Err(fail(String::from_utf8_lossy(reason).into_owned()));
     }
-    if msg != b"ok" || fds.len() != plan.listeners.len() {
+    let Some(notes) = msg.strip_prefix(b"ok") else {
+        let status = child_status(pid);
+        return Err(fail(format!(
+            "the namespace child failed to set up the network ({status})"
+        )));
+    };
+    let dns_notes: Vec<String> = String::from_utf8_lossy(notes)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect();
+    let mut fds = fds;
+    if fds.len() < plan.listeners.len() {
         let status = child_status(pid);
         return Err(fail(format!(
             "the namespace child failed to set up the network ({status})"
         )));
     }
+    let dns = fds.split_off(plan.listeners.len());
     let listeners = fds
         .into_iter()
         .zip(plan.listeners)
@@ -174,6 +192,8 @@ pub fn spawn(plan: &Plan) -> Result<Spawned, String> {
         pid,
         isolation,
         listeners,
+        dns,
+        dns_notes,
         control: parent_end,
     })
 }
@@ -324,10 +344,22 @@ fn child_main(plan: &Plan, parent_raw: RawFd, child_raw: RawFd) -> i32 {
             return 1;
         }
     };
-    let fds: Vec<RawFd> = bound.iter().map(|(fd, _)| fd.as_raw_fd()).collect();
-    if fdpass::send(&sock, b"ok", &fds).is_err() {
+    let (dns, notes) = resolver_sockets();
+    let fds: Vec<RawFd> = bound
+        .iter()
+        .map(|(fd, _)| fd.as_raw_fd())
+        .chain(dns.iter().map(AsRawFd::as_raw_fd))
+        .collect();
+    let mut msg = b"ok".to_vec();
+    for note in &notes {
+        msg.push(b'\n');
+        msg.extend_from_slice(note.as_bytes());
+    }
+    msg.truncate(4000); // the parent reads 4096 bytes
+    if fdpass::send(&sock, &msg, &fds).is_err() {
         return 1;
     }
+    drop(dns);
     let addrs: Vec<(ListenAddr, ListenerProtocol)> = bound
         .iter()
         .zip(plan.listeners)
@@ -403,6 +435,53 @@ fn setup_network(listeners: &[ListenerConfig]) -> Result<Vec<(OwnedFd, ListenAdd
             })
         })
         .collect()
+}
+
+/// A UDP socket and a TCP listener on port 53 at each resolver of
+/// /etc/resolv.conf, the address added to `lo` first unless it is a
+/// loopback one already; and a note for each that failed. Never fatal: CMD runs without them, its
+/// direct queries then failing with no route (quickly, but unexplained).
+fn resolver_sockets() -> (Vec<OwnedFd>, Vec<String>) {
+    let text = match std::fs::read_to_string("/etc/resolv.conf") {
+        Ok(t) => t,
+        Err(e) => {
+            return (
+                Vec::new(),
+                vec![format!("cannot read /etc/resolv.conf: {e}")],
+            )
+        }
+    };
+    // SAFETY: a NUL-terminated name.
+    let lo = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
+    let mut socks = Vec::new();
+    let mut notes = Vec::new();
+    for ip in super::dns::nameservers(&text) {
+        let bound = (|| {
+            if !ip.is_loopback() {
+                super::netlink::add_address(lo, ip)?;
+            }
+            let addr = std::net::SocketAddr::new(ip, 53);
+            let socket = |kind| {
+                let s = socket2::Socket::new(socket2::Domain::for_address(addr), kind, None)?;
+                if ip.is_ipv6() {
+                    s.set_only_v6(true)?;
+                }
+                s.bind(&addr.into())?;
+                io::Result::Ok(s)
+            };
+            let udp = socket(socket2::Type::DGRAM)?;
+            let tcp = socket(socket2::Type::STREAM)?;
+            tcp.listen(16)?;
+            io::Result::Ok([OwnedFd::from(udp), OwnedFd::from(tcp)])
+        })();
+        match bound {
+            Ok(fds) => socks.extend(fds),
+            Err(e) => notes.push(format!(
+                "cannot answer DNS queries to the resolver {ip} inside the namespace: {e}"
+            )),
+        }
+    }
+    (socks, notes)
 }
 
 /// `ip link set lo up`, by ioctl.

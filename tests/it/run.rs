@@ -686,3 +686,183 @@ fn terminated_tls_is_trusted_whatever_ca_variables_cmd_inherits() {
         );
     }
 }
+
+/// CMD for the DNS tests: a raw query (id 0x5a17, `portcullis-probe.test`
+/// A) to the first resolver of /etc/resolv.conf over UDP, then over TCP,
+/// printing each answer's id and RCODE; then `getaddrinfo`, printing its
+/// error.
+const DNS_PROBE: &str = r#"
+import socket, struct, sys
+ns = [l.split()[1] for l in open("/etc/resolv.conf") if l.split()[:1] == ["nameserver"]][0]
+q = struct.pack(">HHHHHH", 0x5a17, 0x0100, 1, 0, 0, 0)
+q += b"".join(bytes([len(p)]) + p for p in [b"portcullis-probe", b"test"]) + b"\0" + struct.pack(">HH", 1, 1)
+fam = socket.AF_INET6 if ":" in ns else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_DGRAM)
+s.settimeout(20)
+s.sendto(q, (ns, 53))
+r = s.recv(512)
+print("raw id=%04x rcode=%d question=%s" % (struct.unpack(">H", r[:2])[0], r[3] & 15, r[12:] == q[12:]))
+t = socket.create_connection((ns, 53), timeout=20)
+t.sendall(struct.pack(">H", len(q)) + q)
+def read(n):
+    b = b""
+    while len(b) < n:
+        c = t.recv(n - len(b))
+        if not c:
+            break
+        b += c
+    return b
+r = read(struct.unpack(">H", read(2))[0])
+print("tcp id=%04x rcode=%d question=%s" % (struct.unpack(">H", r[:2])[0], r[3] & 15, r[12:] == q[12:]))
+try:
+    socket.getaddrinfo("ignores-the-proxy.example", 443)
+    print("gai=resolved")
+except socket.gaierror as e:
+    print("gai=%d" % e.errno)
+print("to stderr from CMD", file=sys.stderr)
+"#;
+
+/// Whether /etc/resolv.conf names a resolver (the DNS trap's precondition).
+fn has_resolver() -> bool {
+    std::fs::read_to_string("/etc/resolv.conf").is_ok_and(|t| {
+        t.lines()
+            .any(|l| l.split_whitespace().next() == Some("nameserver"))
+    })
+}
+
+#[test]
+fn direct_dns_is_refused_at_once_and_the_log_file_keeps_cmds_stderr_clean() {
+    if !namespaces_expected() {
+        return;
+    }
+    assert!(
+        has_resolver(),
+        "this test needs a nameserver line in /etc/resolv.conf"
+    );
+    let origin = must_not_accept();
+    let dir = TempDir::new("run-log-file");
+    let log = dir.path().join("proxy.log");
+    let script = format!(
+        "python3 -c '{}'; curl -sS --max-time 20 --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:{}/ >/dev/null 2>&1; \
+         curl -sS --max-time 20 --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:{}/ >/dev/null 2>&1; exit 3",
+        DNS_PROBE.replace('\'', "'\\''"),
+        origin.port(),
+        origin.port()
+    );
+    let mut cmd = portcullis();
+    cmd.args(["run", "--log-file"])
+        .arg(&log)
+        .args(["--", "sh", "-c", &script]);
+    let out = Running::start(cmd).finish();
+    assert_eq!(out.code(), Some(3), "CMD's status: {}", out.stderr);
+    let text = std::fs::read_to_string(&log).expect("the log file");
+    assert!(
+        text.contains("inside CMD's network namespace"),
+        "the proxy's log is in the file: {text}"
+    );
+    // The raw query is answered REFUSED with its id and question; glibc
+    // then fails with EAI_AGAIN (-3) on the REFUSED answers, and never
+    // gets an address.
+    assert!(
+        out.stdout.contains("raw id=5a17 rcode=5 question=True")
+            && out.stdout.contains("tcp id=5a17 rcode=5 question=True"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("gai=-3"), "{}", out.stdout);
+    assert!(
+        text.contains("dns query refused name=portcullis-probe.test type=A")
+            && text.contains("dns query refused name=ignores-the-proxy.example")
+            && text.contains("hint: CMD resolves names itself")
+            && text.contains(":53 (UDP) with REFUSED")
+            && text.contains(":53 (TCP) with REFUSED"),
+        "{text}"
+    );
+    // CMD's stderr: its own line, then the summary, and no proxy line.
+    let stderr: Vec<&str> = out.stderr.lines().collect();
+    assert!(stderr.contains(&"to stderr from CMD"), "{stderr:?}");
+    assert!(
+        !stderr.iter().any(|l| l.contains("level=")),
+        "no proxy log line on CMD's stderr: {stderr:?}"
+    );
+    let summary: Vec<&&str> = stderr
+        .iter()
+        .filter(|l| l.starts_with("portcullis: "))
+        .collect();
+    assert_eq!(summary.len(), 1, "{stderr:?}");
+    let target = format!("127.0.0.1:{} x2 (", origin.port());
+    assert!(
+        summary[0].starts_with("portcullis: refused 2 connections: ")
+            && summary[0].contains(&target)
+            && summary[0].contains("portcullis-probe.test x2")
+            && summary[0].contains("ignores-the-proxy.example x")
+            && summary[0].ends_with(&format!("; log: {}", log.display())),
+        "{}",
+        summary[0]
+    );
+    assert_eq!(origin.accepted(), 0);
+    assert!(text.contains("summary: refused 2 connections"), "{text}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the log is its owner's only");
+
+    // Appended, not truncated, by the next run; nothing refused, no summary.
+    let mut cmd = portcullis();
+    cmd.args(["run", "--log-file"])
+        .arg(&log)
+        .args(["--", "sh", "-c", "exit 0"]);
+    let out = Running::start(cmd).finish();
+    assert_eq!(out.code(), Some(0));
+    assert_eq!(out.stderr, "", "nothing refused, nothing said");
+    let again = std::fs::read_to_string(&log).unwrap();
+    assert!(again.starts_with(&text) && again.len() > text.len());
+}
+
+#[test]
+fn without_a_log_file_only_warnings_and_the_summary_reach_stderr() {
+    if !namespaces_expected() {
+        return;
+    }
+    let origin = must_not_accept();
+    let script = format!(
+        "curl -sS --max-time 20 --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:{}/ >/dev/null 2>&1; echo cmd-says >&2",
+        origin.port()
+    );
+    let mut cmd = portcullis();
+    cmd.env_remove("RUST_LOG")
+        .args(["run", "--", "sh", "-c", &script]);
+    let out = Running::start(cmd).finish();
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "cmd-says\nportcullis: refused 1 connection: 127.0.0.1:{} x1 (no rule allows this \
+             destination); details: rerun with --log-file FILE",
+            origin.port()
+        )
+    );
+    // The same on the host (--no-isolate): the summary counts there too.
+    let mut cmd = portcullis();
+    cmd.env_remove("RUST_LOG")
+        .args(["run", "--no-isolate", "--", "sh", "-c", &script]);
+    let out = Running::start(cmd).finish();
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .starts_with("cmd-says\nportcullis: refused 1 connection: 127.0.0.1:"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(origin.accepted(), 0);
+    // A log file that cannot be opened is a usage error naming the flag.
+    let mut cmd = portcullis();
+    cmd.args(["run", "--log-file", "/nonexistent/dir/x.log", "--", "true"]);
+    let out = Running::start(cmd).finish();
+    assert_eq!(out.code(), Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("--log-file /nonexistent/dir/x.log: cannot open it"),
+        "{}",
+        out.stderr
+    );
+}

@@ -738,3 +738,162 @@ fn markdown_anchors(text: &str) -> Vec<String> {
     }
     anchors
 }
+
+/// `curl -x PROXY http://TARGET/` (forward proxy): the status curl saw
+/// (`000` when it got none).
+fn curl_status(proxy: std::net::SocketAddr, target: &str) -> String {
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "20",
+        ])
+        .args(["--noproxy", "", "-x", &format!("http://{proxy}")])
+        .arg(format!("http://{target}/"))
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Learn mode: the proxy in audit mode with JSON logs sees four
+/// destinations (a name at a private address, one at a documentation
+/// address, one at a public address, and a public address literal);
+/// `portcullis suggest` turns its log into a policy that `--check`
+/// accepts, under which the same four requests pass and a fifth (another
+/// name) is refused. At addresses in a network namespace, the names from
+/// the proxy's own /etc/hosts (support/netns.rs).
+#[test]
+fn suggest_turns_an_audit_log_into_a_policy_that_allows_exactly_what_it_saw() {
+    in_netns(
+        &["10.99.0.1", "203.0.113.80", "45.45.45.45", "45.45.45.46"],
+        || {
+            let mirror = origin_on("10.99.0.1:0");
+            let port = mirror.port();
+            let pypi = origin_on(&format!("203.0.113.80:{port}"));
+            let public = origin_on(&format!("45.45.45.45:{port}"));
+            let other = origin_on(&format!("45.45.45.46:{port}"));
+            let dir = TempDir::new("suggest");
+            let hosts = write(
+                &dir,
+                "hosts",
+                "127.0.0.1 localhost\n10.99.0.1 mirror.test\n203.0.113.80 pypi.test\n\
+                 45.45.45.45 public.test\n45.45.45.46 other.test\n",
+            );
+            let seen = [
+                format!("mirror.test:{port}"),
+                format!("pypi.test:{port}"),
+                format!("public.test:{port}"),
+                format!("45.45.45.45:{port}"),
+            ];
+
+            let audit = ChildProxy::with_hosts(&hosts, &["--audit", "--log-format", "json"]);
+            for target in &seen {
+                assert_eq!(curl_status(audit.addr, target), "200", "audit: {target}");
+            }
+            let sessions = |p: &ChildProxy| {
+                p.log()
+                    .into_iter()
+                    .filter(|l| l.contains(r#""event":"session""#))
+                    .count()
+            };
+            wait_for("four session events", PROMPTLY, || sessions(&audit) == 4);
+            let log = dir.0.join("audit.log");
+            let mut text = audit.log().join("\n");
+            text.push_str("\nnot a JSON line\n");
+            std::fs::write(&log, &text).unwrap();
+            drop(audit);
+
+            let out = binary(&["suggest", log.to_str().unwrap()]);
+            let policy = String::from_utf8_lossy(&out.stdout).into_owned();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{stderr}");
+            assert_eq!(stderr.trim(), "portcullis: ignored 1 line that is not JSON");
+            assert!(
+                policy.contains("# 4 session events (0 allowed, 0 denied, 4 would-deny), 4 destinations, 3 names, 1 address literals."),
+                "{policy}"
+            );
+            for want in [
+                "hosts = [\"mirror.test\"]\ncidrs = [\"10.99.0.1/32\"]".to_string(),
+                "hosts = [\"pypi.test\"]\ncidrs = [\"203.0.113.80/32\"]".to_string(),
+                format!("hosts = [\"public.test\"]\nports = [{port}]"),
+                format!("cidrs = [\"45.45.45.45/32\"]\nports = [{port}]"),
+            ] {
+                assert!(policy.contains(&want), "{want}: {policy}");
+            }
+            assert_eq!(policy.matches("match = \"both\"").count(), 2, "{policy}");
+
+            // Standard input reads the same.
+            let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+                .arg("suggest")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(text.as_bytes())
+                .unwrap();
+            let piped = child.wait_with_output().unwrap();
+            let piped = String::from_utf8_lossy(&piped.stdout);
+            assert_eq!(
+                piped.split_once("\n\n").unwrap().1,
+                policy.split_once("\n\n").unwrap().1
+            );
+
+            let cfg = write(&dir, "suggested.toml", &policy);
+            let (code, stdout, stderr) = check(&cfg, &[]);
+            assert_eq!(code, Some(0), "--check: {stdout}{stderr}");
+            assert!(stdout.trim_end().ends_with("OK"), "{stdout}");
+
+            let enforce = ChildProxy::with_hosts(&hosts, &["--config", cfg.to_str().unwrap()]);
+            for target in &seen {
+                assert_eq!(
+                    curl_status(enforce.addr, target),
+                    "200",
+                    "enforced: {target}"
+                );
+            }
+            assert_eq!(
+                curl_status(enforce.addr, &format!("other.test:{port}")),
+                "403"
+            );
+            assert_eq!(
+                curl_status(enforce.addr, &format!("10.99.0.1:{port}")),
+                "403",
+                "the private address stays closed to its literal"
+            );
+            assert_eq!(mirror.accepted(), 2);
+            assert_eq!(pypi.accepted(), 2);
+            assert_eq!(public.accepted(), 4, "public.test and the literal, twice");
+            assert_eq!(other.accepted(), 0);
+        },
+    );
+}
+
+#[test]
+fn suggest_refuses_what_is_not_a_json_log() {
+    let dir = TempDir::new("suggest-garbage");
+    let text = write(
+        &dir,
+        "text.log",
+        "time=x level=info event=log message=hi\n\u{1}\u{2}\n",
+    );
+    let out = binary(&["suggest", text.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no JSON log lines: run the proxy with --log-format json"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+    let out = binary(&["suggest", "/nonexistent/x.log"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/x.log"));
+}
