@@ -438,3 +438,68 @@ mode = "audit"
         "an admin request logged as allowed: {log:#?}"
     );
 }
+
+/// `--allow HOST:PORT@CIDR` (issue 18 item 1), with the binary: a name at a
+/// documentation address is refused by `--allow NAME:PORT` with the flag
+/// that fixes it (in `X-Proxy-Error`, the body and the log line, which
+/// names the rule); that flag lets the name through and nothing else: not
+/// another name at the same address, not the literal. A wrong port names
+/// the rule and its ports; SOCKS5 gets "not allowed" and the log line.
+#[test]
+fn scoped_allowance_from_the_command_line() {
+    in_netns(&["203.0.113.80"], || {
+        let origin = origin_on("203.0.113.80:0");
+        let port = origin.port();
+        let dir = TempDir::new("policy-scoped");
+        let hosts = write(
+            &dir,
+            "hosts",
+            "127.0.0.1 localhost\n203.0.113.80 pypi.test\n203.0.113.80 npm.test\n",
+        );
+        let plain = format!("pypi.test:{port}");
+        let proxy = ChildProxy::with_hosts(&hosts, &["--allow", &plain]);
+        let (_, head) = http_connect(proxy.addr, &plain, &[]).expect("CONNECT");
+        let fix = format!("--allow pypi.test:{port}@203.0.113.80/32");
+        assert_eq!(head.status, 403, "{}", head.raw);
+        let cause = head.header("x-proxy-error").unwrap_or_default();
+        assert_eq!(
+            cause,
+            format!("denied; documentation-address=203.0.113.80; rule=--allow {plain}; fix={fix}")
+        );
+        let line = proxy.wait_for_line("the refusal", |l| {
+            l.contains("event=session") && l.contains("decision=deny")
+        });
+        assert!(
+            line.contains(&format!("rule=\"--allow {plain}\"")),
+            "{line}"
+        );
+        assert!(line.contains(&fix), "{line}");
+        assert_eq!(
+            connect_via_socks5(proxy.addr, "pypi.test", port).err(),
+            Some(0x02),
+            "SOCKS5: not allowed by ruleset"
+        );
+        proxy.wait_for_line("the SOCKS5 refusal", |l| {
+            l.contains("event=session") && l.contains("protocol=socks5") && l.contains(&fix)
+        });
+        drop(proxy);
+
+        let scoped = format!("{plain}@203.0.113.80/32");
+        let proxy = ChildProxy::with_hosts(&hosts, &["--allow", &scoped]);
+        let mut s = connect_via_http(proxy.addr, &plain);
+        assert_echo_http(&mut s);
+        let mut s = connect_via_socks5(proxy.addr, "pypi.test", port).expect("SOCKS5 by name");
+        assert_echo_http(&mut s);
+        for other in ["npm.test", "203.0.113.80"] {
+            let status = connect_status(proxy.addr, &format!("{other}:{port}"));
+            assert_eq!(status, 403, "{other} gains nothing");
+        }
+        let wrong = port.wrapping_add(1).max(1);
+        let (_, head) = http_connect(proxy.addr, &format!("pypi.test:{wrong}"), &[]).unwrap();
+        assert_eq!(
+            head.header("x-proxy-error").unwrap_or_default(),
+            format!("denied; port-not-in-rule=--allow {scoped}; ports={port}; fix=--allow pypi.test:{wrong}@203.0.113.80/32")
+        );
+        assert_eq!(origin.accepted(), 2, "only pypi.test reached it");
+    });
+}
