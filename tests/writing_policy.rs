@@ -503,3 +503,81 @@ fn scoped_allowance_from_the_command_line() {
         assert_eq!(origin.accepted(), 2, "only pypi.test reached it");
     });
 }
+
+/// `--srt-settings` (issue 18 item 6), with curl: a name in srt's
+/// allowedDomains resolving to a documentation address passes (as in srt),
+/// one resolving to loopback is refused, and a deniedDomainReasons text
+/// reaches curl in the 403's `X-Proxy-Error` and body; a key that cannot be
+/// honoured is named in a warning at start; `--check` lists the rules.
+#[test]
+fn srt_settings_drop_in_with_curl() {
+    in_netns(&[], || {
+        let origin = across_veth("198.51.100.1/24", "198.51.100.80/24", || {
+            origin_on("198.51.100.80:0")
+        });
+        let port = origin.port();
+        let local = origin_on(&format!("127.0.0.1:{port}"));
+        let dir = TempDir::new("policy-srt");
+        let hosts = write(
+            &dir,
+            "hosts",
+            "127.0.0.1 localhost\n198.51.100.80 pypi.test\n198.51.100.80 bad.test\n\
+             127.0.0.1 loop.test\n198.51.100.80 other.test\n",
+        );
+        let settings = write(
+            &dir,
+            "srt-settings.json",
+            r#"{"network": {
+                "allowedDomains": ["pypi.test", "loop.test", "bad.test"],
+                "deniedDomains": ["bad.test"],
+                "deniedDomainReasons": {"bad.test": "bad.test is blocked here: use pypi.test"},
+                "allowLocalBinding": true
+            }}"#,
+        );
+        let s = settings.to_str().unwrap();
+        let out = binary(&["--check", "--srt-settings", s]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert!(
+            text.contains("rule \"srt deniedDomains bad.test\": deny, hosts [bad.test]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("reason \"bad.test is blocked here: use pypi.test\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("warning: ")
+                && text.contains("network.allowLocalBinding is not honoured"),
+            "{text}"
+        );
+
+        let proxy = ChildProxy::with_hosts(&hosts, &["--srt-settings", s]);
+        proxy.wait_for_line("the warning", |l| {
+            l.contains("level=warn") && l.contains("network.allowLocalBinding is not honoured")
+        });
+        let via = format!("http://{}", proxy.addr);
+        let get = |host: &str| {
+            let out = curl(&["-sS", "-i", "-x", &via, &format!("http://{host}:{port}/x")]);
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let ok = get("pypi.test");
+        assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+        let refused = get("loop.test");
+        assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+        assert!(refused.contains("loopback-address=127.0.0.1"), "{refused}");
+        let denied = get("bad.test");
+        assert!(denied.starts_with("HTTP/1.1 403"), "{denied}");
+        assert!(
+            denied.contains("X-Proxy-Error: denied; rule=srt deniedDomains bad.test; reason=bad.test is blocked here: use pypi.test"),
+            "{denied}"
+        );
+        assert!(denied.ends_with("denied by rule srt deniedDomains bad.test: bad.test is blocked here: use pypi.test\n"), "{denied}");
+        assert_eq!(
+            get("other.test").lines().next(),
+            Some("HTTP/1.1 403 Forbidden")
+        );
+        assert_eq!(origin.accepted(), 1, "pypi.test alone reached the origin");
+        assert_eq!(local.accepted(), 0, "nothing reached loopback");
+    });
+}
