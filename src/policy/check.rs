@@ -309,6 +309,10 @@ fn near_miss(
     }
 }
 
+/// An address audit mode lets through: its allowing rule (if any), every
+/// reason it would have been refused for, and the inspecting rules that apply.
+type Audited<'a> = (IpAddr, Option<&'a Rule>, Vec<Denial>, Vec<usize>);
+
 /// After DNS: vets every address; the proxy dials only the ones that pass,
 /// under the strictest treatment any of them needs.
 pub(crate) fn check_resolved(
@@ -321,7 +325,7 @@ pub(crate) fn check_resolved(
 ) -> Verdict {
     // Addresses allowed outright, and addresses audit mode lets through.
     let mut clean: Vec<(IpAddr, &Rule, Vec<usize>)> = Vec::new();
-    let mut audited: Vec<(IpAddr, Option<&Rule>, Vec<Denial>, Vec<usize>)> = Vec::new();
+    let mut audited: Vec<Audited<'_>> = Vec::new();
     let mut first_denial: Option<Denial> = None;
     let mut rule_denial: Option<Denial> = None;
     for &addr in addrs {
