@@ -501,6 +501,25 @@ fn scoped_allowance_from_the_command_line() {
             format!("denied; port-not-in-rule=--allow {scoped}; ports={port}; fix=--allow pypi.test:{wrong}@203.0.113.80/32")
         );
         assert_eq!(origin.accepted(), 2, "only pypi.test reached it");
+        drop(proxy);
+
+        // Audit mode: one line carries every reason it would be refused for.
+        let deny = format!("{plain}@203.0.113.0/24");
+        let proxy =
+            ChildProxy::with_hosts(&hosts, &["--audit", "--allow", &plain, "--deny", &deny]);
+        let mut s = connect_via_http(proxy.addr, &plain);
+        assert_echo_http(&mut s);
+        drop(s); // the session line comes at close
+        let line = proxy.wait_for_line("the would-deny", |l| {
+            l.contains("event=session") && l.contains("decision=would-deny")
+        });
+        assert!(
+            line.contains(&format!(
+                "denied by rule --deny {deny} | 203.0.113.80 is a documentation address"
+            )),
+            "{line}"
+        );
+        assert!(line.contains(&fix), "{line}");
     });
 }
 
