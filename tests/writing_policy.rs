@@ -571,6 +571,30 @@ fn srt_settings_drop_in_with_curl() {
             "{text}"
         );
 
+        // The file's srt_settings, relative to the file, is the same.
+        let cfg = write(&dir, "p.toml", "srt_settings = \"srt-settings.json\"\n");
+        let (code, from_file, err) = check(&cfg, &[]);
+        assert_eq!(code, Some(0), "{err}");
+        let rules = |t: &str| t.lines().filter(|l| l.starts_with("rule ")).count();
+        assert_eq!(rules(&from_file), rules(&text), "{from_file}");
+        assert!(
+            from_file.contains("rule \"srt deniedDomains bad.test\""),
+            "{from_file}"
+        );
+        // A setting srt itself refuses is an error naming the entry.
+        let bad = write(
+            &dir,
+            "bad.json",
+            r#"{"network": {"allowedDomains": ["*"]}}"#,
+        );
+        let out = binary(&["--check", "--srt-settings", bad.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("allowedDomains[0]: \"*\": '*' is too broad"),
+            "{err}"
+        );
+
         let proxy = ChildProxy::with_hosts(&hosts, &["--srt-settings", s]);
         proxy.wait_for_line("the warning", |l| {
             l.contains("level=warn") && l.contains("network.allowLocalBinding is not honoured")
