@@ -76,6 +76,13 @@ pub struct Args {
     #[arg(long, value_name = "RULE", value_parser = terminate_rule)]
     pub terminate: Vec<RuleConfig>,
 
+    /// Add the rules of srt's (sandbox-runtime) settings JSON: its network
+    /// allowedDomains, deniedDomains (with deniedDomainReasons) and
+    /// deniedResolvedAddresses, with srt's meaning. Same as srt_settings in
+    /// the file. Keys that cannot be honoured are named in a warning.
+    #[arg(long, value_name = "FILE")]
+    pub srt_settings: Option<PathBuf>,
+
     /// Add the built-in default rule (host names on ports 80 and 443) to the
     /// rules given, instead of replacing it.
     #[arg(long = "default")]
@@ -257,6 +264,9 @@ pub struct Setup {
     pub config: Config,
     /// Names of the policy's rules, or `None` for the built-in default alone.
     pub rules: Option<Vec<String>>,
+    /// Settings that could not be honoured (srt keys), one sentence each:
+    /// logged as warnings at start, printed by `--check`.
+    pub warnings: Vec<String>,
 }
 
 impl Args {
@@ -264,6 +274,7 @@ impl Args {
     /// flags (`--allow`, `--deny`, `--inspect`, `--terminate`).
     pub fn uses_builtin_policy(&self) -> bool {
         self.config.is_none()
+            && self.srt_settings.is_none()
             && self.allow.is_empty()
             && self.deny.is_empty()
             && self.inspect.is_empty()
@@ -336,7 +347,21 @@ impl Args {
             return Ok(Setup {
                 config,
                 rules: None,
+                warnings: Vec::new(),
             });
+        }
+        let mut warnings = Vec::new();
+        if let Some(path) = self.srt_settings.as_ref().or(file.srt_settings.as_ref()) {
+            let srt = load_srt(path)?;
+            for w in &srt.warnings {
+                log::warn!("{}: {w}", path.display());
+            }
+            warnings.extend(
+                srt.warnings
+                    .iter()
+                    .map(|w| format!("{}: {w}", path.display())),
+            );
+            file.rules.extend(srt.rules);
         }
         // A flag given twice is one rule (flag rules are named after their
         // flag, and rule names are unique).
@@ -366,8 +391,18 @@ impl Args {
         Ok(Setup {
             config,
             rules: Some(rules),
+            warnings,
         })
     }
+}
+
+/// Reads srt's settings at `path` as rules; errors name the file and the key.
+fn load_srt(path: &std::path::Path) -> Result<config::srt::SrtRules, ConfigError> {
+    let key = "srt_settings";
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::key(key, format!("{}: cannot read: {e}", path.display())))?;
+    config::srt::map(&text, &config::srt::local_addresses())
+        .map_err(|e| ConfigError::key(key, format!("{}: {e}", path.display())))
 }
 
 impl Args {

@@ -17,6 +17,7 @@ pub use crate::logging::LogFormat;
 
 mod error;
 mod file;
+pub mod srt;
 mod tls;
 
 pub use error::ConfigError;

@@ -173,7 +173,12 @@ pub fn render(setup: &Setup, args: &Args, warnings: &[String]) -> String {
     for rule in policy.describe() {
         let _ = writeln!(s, "{rule}");
     }
-    for w in policy.warnings().iter().chain(warnings) {
+    for w in policy
+        .warnings()
+        .iter()
+        .chain(warnings)
+        .chain(&setup.warnings)
+    {
         let _ = writeln!(s, "warning: {w}");
     }
     s.push_str("OK\n");

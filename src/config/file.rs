@@ -42,6 +42,9 @@ struct RawFile {
     admin: Option<RawAdmin>,
     #[serde(default)]
     log_format: Option<String>,
+    /// srt's settings JSON, whose `network` section adds rules.
+    #[serde(default)]
+    srt_settings: Option<PathBuf>,
 }
 
 /// `[admin]`: the admin endpoint.
@@ -347,6 +350,9 @@ pub struct ConfigFile {
     pub admin: Option<AdminConfig>,
     /// `log_format`, default text.
     pub log_format: LogFormat,
+    /// `srt_settings`: srt's settings JSON (relative to the file), whose
+    /// `network` section the front end adds as rules (`config::srt`).
+    pub srt_settings: Option<PathBuf>,
     /// The text parsed, to point errors at line and column.
     source: Option<Source>,
     /// How many of `rules` came from the file (the rest were appended).
@@ -386,6 +392,9 @@ impl ConfigFile {
         file.path = Some(path.to_path_buf());
         if let Some(dir) = path.parent() {
             file.tls.rebase(dir);
+            if let Some(srt) = &mut file.srt_settings {
+                *srt = dir.join(&*srt);
+            }
         }
         Ok(file)
     }
@@ -524,6 +533,7 @@ impl ConfigFile {
             upstream_proxy,
             admin,
             log_format,
+            srt_settings: raw.srt_settings,
             source: None,
             file_rules,
         })

@@ -111,3 +111,16 @@ pub(crate) fn special(addr: IpAddr) -> Option<Special> {
         }
     }
 }
+
+/// The first special range strictly inside `block` (longer prefix), named:
+/// a rule with `block` cannot name its addresses.
+pub(crate) fn ranges_inside(block: Cidr) -> Option<(Cidr, &'static str)> {
+    let v4 = V4.iter().filter_map(|&(net, prefix, name)| {
+        Some((Cidr::new(IpAddr::V4(net.into()), prefix)?, name))
+    });
+    let v6 = V6.iter().filter_map(|&(net, prefix, name)| {
+        Some((Cidr::new(IpAddr::V6(net.into()), prefix)?, name))
+    });
+    v4.chain(v6)
+        .find(|(c, _)| c.prefix() > block.prefix() && block.contains(c.net()))
+}

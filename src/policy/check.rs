@@ -20,7 +20,9 @@ use super::addr::special;
 use super::host::canonical_ip;
 use super::request::RequestRules;
 use super::rule::{HostPattern, Rule};
-use super::{Action, Allowed, Denial, Host, MatchMode, NameVerdict, Target, Verdict};
+use super::{
+    Action, Allowed, Denial, Fix, Host, MatchMode, NameVerdict, PortMiss, RuleRef, Target, Verdict,
+};
 
 /// Remembered names of an address (see `memory.rs`).
 pub(crate) type Seen<'a> = dyn Fn(IpAddr) -> Vec<Arc<str>> + 'a;
@@ -46,7 +48,7 @@ pub(crate) fn check_name(
             && r.host_matches(&target.host)
     });
     if let (Some(r), false) = (deny, audit) {
-        return NameVerdict::Deny(Denial::Rule(r.name.clone()));
+        return NameVerdict::Deny(rule_denial(r));
     }
     let could_match = |r: &&Rule| {
         r.action == Action::Allow
@@ -68,7 +70,87 @@ pub(crate) fn check_name(
         .find(|r| r.host_matches(&target.host));
     NameVerdict::Deny(match theirs {
         Some(r) => user_denial(user, r),
-        None => Denial::NoRule,
+        None => port_miss(rules, target, user, None).unwrap_or(Denial::NoRule),
+    })
+}
+
+/// Deny rule `r` refused: its name and reason.
+fn rule_denial(r: &Rule) -> Denial {
+    Denial::Rule(RuleRef {
+        name: r.name.clone(),
+        reason: r.reason.clone(),
+    })
+}
+
+/// A host as a flag writes it: `[v6]` in brackets.
+fn host_text(host: &Host) -> String {
+    match host {
+        Host::Domain(d) => d.clone(),
+        Host::Ip(IpAddr::V6(a)) => format!("[{a}]"),
+        Host::Ip(a) => a.to_string(),
+    }
+}
+
+/// Whether allow rule `r` is for this host (by name, or for a literal by
+/// CIDR), whatever the port and the scope.
+fn for_host(r: &Rule, host: &Host, addr: Option<IpAddr>) -> bool {
+    match (host, addr) {
+        (Host::Domain(_), _) => r.host_matches(host),
+        (Host::Ip(_), Some(a)) => r.cidr_matches(a),
+        (Host::Ip(a), None) => r.cidr_matches(canonical_ip(*a)),
+    }
+}
+
+/// An allow rule matches the host and not the port: say which, and its ports.
+fn port_miss(
+    rules: &[Rule],
+    target: &Target,
+    user: Option<&str>,
+    addr: Option<IpAddr>,
+) -> Option<Denial> {
+    let r = rules.iter().find(|r| {
+        r.action == Action::Allow
+            && r.user_matches(user)
+            && !r.port_matches(target.port)
+            && for_host(r, &target.host, addr)
+    })?;
+    let host = host_text(&target.host);
+    // A scoped rule's fix keeps its scope.
+    let scope = match (r.match_mode, r.cidrs.as_slice()) {
+        (MatchMode::Both, [one]) => format!("@{one}"),
+        _ => String::new(),
+    };
+    Some(Denial::Port(Arc::new(PortMiss {
+        rule: r.name.clone(),
+        ports: r.ports_text(),
+        flag: format!("{} {host}:{}{scope}", r.flag(), target.port),
+        target: host,
+        port: target.port,
+    })))
+}
+
+/// How to let `addr` through for this name alone (or, for a literal, this
+/// address): the flag and the file keys, after allow rule `r`'s kind.
+fn fix(r: &Rule, target: &Target, addr: IpAddr) -> Arc<Fix> {
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let port = target.port;
+    let (flag, file) = match &target.host {
+        Host::Domain(d) => (
+            format!("{} {d}:{port}@{addr}/{max}", r.flag()),
+            format!(
+                "hosts = [{d:?}], cidrs = [\"{addr}/{max}\"], match = \"both\", ports = [{port}]"
+            ),
+        ),
+        Host::Ip(_) => (
+            format!("{} {}:{port}", r.flag(), host_text(&Host::Ip(addr))),
+            format!("cidrs = [\"{addr}/{max}\"], ports = [{port}]"),
+        ),
+    };
+    Arc::new(Fix {
+        rule: r.name.clone(),
+        reason: r.reason.clone(),
+        flag,
+        file,
     })
 }
 
@@ -82,15 +164,13 @@ fn user_denial(user: Option<&str>, r: &Rule) -> Denial {
 
 /// What one address comes to.
 enum Outcome<'a> {
-    /// Allowed by `rule`; `audit`: an audit-mode deny rule matched.
-    Allowed {
-        rule: &'a Rule,
-        audit: Option<Denial>,
-    },
-    /// Denied, but the policy is in audit mode: let through.
+    /// Allowed by `rule`; `audit`: the audit-mode deny rules that matched.
+    Allowed { rule: &'a Rule, audit: Vec<Denial> },
+    /// Denied, but the policy is in audit mode: let through. Every reason
+    /// it would have been refused for, the decisive one first.
     WouldDeny {
         rule: Option<&'a Rule>,
-        denial: Denial,
+        denials: Vec<Denial>,
     },
     /// Refused.
     Denied(Denial),
@@ -113,10 +193,14 @@ fn check_addr<'a>(
         rules
             .iter()
             .filter(|r| r.action == Action::Deny && r.audit == audit_rule)
-            .find(matching)
+            .filter(matching)
+            .map(rule_denial)
+            .collect::<Vec<_>>()
     };
     let sp = special(addr);
-    let mut any_allow = false;
+    // The first allow rule for this user that matches: a special address it
+    // does not name is refused with the fix that names it.
+    let mut first_allow: Option<&Rule> = None;
     let mut chosen: Option<&Rule> = None;
     // The first allow rule that matches but is for other users.
     let mut theirs: Option<&Rule> = None;
@@ -128,7 +212,7 @@ fn check_addr<'a>(
             theirs.get_or_insert(r);
             continue;
         }
-        any_allow = true;
+        first_allow.get_or_insert(r);
         if r.inspect.is_some() && !inspecting.contains(&i) {
             inspecting.push(i);
         }
@@ -155,31 +239,79 @@ fn check_addr<'a>(
             }
         }
     }
-    let enforced = deny(false).map(|r| Denial::Rule(r.name.clone()));
-    let audited = deny(true).map(|r| Denial::Rule(r.name.clone()));
-    let denial = match (enforced, chosen) {
-        (Some(d), _) => d,
-        (None, Some(rule)) => {
+    let enforced = deny(false);
+    let audited = deny(true);
+    let mut denials = match (enforced.is_empty(), chosen) {
+        (true, Some(rule)) => {
             return Outcome::Allowed {
                 rule,
                 audit: audited,
             }
         }
-        (None, None) => match (sp, theirs) {
-            (Some(sp), _) if any_allow => Denial::SpecialAddress(addr, sp.name),
-            (_, Some(r)) => user_denial(user, r),
-            _ => Denial::NoRule,
-        },
+        (_, Some(_)) => enforced,
+        (_, None) => {
+            let mut all = enforced;
+            all.push(near_miss(
+                rules,
+                target,
+                user,
+                addr,
+                sp.map(|s| s.name),
+                first_allow,
+                theirs,
+            ));
+            all
+        }
     };
     if audit {
+        denials.extend(audited);
         Outcome::WouldDeny {
             rule: chosen,
-            denial,
+            denials,
         }
     } else {
-        Outcome::Denied(denial)
+        Outcome::Denied(denials.swap_remove(0))
     }
 }
+
+/// Why no allow rule let `addr` through, as precisely as the rules allow:
+/// a special address a matching rule does not name (with the fix), a rule
+/// for other users, a rule for the host on other ports, or no rule at all.
+fn near_miss(
+    rules: &[Rule],
+    target: &Target,
+    user: Option<&str>,
+    addr: IpAddr,
+    range: Option<&'static str>,
+    first_allow: Option<&Rule>,
+    theirs: Option<&Rule>,
+) -> Denial {
+    // A scoped rule for the name and port, scoped elsewhere, also says how.
+    let scoped_elsewhere = || {
+        rules.iter().find(|r| {
+            r.action == Action::Allow
+                && r.match_mode == MatchMode::Both
+                && r.user_matches(user)
+                && r.port_matches(target.port)
+                && r.host_matches(&target.host)
+        })
+    };
+    match (range, first_allow, theirs) {
+        (Some(range), Some(r), _) => {
+            Denial::SpecialAddress(addr, range, Some(fix(r, target, addr)))
+        }
+        (_, None, Some(r)) => user_denial(user, r),
+        (Some(range), None, None) if scoped_elsewhere().is_some() => {
+            let fix = scoped_elsewhere().map(|r| fix(r, target, addr));
+            Denial::SpecialAddress(addr, range, fix)
+        }
+        _ => port_miss(rules, target, user, Some(addr)).unwrap_or(Denial::NoRule),
+    }
+}
+
+/// An address audit mode lets through: its allowing rule (if any), every
+/// reason it would have been refused for, and the inspecting rules that apply.
+type Audited<'a> = (IpAddr, Option<&'a Rule>, Vec<Denial>, Vec<usize>);
 
 /// After DNS: vets every address; the proxy dials only the ones that pass,
 /// under the strictest treatment any of them needs.
@@ -193,19 +325,18 @@ pub(crate) fn check_resolved(
 ) -> Verdict {
     // Addresses allowed outright, and addresses audit mode lets through.
     let mut clean: Vec<(IpAddr, &Rule, Vec<usize>)> = Vec::new();
-    let mut audited: Vec<(IpAddr, Option<&Rule>, Denial, Vec<usize>)> = Vec::new();
+    let mut audited: Vec<Audited<'_>> = Vec::new();
     let mut first_denial: Option<Denial> = None;
     let mut rule_denial: Option<Denial> = None;
     for &addr in addrs {
         let addr = canonical_ip(addr);
         let mut inspecting = Vec::new();
         match check_addr(rules, audit, target, user, addr, seen, &mut inspecting) {
-            Outcome::Allowed { rule, audit: None } => clean.push((addr, rule, inspecting)),
-            Outcome::Allowed {
-                rule,
-                audit: Some(d),
-            } => audited.push((addr, Some(rule), d, inspecting)),
-            Outcome::WouldDeny { rule, denial } => audited.push((addr, rule, denial, inspecting)),
+            Outcome::Allowed { rule, audit } if audit.is_empty() => {
+                clean.push((addr, rule, inspecting))
+            }
+            Outcome::Allowed { rule, audit } => audited.push((addr, Some(rule), audit, inspecting)),
+            Outcome::WouldDeny { rule, denials } => audited.push((addr, rule, denials, inspecting)),
             Outcome::Denied(d) => {
                 if rule_denial.is_none() && matches!(d, Denial::Rule(_)) {
                     rule_denial = Some(d.clone());
@@ -216,14 +347,22 @@ pub(crate) fn check_resolved(
     }
     // Audit only lets through what enforcement would refuse: when some
     // addresses pass outright, dial those alone, as enforcement would.
-    let (rule, audit_denial, dialled): (Option<&Rule>, Option<Denial>, Vec<_>) =
+    let (rule, reasons, dialled): (Option<&Rule>, Vec<Denial>, Vec<_>) =
         if let Some(&(_, rule, _)) = clean.first() {
             let d = clean.into_iter().map(|(a, _, i)| (a, i)).collect();
-            (Some(rule), None, d)
-        } else if let Some((_, rule, denial, _)) = audited.first() {
-            let (rule, denial) = (*rule, denial.clone());
-            let d = audited.into_iter().map(|(a, _, _, i)| (a, i)).collect();
-            (rule, Some(denial), d)
+            (Some(rule), Vec::new(), d)
+        } else if let Some(&(_, rule, _, _)) = audited.first() {
+            let mut reasons: Vec<Denial> = Vec::new();
+            let mut d = Vec::with_capacity(audited.len());
+            for (a, _, denials, i) in audited {
+                for denial in denials {
+                    if !reasons.contains(&denial) {
+                        reasons.push(denial);
+                    }
+                }
+                d.push((a, i));
+            }
+            (rule, reasons, d)
         } else {
             return Verdict::Deny(rule_denial.or(first_denial).unwrap_or(Denial::NoRule));
         };
@@ -248,7 +387,8 @@ pub(crate) fn check_resolved(
         route: rule.and_then(|r| r.route.clone()),
         addrs: vetted,
         inspect: (!parts.is_empty()).then(|| Arc::new(RequestRules::all_of(parts))),
-        audit: audit_denial,
+        audit: reasons.first().cloned(),
+        audit_reasons: reasons,
     })
 }
 

@@ -39,6 +39,11 @@ impl Cidr {
         Cidr { net: addr, prefix }
     }
 
+    /// The network address (host bits zero).
+    pub(crate) fn net(&self) -> IpAddr {
+        self.net
+    }
+
     /// Prefix length in bits.
     pub(crate) fn prefix(&self) -> u8 {
         self.prefix

@@ -60,6 +60,9 @@ pub(crate) fn rule(r: &Rule) -> String {
     if let Some(users) = &r.users {
         let _ = write!(s, ", users {}", list(users.iter().map(|u| u.to_string())));
     }
+    if let Some(why) = &r.reason {
+        let _ = write!(s, ", reason {why:?}");
+    }
     if r.action == Action::Allow {
         match &r.inspect {
             None => s.push_str(", inspect none (raw tunnel), tls passthrough"),

@@ -207,13 +207,17 @@ pub struct Policy {
 /// Why a target was refused (or, in audit mode, would have been).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Denial {
-    /// A deny rule matched (named).
-    Rule(Arc<str>),
+    /// A deny rule matched (named, with its `reason` if it gives one).
+    Rule(RuleRef),
     /// No allow rule matched (deny by default).
     NoRule,
     /// A resolved or literal address is private/loopback/link-local/CGNAT/
-    /// multicast/unspecified and no rule names it. The `&str` names the range.
-    SpecialAddress(IpAddr, &'static str),
+    /// multicast/unspecified and no rule names it. The `&str` names the
+    /// range; the [`Fix`], when an allow rule matched the name (or the
+    /// literal), says how to allow it for that name alone.
+    SpecialAddress(IpAddr, &'static str, Option<Arc<Fix>>),
+    /// An allow rule matches the host but not the port asked for.
+    Port(Arc<PortMiss>),
     /// An allow rule matched the destination, but names other users:
     /// `user` (`None`: the client did not authenticate) is not among them.
     User {
@@ -222,6 +226,59 @@ pub enum Denial {
         /// The first allow rule that would have matched.
         rule: Arc<str>,
     },
+}
+
+/// A rule as a denial names it: its name and its `reason`, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleRef {
+    /// The rule's name.
+    pub name: Arc<str>,
+    /// Its `reason = "..."` (srt's `deniedDomainReasons`), told to the client.
+    pub reason: Option<Arc<str>>,
+}
+
+impl From<&str> for RuleRef {
+    fn from(name: &str) -> RuleRef {
+        RuleRef {
+            name: name.into(),
+            reason: None,
+        }
+    }
+}
+
+impl fmt::Display for RuleRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// How to let a refused special address through for one name alone (or,
+/// for an address literal, that one address).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fix {
+    /// The allow rule that matched the name (or literal).
+    pub rule: Arc<str>,
+    /// Its `reason`, if it gives one.
+    pub reason: Option<Arc<str>>,
+    /// The flag that allows it: `--allow pypi.org:443@203.0.113.80/32`.
+    pub flag: String,
+    /// The same as a rule's keys: `hosts = ["pypi.org"], cidrs = [...], match = "both"`.
+    pub file: String,
+}
+
+/// An allow rule that matches the host, not the port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortMiss {
+    /// The rule that matched the host.
+    pub rule: Arc<str>,
+    /// Its ports, as `443` or `80, 8000-8100`.
+    pub ports: String,
+    /// The destination asked for.
+    pub target: String,
+    /// The port asked for.
+    pub port: u16,
+    /// The flag that allows it: `--allow pypi.org:8443`.
+    pub flag: String,
 }
 
 /// How an allowed connection leaves: straight to its destination, or
@@ -251,6 +308,10 @@ pub struct Allowed {
     /// Audit mode: the denial that would have refused this connection. The
     /// session lets it through and logs `decision=would-deny` with it.
     pub audit: Option<Denial>,
+    /// Audit mode: every reason it would have been refused for (each
+    /// address's, each audit deny rule's), deduplicated; the first is
+    /// [`Allowed::audit`]. Empty when `audit` is `None`.
+    pub audit_reasons: Vec<Denial>,
     /// The allowing rule's `upstream_proxy` (`None`: the global one, if any).
     pub route: Option<Route>,
 }
@@ -557,11 +618,35 @@ impl Policy {
 impl fmt::Display for Denial {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Denial::Rule(r) => write!(f, "denied by rule {r}"),
+            Denial::Rule(r) => {
+                write!(f, "denied by rule {}", r.name)?;
+                match &r.reason {
+                    Some(why) => write!(f, ": {why}"),
+                    None => Ok(()),
+                }
+            }
             Denial::NoRule => f.write_str("no rule allows this destination"),
-            Denial::SpecialAddress(a, range) => {
+            Denial::SpecialAddress(a, range, None) => {
                 write!(f, "{a} is a {range} address and no rule names it")
             }
+            Denial::SpecialAddress(a, range, Some(fix)) => {
+                write!(
+                    f,
+                    "{a} is a {range} address and rule {:?} does not name it: \
+                     to allow it for this destination alone, use {} (in a policy file: {})",
+                    fix.rule, fix.flag, fix.file
+                )?;
+                match &fix.reason {
+                    Some(why) => write!(f, "; rule {:?}: {why}", fix.rule),
+                    None => Ok(()),
+                }
+            }
+            Denial::Port(m) => write!(
+                f,
+                "port {} is not among the ports of rule {:?} ({}), which matches {}: \
+                 use {}, or add {} to that rule's ports",
+                m.port, m.rule, m.ports, m.target, m.flag, m.port
+            ),
             Denial::User {
                 user: Some(user),
                 rule,
@@ -569,6 +654,19 @@ impl fmt::Display for Denial {
             Denial::User { user: None, rule } => {
                 write!(f, "rule {rule:?} names users and the client gave none")
             }
+        }
+    }
+}
+
+impl Denial {
+    /// The rule a denial names: the deny rule, or the allow rule that
+    /// matched the name but not this connection. Logs carry it as `rule=`.
+    pub fn rule(&self) -> Option<&Arc<str>> {
+        match self {
+            Denial::Rule(r) => Some(&r.name),
+            Denial::SpecialAddress(_, _, Some(fix)) => Some(&fix.rule),
+            Denial::Port(m) => Some(&m.rule),
+            Denial::NoRule | Denial::SpecialAddress(_, _, None) | Denial::User { .. } => None,
         }
     }
 }

@@ -107,6 +107,8 @@ pub(crate) struct Rule {
     pub(crate) route: Option<Route>,
     /// Only these users match (`None`: anyone).
     pub(crate) users: Option<Vec<Arc<str>>>,
+    /// `reason = "..."`: told to the client when this rule refuses.
+    pub(crate) reason: Option<Arc<str>>,
 }
 
 impl Rule {
@@ -123,6 +125,29 @@ impl Rule {
             Host::Domain(d) => self.hosts.iter().any(|h| h.matches_name(d)),
             Host::Ip(_) => self.action == Action::Deny && self.hosts.contains(&HostPattern::Any),
         }
+    }
+
+    /// The flag that writes a rule like this one: `--terminate`,
+    /// `--inspect` or `--allow` (`--deny` for a deny rule).
+    pub(crate) fn flag(&self) -> &'static str {
+        match (&self.action, &self.inspect) {
+            (Action::Deny, _) => "--deny",
+            (_, Some(i)) if i.tls == TlsMode::Terminate => "--terminate",
+            (_, Some(_)) => "--inspect",
+            (_, None) => "--allow",
+        }
+    }
+
+    /// The rule's ports as written: `443`, `80, 8000-8100`, or `any`.
+    pub(crate) fn ports_text(&self) -> String {
+        if self.ports.is_empty() {
+            return "any".into();
+        }
+        let each = self.ports.iter().map(|r| match r.lo == r.hi {
+            true => r.lo.to_string(),
+            false => format!("{}-{}", r.lo, r.hi),
+        });
+        each.collect::<Vec<_>>().join(", ")
     }
 
     /// Whether a CIDR (or address-literal host) contains `addr`.
@@ -273,8 +298,19 @@ impl Rule {
                 Some(out)
             }
         };
+        let reason = match cfg.reason.as_deref().map(str::trim) {
+            Some("") => {
+                return Err(fail(
+                    "reason".into(),
+                    "is empty: say why, or remove it".into(),
+                ))
+            }
+            Some(r) => Some(r.into()),
+            None => None,
+        };
         Ok(Rule {
             users,
+            reason,
             name,
             action: cfg.action,
             hosts,
@@ -483,6 +519,67 @@ fn split_cli_spec(spec: &str) -> Result<(&str, Option<&str>), String> {
     })
 }
 
+/// The range after `@` in `HOST[:PORT]@CIDR`: a block that can name a
+/// special address. `/0` and blocks broader than a special range inside
+/// them are refused: they would name no special address (a rule names one
+/// only with a block as narrow as its range), so the flag would not do what
+/// it says.
+fn scope_range(flag: &str, rule: &str, range: &str) -> Result<Cidr, String> {
+    let example = format!("{flag} pypi.org:443@203.0.113.80/32");
+    if rule.contains('@') {
+        return Err(format!(
+            "a host has no '@' (no user part): HOST:PORT@CIDR takes one '@', before the \
+             address range the name may resolve into, as in {example}"
+        ));
+    }
+    if range.trim().is_empty() {
+        return Err(format!(
+            "nothing after '@': give the address range {rule} may resolve into, as in {example}"
+        ));
+    }
+    let block = Cidr::parse(range).map_err(|e| {
+        format!("after '@' comes the address range the name may resolve into, as in {example}: {e}")
+    })?;
+    if block.prefix() == 0 {
+        return Err(format!(
+            "@{range} scopes nothing: a /0 names no special address, so {rule} would reach \
+             public addresses only, as {flag} {rule} does; give the range it resolves into \
+             (e.g. @203.0.113.80/32)"
+        ));
+    }
+    if let Some((inner, name)) = super::addr::ranges_inside(block) {
+        return Err(format!(
+            "{block} is broader than the {name} range {inner} inside it, so it names no \
+             address there: give {inner} or narrower (the address itself as /32 or /128)"
+        ));
+    }
+    Ok(block)
+}
+
+/// A scoped allowance is for names: an address or a range needs no scope,
+/// and `*` would hand the range to every name.
+fn check_scoped_host(
+    flag: &str,
+    spec: &str,
+    target: &str,
+    is_cidr: bool,
+    range: &Cidr,
+) -> Result<(), String> {
+    if is_cidr || canonical_host(target).is_ok_and(|h| matches!(h, Host::Ip(_))) {
+        return Err(format!(
+            "@{range} scopes a host name, and {target} is an address: use {flag} {spec}"
+        ));
+    }
+    if target == "*" {
+        return Err(format!(
+            "@{range} scopes a host name, and '*' is every name: name the hosts \
+             (e.g. {flag} '*.example.com:443@{range}'), or use {flag} {range} if every \
+             name and the address itself may reach it"
+        ));
+    }
+    Ok(())
+}
+
 /// See [`super::parse_cli_rule`].
 pub(crate) fn parse_cli_rule(action: Action, spec: &str) -> Result<RuleConfig, PolicyError> {
     let flag = match action {
@@ -521,6 +618,10 @@ fn cli_rule(
     if let Some(hint) = url_hint(spec) {
         return Err(whole(format!("a rule takes a host, not a URL: use {hint}")));
     }
+    let (spec, scope) = match spec.rsplit_once('@') {
+        Some((rule, range)) => (rule, Some(scope_range(flag, rule, range).map_err(whole)?)),
+        None => (spec, None),
+    };
     let (target, port) = split_cli_spec(spec).map_err(whole)?;
     if target.is_empty() {
         return Err(whole("missing host or cidr".into()));
@@ -533,10 +634,16 @@ fn cli_rule(
             )));
         }
     }
+    if let Some(range) = &scope {
+        check_scoped_host(flag, spec, target, is_cidr, range).map_err(whole)?;
+    }
     let cfg = RuleConfig {
         name: Some(name.clone()),
         host: (!is_cidr).then(|| target.to_owned()),
         cidr: is_cidr.then(|| target.to_owned()),
+        // The file form of a scoped allowance: this name, only inside this range.
+        cidrs: scope.iter().map(ToString::to_string).collect(),
+        match_mode: scope.map(|_| MatchMode::Both),
         port: port.map(|p| PortSpec::Text(p.to_owned())),
         inspect: inspect.map(|_| "http".to_owned()),
         tls: inspect.filter(|t| *t == TlsMode::Terminate),

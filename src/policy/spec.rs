@@ -151,6 +151,11 @@ pub struct RuleConfig {
     /// match it and falls through to the other rules.
     #[serde(default)]
     pub users: Option<Vec<String>>,
+    /// Why the rule refuses (or what it is for): the text reaches the
+    /// client in the 403 body and `X-Proxy-Error`, and the log line, when
+    /// this rule refuses a connection (srt's `deniedDomainReasons`).
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 impl RuleConfig {
@@ -175,6 +180,7 @@ impl RuleConfig {
             requests: Vec::new(),
             upstream_proxy: None,
             users: None,
+            reason: None,
         }
     }
 }

@@ -83,9 +83,11 @@ impl Decision {
         Decision::Denied(Reasoned::new(denial_rule(denial), denial.to_string()))
     }
 
-    /// Let through by audit mode under `rule`, though `denial` would have refused it.
-    pub(crate) fn would_deny(rule: Arc<str>, denial: &Denial) -> Decision {
-        Decision::WouldDeny(Reasoned::new(rule, denial.to_string()))
+    /// Let through by audit mode under `rule`, though `denials` would have
+    /// refused it: every one of them, in one reason joined by ` | `.
+    pub(crate) fn would_deny(rule: Arc<str>, denials: &[Denial]) -> Decision {
+        let reason: Vec<String> = denials.iter().map(Denial::to_string).collect();
+        Decision::WouldDeny(Reasoned::new(rule, reason.join(" | ")))
     }
 
     fn rule(&self) -> Option<&Arc<str>> {
@@ -115,12 +117,10 @@ impl Decision {
     }
 }
 
-/// The deny rule a denial names, if any.
+/// The rule a denial names, if any: the deny rule, or the allow rule that
+/// matched the name but not this address or port.
 fn denial_rule(denial: &Denial) -> Option<Arc<str>> {
-    match denial {
-        Denial::Rule(rule) => Some(Arc::clone(rule)),
-        Denial::NoRule | Denial::SpecialAddress(..) | Denial::User { .. } => None,
-    }
+    denial.rule().cloned()
 }
 
 impl From<Dialect> for Protocol {

@@ -145,9 +145,9 @@ fn decide(
                 None => ctx.settings.upstream_proxy.clone(),
             };
             // Audit mode let through what enforcement would refuse: say so.
-            let decision = match &allowed.audit {
-                Some(denial) => Decision::would_deny(Arc::clone(&allowed.rule), denial),
-                None => Decision::Allowed(Arc::clone(&allowed.rule)),
+            let decision = match allowed.audit_reasons.is_empty() {
+                false => Decision::would_deny(Arc::clone(&allowed.rule), &allowed.audit_reasons),
+                true => Decision::Allowed(Arc::clone(&allowed.rule)),
             };
             conn.decide(decision, ctx);
             let plan = Plan {

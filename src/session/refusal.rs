@@ -104,11 +104,24 @@ impl Refusal {
             Refusal::HeadTooLarge => "head-too-large".into(),
             Refusal::Method(_) => "method-not-allowed".into(),
             Refusal::AuthRequired => "auth-required".into(),
-            Refusal::Denied(Denial::Rule(rule)) => format!("denied; rule={rule}"),
+            Refusal::Denied(Denial::Rule(rule)) => match &rule.reason {
+                Some(why) => format!("denied; rule={}; reason={why}", rule.name),
+                None => format!("denied; rule={}", rule.name),
+            },
             Refusal::Denied(Denial::NoRule) => "denied; no-matching-rule".into(),
-            Refusal::Denied(Denial::SpecialAddress(addr, range)) => {
+            Refusal::Denied(Denial::SpecialAddress(addr, range, None)) => {
                 format!("denied; {range}-address={addr}")
             }
+            Refusal::Denied(Denial::SpecialAddress(addr, range, Some(fix))) => {
+                format!(
+                    "denied; {range}-address={addr}; rule={}; fix={}",
+                    fix.rule, fix.flag
+                )
+            }
+            Refusal::Denied(Denial::Port(m)) => format!(
+                "denied; port-not-in-rule={}; ports={}; fix={}",
+                m.rule, m.ports, m.flag
+            ),
             Refusal::Denied(Denial::User { rule, .. }) => {
                 format!("denied; user-not-in-rule={rule}")
             }

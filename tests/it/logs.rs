@@ -193,7 +193,16 @@ fn json_lines_parse_and_carry_the_fields() {
         .filter(|s| s["decision"] == "deny")
         .collect();
     assert_eq!(denied.len(), 1);
-    assert_eq!(denied[0]["reason"], "no rule allows this destination");
+    // Echo's host on another port: the refusal names the rule and the fix.
+    let echo_port = t.echo.port();
+    assert_eq!(
+        denied[0]["reason"],
+        format!(
+            "port 1 is not among the ports of rule \"echo\" ({echo_port}), which matches \
+             127.0.0.1: use --allow 127.0.0.1:1, or add 1 to that rule's ports"
+        )
+    );
+    assert_eq!(denied[0]["rule"], "echo");
     assert_eq!(denied[0]["close"], "denied");
     assert_eq!(denied[0]["target"], "127.0.0.1:1");
     let echo = sessions.iter().find(|s| s["protocol"] == "socks5").unwrap();

@@ -897,3 +897,189 @@ fn suggest_refuses_what_is_not_a_json_log() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/x.log"));
 }
+
+/// `--allow HOST:PORT@CIDR` (issue 18 item 1), with the binary: a name at a
+/// documentation address is refused by `--allow NAME:PORT` with the flag
+/// that fixes it (in `X-Proxy-Error`, the body and the log line, which
+/// names the rule); that flag lets the name through and nothing else: not
+/// another name at the same address, not the literal. A wrong port names
+/// the rule and its ports; SOCKS5 gets "not allowed" and the log line.
+#[test]
+fn scoped_allowance_from_the_command_line() {
+    in_netns(&["203.0.113.80"], || {
+        let origin = origin_on("203.0.113.80:0");
+        let port = origin.port();
+        let dir = TempDir::new("policy-scoped");
+        let hosts = write(
+            &dir,
+            "hosts",
+            "127.0.0.1 localhost\n203.0.113.80 pypi.test\n203.0.113.80 npm.test\n",
+        );
+        let plain = format!("pypi.test:{port}");
+        let proxy = ChildProxy::with_hosts(&hosts, &["--allow", &plain]);
+        let (_, head) = http_connect(proxy.addr, &plain, &[]).expect("CONNECT");
+        let fix = format!("--allow pypi.test:{port}@203.0.113.80/32");
+        assert_eq!(head.status, 403, "{}", head.raw);
+        let cause = head.header("x-proxy-error").unwrap_or_default();
+        assert_eq!(
+            cause,
+            format!("denied; documentation-address=203.0.113.80; rule=--allow {plain}; fix={fix}")
+        );
+        let line = proxy.wait_for_line("the refusal", |l| {
+            l.contains("event=session") && l.contains("decision=deny")
+        });
+        assert!(
+            line.contains(&format!("rule=\"--allow {plain}\"")),
+            "{line}"
+        );
+        assert!(line.contains(&fix), "{line}");
+        assert_eq!(
+            connect_via_socks5(proxy.addr, "pypi.test", port).err(),
+            Some(0x02),
+            "SOCKS5: not allowed by ruleset"
+        );
+        proxy.wait_for_line("the SOCKS5 refusal", |l| {
+            l.contains("event=session") && l.contains("protocol=socks5") && l.contains(&fix)
+        });
+        drop(proxy);
+
+        let scoped = format!("{plain}@203.0.113.80/32");
+        let proxy = ChildProxy::with_hosts(&hosts, &["--allow", &scoped]);
+        let mut s = connect_via_http(proxy.addr, &plain);
+        assert_echo_http(&mut s);
+        let mut s = connect_via_socks5(proxy.addr, "pypi.test", port).expect("SOCKS5 by name");
+        assert_echo_http(&mut s);
+        for other in ["npm.test", "203.0.113.80"] {
+            let status = connect_status(proxy.addr, &format!("{other}:{port}"));
+            assert_eq!(status, 403, "{other} gains nothing");
+        }
+        let wrong = port.wrapping_add(1).max(1);
+        let (_, head) = http_connect(proxy.addr, &format!("pypi.test:{wrong}"), &[]).unwrap();
+        assert_eq!(
+            head.header("x-proxy-error").unwrap_or_default(),
+            format!("denied; port-not-in-rule=--allow {scoped}; ports={port}; fix=--allow pypi.test:{wrong}@203.0.113.80/32")
+        );
+        assert_eq!(origin.accepted(), 2, "only pypi.test reached it");
+        drop(proxy);
+
+        // Audit mode: one line carries every reason it would be refused for.
+        let deny = format!("{plain}@203.0.113.0/24");
+        let proxy =
+            ChildProxy::with_hosts(&hosts, &["--audit", "--allow", &plain, "--deny", &deny]);
+        let mut s = connect_via_http(proxy.addr, &plain);
+        assert_echo_http(&mut s);
+        drop(s); // the session line comes at close
+        let line = proxy.wait_for_line("the would-deny", |l| {
+            l.contains("event=session") && l.contains("decision=would-deny")
+        });
+        assert!(
+            line.contains(&format!(
+                "denied by rule --deny {deny} | 203.0.113.80 is a documentation address"
+            )),
+            "{line}"
+        );
+        assert!(line.contains(&fix), "{line}");
+    });
+}
+
+/// `--srt-settings` (issue 18 item 6), with curl: a name in srt's
+/// allowedDomains resolving to a documentation address passes (as in srt),
+/// one resolving to loopback is refused, and a deniedDomainReasons text
+/// reaches curl in the 403's `X-Proxy-Error` and body; a key that cannot be
+/// honoured is named in a warning at start; `--check` lists the rules.
+#[test]
+fn srt_settings_drop_in_with_curl() {
+    in_netns(&[], || {
+        let origin = across_veth("198.51.100.1/24", "198.51.100.80/24", || {
+            origin_on("198.51.100.80:0")
+        });
+        let port = origin.port();
+        let local = origin_on(&format!("127.0.0.1:{port}"));
+        let dir = TempDir::new("policy-srt");
+        let hosts = write(
+            &dir,
+            "hosts",
+            "127.0.0.1 localhost\n198.51.100.80 pypi.test\n198.51.100.80 bad.test\n\
+             127.0.0.1 loop.test\n198.51.100.80 other.test\n",
+        );
+        let settings = write(
+            &dir,
+            "srt-settings.json",
+            r#"{"network": {
+                "allowedDomains": ["pypi.test", "loop.test", "bad.test"],
+                "deniedDomains": ["bad.test"],
+                "deniedDomainReasons": {"bad.test": "bad.test is blocked here: use pypi.test"},
+                "allowLocalBinding": true
+            }}"#,
+        );
+        let s = settings.to_str().unwrap();
+        let out = binary(&["--check", "--srt-settings", s]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert!(
+            text.contains("rule \"srt deniedDomains bad.test\": deny, hosts [bad.test]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("reason \"bad.test is blocked here: use pypi.test\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("warning: ")
+                && text.contains("network.allowLocalBinding is not honoured"),
+            "{text}"
+        );
+
+        // The file's srt_settings, relative to the file, is the same.
+        let cfg = write(&dir, "p.toml", "srt_settings = \"srt-settings.json\"\n");
+        let (code, from_file, err) = check(&cfg, &[]);
+        assert_eq!(code, Some(0), "{err}");
+        let rules = |t: &str| t.lines().filter(|l| l.starts_with("rule ")).count();
+        assert_eq!(rules(&from_file), rules(&text), "{from_file}");
+        assert!(
+            from_file.contains("rule \"srt deniedDomains bad.test\""),
+            "{from_file}"
+        );
+        // A setting srt itself refuses is an error naming the entry.
+        let bad = write(
+            &dir,
+            "bad.json",
+            r#"{"network": {"allowedDomains": ["*"]}}"#,
+        );
+        let out = binary(&["--check", "--srt-settings", bad.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("allowedDomains[0]: \"*\": '*' is too broad"),
+            "{err}"
+        );
+
+        let proxy = ChildProxy::with_hosts(&hosts, &["--srt-settings", s]);
+        proxy.wait_for_line("the warning", |l| {
+            l.contains("level=warn") && l.contains("network.allowLocalBinding is not honoured")
+        });
+        let via = format!("http://{}", proxy.addr);
+        let get = |host: &str| {
+            let out = curl(&["-sS", "-i", "-x", &via, &format!("http://{host}:{port}/x")]);
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let ok = get("pypi.test");
+        assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+        let refused = get("loop.test");
+        assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+        assert!(refused.contains("loopback-address=127.0.0.1"), "{refused}");
+        let denied = get("bad.test");
+        assert!(denied.starts_with("HTTP/1.1 403"), "{denied}");
+        assert!(
+            denied.contains("X-Proxy-Error: denied; rule=srt deniedDomains bad.test; reason=bad.test is blocked here: use pypi.test"),
+            "{denied}"
+        );
+        assert!(denied.ends_with("denied by rule srt deniedDomains bad.test: bad.test is blocked here: use pypi.test\n"), "{denied}");
+        assert_eq!(
+            get("other.test").lines().next(),
+            Some("HTTP/1.1 403 Forbidden")
+        );
+        assert_eq!(origin.accepted(), 1, "pypi.test alone reached the origin");
+        assert_eq!(local.accepted(), 0, "nothing reached loopback");
+    });
+}

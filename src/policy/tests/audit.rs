@@ -70,7 +70,7 @@ fn an_audit_rule_affects_only_the_decisions_it_makes() {
     // A special address still needs naming.
     let p = Policy::from_rules(&[parse_cli_rule(Action::Allow, "*").unwrap(), deny]).unwrap();
     assert!(matches!(
-        verdict(&p, "tracker.test", 443, &["127.0.0.1"]),
+        unfixed(verdict(&p, "tracker.test", 443, &["127.0.0.1"])),
         Verdict::Deny(Denial::SpecialAddress(..))
     ));
 }
@@ -185,8 +185,13 @@ fn an_audit_policy_lets_every_denial_through_with_its_reason() {
     // A special address: let through too, with the range named.
     let v = verdict(&p, "www.test", 443, &["127.0.0.1"]);
     assert_eq!(
-        audited(&v),
-        Some(&Denial::SpecialAddress(ip("127.0.0.1"), "loopback"))
+        audited(&v).map(|d| d.to_string()).as_deref(),
+        Some(
+            "127.0.0.1 is a loopback address and rule \"--allow *.test:443\" does not name it: \
+             to allow it for this destination alone, use --allow www.test:443@127.0.0.1/32 \
+             (in a policy file: hosts = [\"www.test\"], cidrs = [\"127.0.0.1/32\"], \
+             match = \"both\", ports = [443])"
+        )
     );
     // Request rules are audited as well.
     let Verdict::Allow(a) = verdict(&p, "api.test", 443, &["45.45.45.45"]) else {
@@ -232,9 +237,22 @@ fn audit_lets_through_only_what_enforcement_would_refuse() {
         panic!()
     };
     assert_eq!(a.addrs, vec![ip("127.0.0.1"), ip("10.0.0.1")]);
-    assert_eq!(
+    assert!(matches!(
         a.audit,
-        Some(Denial::SpecialAddress(ip("127.0.0.1"), "loopback"))
+        Some(Denial::SpecialAddress(a, "loopback", Some(_))) if a == ip("127.0.0.1")
+    ));
+    // Every reason is kept, one per address here.
+    let ranges: Vec<_> = a
+        .audit_reasons
+        .iter()
+        .map(|d| match d {
+            Denial::SpecialAddress(a, r, _) => (*a, *r),
+            other => panic!("{other}"),
+        })
+        .collect();
+    assert_eq!(
+        ranges,
+        [(ip("127.0.0.1"), "loopback"), (ip("10.0.0.1"), "private")]
     );
     // No addresses: nothing to let through.
     assert_eq!(

@@ -10,8 +10,8 @@ fn rebinding_is_refused() {
         NameVerdict::Resolve
     );
     assert_eq!(
-        verdict(&p, "www.example.com", 443, &["127.0.0.1"]),
-        Verdict::Deny(Denial::SpecialAddress(ip("127.0.0.1"), "loopback"))
+        unfixed(verdict(&p, "www.example.com", 443, &["127.0.0.1"])),
+        Verdict::Deny(Denial::SpecialAddress(ip("127.0.0.1"), "loopback", None))
     );
     assert_eq!(
         verdict(&p, "www.example.com", 443, &["93.184.216.34", "127.0.0.1"]),
@@ -21,6 +21,7 @@ fn rebinding_is_refused() {
             addrs: vec![ip("93.184.216.34")],
             inspect: None,
             audit: None,
+            audit_reasons: Vec::new(),
             route: None,
         })
     );
@@ -53,8 +54,8 @@ fn first_denial_prefers_rules() {
         Verdict::Deny(Denial::Rule("--deny 93.184.216.0/24".into()))
     );
     assert_eq!(
-        verdict(&p, "x.test", 443, &["127.0.0.1", "10.0.0.1"]),
-        Verdict::Deny(Denial::SpecialAddress(ip("127.0.0.1"), "loopback"))
+        unfixed(verdict(&p, "x.test", 443, &["127.0.0.1", "10.0.0.1"])),
+        Verdict::Deny(Denial::SpecialAddress(ip("127.0.0.1"), "loopback", None))
     );
     let p = pol(&[("allow", "a.test")]);
     assert_eq!(
@@ -78,11 +79,21 @@ fn special_needs_a_naming_allow_among_matching_rules() {
     // The naming rule's port does not match: the address stays refused.
     let p = pol(&[("allow", "*"), ("allow", "10.0.0.0/8:22")]);
     assert_eq!(
-        verdict(&p, "lan.test", 443, &["10.0.0.1"]),
-        Verdict::Deny(Denial::SpecialAddress(ip("10.0.0.1"), "private"))
+        unfixed(verdict(&p, "lan.test", 443, &["10.0.0.1"])),
+        Verdict::Deny(Denial::SpecialAddress(ip("10.0.0.1"), "private", None))
     );
-    // As a literal, `*` does not even match: no rule allows it.
-    assert_eq!(literal(&p, "10.0.0.1", 443), Verdict::Deny(Denial::NoRule));
+    // As a literal, `*` does not even match: only the rule for port 22 does.
+    let Verdict::Deny(Denial::Port(miss)) = literal(&p, "10.0.0.1", 443) else {
+        panic!("the CIDR rule for another port is named")
+    };
+    assert_eq!(
+        (&*miss.rule, &*miss.flag),
+        ("--allow 10.0.0.0/8:22", "--allow 10.0.0.1:443")
+    );
+    assert_eq!(
+        literal(&p, "192.168.0.1", 443),
+        Verdict::Deny(Denial::NoRule)
+    );
     assert!(allowed(&literal(&p, "10.0.0.1", 22)));
     // A deny naming it still wins.
     let p = pol(&[("allow", "10.0.0.0/8"), ("deny", "10.0.0.1")]);
@@ -94,8 +105,8 @@ fn special_needs_a_naming_allow_among_matching_rules() {
     // A host-name rule alone does not name an address.
     let p = pol(&[("allow", "localhost")]);
     assert_eq!(
-        verdict(&p, "localhost", 80, &["127.0.0.1"]),
-        Verdict::Deny(Denial::SpecialAddress(ip("127.0.0.1"), "loopback"))
+        unfixed(verdict(&p, "localhost", 80, &["127.0.0.1"])),
+        Verdict::Deny(Denial::SpecialAddress(ip("127.0.0.1"), "loopback", None))
     );
     let p = pol(&[("allow", "localhost"), ("allow", "127.0.0.1")]);
     assert!(allowed(&verdict(&p, "localhost", 80, &["127.0.0.1"])));
@@ -113,8 +124,16 @@ fn check_name_cases() {
         NameVerdict::Deny(Denial::Rule("--deny *.ads.test".into()))
     );
     assert_eq!(p.check_name(&t("x.test", 443)), NameVerdict::Resolve);
+    // A rule for the host on other ports: named, with its ports and the fix.
+    let NameVerdict::Deny(Denial::Port(miss)) = p.check_name(&t("x.test", 80)) else {
+        panic!("a wrong port names the rule")
+    };
     assert_eq!(
-        p.check_name(&t("x.test", 80)),
+        (&*miss.rule, &*miss.ports, &*miss.flag),
+        ("--allow *.test:443", "443", "--allow x.test:80")
+    );
+    assert_eq!(
+        p.check_name(&t("x.other", 80)),
         NameVerdict::Deny(Denial::NoRule)
     );
     // Only a CIDR rule could match: resolve and judge the addresses.

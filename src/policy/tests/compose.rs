@@ -327,7 +327,7 @@ fn issue9_item2_a_cidr_allow_does_not_switch_off_a_name_rules_inspection() {
     let alone = Policy::from_rules(&[kind(&PUBLIC, "inspect")]).unwrap();
     assert!(matches!(
         alone.check_resolved_at(&t("api.test", PORT), &[ip("127.0.0.1")], now),
-        Verdict::Deny(Denial::SpecialAddress(_, "loopback"))
+        Verdict::Deny(Denial::SpecialAddress(_, "loopback", Some(_)))
     ));
 }
 

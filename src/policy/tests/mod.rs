@@ -9,6 +9,7 @@ mod parse;
 mod path;
 mod request;
 mod rules;
+mod scoped;
 mod special;
 mod users;
 
@@ -65,4 +66,15 @@ pub(super) fn allowed(v: &Verdict) -> bool {
 /// An empty rule of `action`, to fill with struct-update syntax.
 pub(super) fn cfg(action: Action) -> RuleConfig {
     RuleConfig::new(action)
+}
+
+/// The verdict with a special-address refusal's fix dropped, to compare
+/// the address and range alone.
+pub(super) fn unfixed(v: Verdict) -> Verdict {
+    match v {
+        Verdict::Deny(Denial::SpecialAddress(a, r, _)) => {
+            Verdict::Deny(Denial::SpecialAddress(a, r, None))
+        }
+        v => v,
+    }
 }

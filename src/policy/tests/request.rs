@@ -483,7 +483,7 @@ fn every_address_is_dialled_under_the_strictest_treatment() {
 fn special_addresses_still_need_naming_when_inspecting() {
     let p = Policy::from_rules(&[inspecting("all", "*", vec![])]).unwrap();
     assert!(matches!(
-        verdict(&p, "evil.example", 80, &["10.0.0.1"]),
+        unfixed(verdict(&p, "evil.example", 80, &["10.0.0.1"])),
         Verdict::Deny(Denial::SpecialAddress(..))
     ));
     let mut lan = inspecting("lan", "*", vec![]);

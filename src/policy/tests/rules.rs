@@ -329,13 +329,16 @@ fn builtin_default() {
         22,
         &["93.184.216.34"]
     )));
+    let NameVerdict::Deny(Denial::Port(miss)) = p.check_name(&t("example.com", 22)) else {
+        panic!("a wrong port names the rule")
+    };
     assert_eq!(
-        p.check_name(&t("example.com", 22)),
-        NameVerdict::Deny(Denial::NoRule)
+        (&*miss.rule, &*miss.ports, &*miss.flag),
+        ("default-public-web", "80, 443", "--allow example.com:22")
     );
     assert_eq!(
-        verdict(&p, "router.test", 443, &["192.168.1.1"]),
-        Verdict::Deny(Denial::SpecialAddress(ip("192.168.1.1"), "private"))
+        unfixed(verdict(&p, "router.test", 443, &["192.168.1.1"])),
+        Verdict::Deny(Denial::SpecialAddress(ip("192.168.1.1"), "private", None))
     );
     // The wildcard matches names only: address literals need a rule naming them.
     assert_eq!(

@@ -79,3 +79,39 @@ impl ChildProxy {
         ChildProxy::start_command(cmd)
     }
 }
+
+/// Runs `make` on a thread in a second network namespace joined to the
+/// calling thread's (itself in [`in_netns`]) by a veth pair: `here` (CIDR)
+/// on this side, `there` on the other. What `make` builds (a server bound
+/// on `there`'s address) lives there, so its address is not one of the
+/// proxy's own (srt refuses those for allowed names).
+pub fn across_veth<T: Send + 'static>(
+    here: &str,
+    there: &str,
+    make: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let there = there.to_owned();
+    let peer = std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET)");
+        tid_tx.send(nix::unistd::gettid().as_raw()).unwrap();
+        go_rx.recv().unwrap();
+        ip(&["link", "set", "lo", "up"]);
+        ip(&["addr", "add", &there, "dev", "pc-vb"]);
+        ip(&["link", "set", "pc-vb", "up"]);
+        make()
+    });
+    let tid = tid_rx.recv().expect("the peer namespace's thread");
+    let ns = format!("/proc/{tid}/ns/net");
+    ip(&[
+        "link", "add", "pc-va", "type", "veth", "peer", "name", "pc-vb", "netns", &ns,
+    ]);
+    ip(&["addr", "add", here, "dev", "pc-va"]);
+    ip(&["link", "set", "pc-va", "up"]);
+    go_tx.send(()).unwrap();
+    match peer.join() {
+        Ok(v) => v,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
