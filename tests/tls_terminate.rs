@@ -779,3 +779,177 @@ fn check_warns_for_a_plaintext_inspect_rule_on_443() {
     let out = run(&["--inspect", "api.test:8080"]);
     assert!(!out.contains("warning:"), "{out}");
 }
+
+/// A terminating config trusting upstreams by `roots` alone (no
+/// `upstream_ca`): `[tls]` with the proxy CA, `extra` in it, rule `api`.
+fn platform_config(dir: &TempDir, proxy_ca: &TestCa, port: u16, extra: &str) -> PathBuf {
+    let path = dir.0.join(format!("portcullis-{}.toml", extra.len()));
+    let text = format!(
+        "[tls]\nca_cert = \"{}\"\nca_key = \"{}\"\n{extra}\n\n{}",
+        proxy_ca.cert_path.display(),
+        proxy_ca.key_path.display(),
+        support::tls::terminate_rule(port, "inspect = \"http\"")
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The binary with `--config cfg`, the platform store named only by `env`
+/// (SSL_CERT_FILE / SSL_CERT_DIR, as OpenSSL reads them).
+fn start_with_store(cfg: &std::path::Path, env: &[(&str, &std::path::Path)]) -> ChildProxy {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    cmd.args(["--listen", "127.0.0.1:0", "--config", cfg.to_str().unwrap()]);
+    cmd.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    ChildProxy::start_command(cmd)
+}
+
+/// Upstream certificates are verified against the platform's store by
+/// default (SSL_CERT_FILE, SSL_CERT_DIR plain or hashed): a private root
+/// there is trusted; a root it lacks is named in the 502 with the fix, and
+/// the request is logged `decision=error` with its method, path and rule;
+/// `upstream_roots = "webpki"` ignores the store; SIGHUP reads it again.
+#[test]
+fn upstream_trust_comes_from_the_platform_store() {
+    let proxy_ca = TestCa::new();
+    let corp = TestCa::named("Corp Root CA", Some("Example"));
+    let unrelated = TestCa::named("Unrelated Root", None);
+    let origin = https_origin(&corp);
+    let dir = TempDir::new("platform-trust");
+    let pem = |ca: &TestCa| std::fs::read_to_string(&ca.cert_path).unwrap();
+    let bundle = dir.0.join("bundle.pem");
+    std::fs::write(&bundle, format!("{}{}", pem(&unrelated), pem(&corp))).unwrap();
+    let lone = dir.0.join("unrelated.pem");
+    std::fs::write(&lone, pem(&unrelated)).unwrap();
+    let url = format!("https://localhost:{}/v1/x?q=1", origin.port());
+    let get = |proxy: &ChildProxy| text(&curl_https(proxy, "http", &proxy_ca, &url));
+    let default = platform_config(&dir, &proxy_ca, origin.port(), "");
+    let trusted = |proxy: &ChildProxy, label: &str| {
+        let out = get(proxy);
+        assert!(out.contains("HTTP/1.1 200"), "{label}: {out}");
+        assert!(out.contains("GET /v1/x?q=1"), "{label}: {out}");
+    };
+
+    // SSL_CERT_FILE holding the root: trusted, and the count is logged.
+    let proxy = start_with_store(&default, &[("SSL_CERT_FILE", &bundle)]);
+    let line = proxy.wait_for_line("upstream trust", |l| l.contains("upstream trust:"));
+    assert!(
+        line.contains(&format!("2 from SSL_CERT_FILE={}", bundle.display())),
+        "{line}"
+    );
+    trusted(&proxy, "SSL_CERT_FILE");
+    drop(proxy);
+
+    // Without it: a 502 naming the issuer and the fix; logged as an error.
+    let proxy = start_with_store(&default, &[("SSL_CERT_FILE", &lone)]);
+    let out = get(&proxy);
+    assert!(out.contains("HTTP/1.1 502"), "{out}");
+    assert!(
+        out.contains("X-Proxy-Error: upstream-tls; unknown issuer: CN=Corp Root CA, O=Example; ")
+            && out.contains("--upstream-ca FILE or [tls] upstream_ca"),
+        "{out}"
+    );
+    let line = proxy.wait_for_line("the request's error", |l| l.contains("event=request"));
+    for part in [
+        "decision=error",
+        "rule=api",
+        "method=GET",
+        "path=/v1/x",
+        "status=502",
+        "Corp Root CA",
+    ] {
+        assert!(line.contains(part), "{part}: {line}");
+    }
+    // SIGHUP reads the store again: the root added to the file is trusted.
+    std::fs::write(&lone, format!("{}{}", pem(&unrelated), pem(&corp))).unwrap();
+    let reloads = || {
+        proxy
+            .log()
+            .iter()
+            .filter(|l| l.contains("upstream trust:"))
+            .count()
+    };
+    assert_eq!(reloads(), 1);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(proxy.pid() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    assert!(
+        wait_until(PROMPTLY, || reloads() == 2),
+        "{:#?}",
+        proxy.log()
+    );
+    trusted(&proxy, "after SIGHUP");
+    drop(proxy);
+
+    // upstream_roots = "webpki": SSL_CERT_FILE is not read.
+    let webpki = platform_config(
+        &dir,
+        &proxy_ca,
+        origin.port(),
+        "upstream_roots = \"webpki\"",
+    );
+    let proxy = start_with_store(&webpki, &[("SSL_CERT_FILE", &bundle)]);
+    let out = get(&proxy);
+    assert!(
+        out.contains("HTTP/1.1 502") && out.contains("unknown issuer: CN=Corp Root CA"),
+        "{out}"
+    );
+    let line = proxy.wait_for_line("upstream trust", |l| l.contains("upstream trust:"));
+    assert!(line.contains("from webpki-roots"), "{line}");
+    drop(proxy);
+
+    // SSL_CERT_DIR, a plain directory of PEM files.
+    let plain = dir.0.join("certs");
+    std::fs::create_dir(&plain).unwrap();
+    std::fs::copy(&corp.cert_path, plain.join("corp.pem")).unwrap();
+    let proxy = start_with_store(&default, &[("SSL_CERT_DIR", &plain)]);
+    trusted(&proxy, "SSL_CERT_DIR");
+    drop(proxy);
+
+    // SSL_CERT_DIR as OpenSSL lays it out: `openssl rehash` links.
+    let hashed = dir.0.join("hashed");
+    std::fs::create_dir(&hashed).unwrap();
+    std::fs::copy(&corp.cert_path, hashed.join("corp.pem")).unwrap();
+    match std::process::Command::new("openssl")
+        .arg("rehash")
+        .arg(&hashed)
+        .status()
+    {
+        Ok(s) if s.success() => {
+            // corp.pem and its `HASH.0` link, as in /etc/ssl/certs.
+            let names: Vec<_> = std::fs::read_dir(&hashed)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            assert!(names.iter().any(|n| n.ends_with(".0")), "{names:?}");
+            let proxy = start_with_store(&default, &[("SSL_CERT_DIR", &hashed)]);
+            trusted(&proxy, "hashed SSL_CERT_DIR");
+            drop(proxy);
+        }
+        _ if std::env::var_os("CI").is_none() => {
+            eprintln!("NOTE: openssl rehash is not available here; CI runs it");
+        }
+        other => panic!("openssl rehash: {other:?}"),
+    }
+
+    // An empty store: a warning naming the fixes, and webpki's roots.
+    let empty = dir.0.join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let proxy = start_with_store(&default, &[("SSL_CERT_FILE", &empty)]);
+    let out = get(&proxy);
+    assert!(out.contains("HTTP/1.1 502"), "{out}");
+    let warn = proxy.wait_for_line("the empty-store warning", |l| {
+        l.contains("level=warn") && l.contains("platform store")
+    });
+    for part in [
+        "using webpki-roots",
+        "--upstream-ca FILE",
+        "upstream_roots = ",
+    ] {
+        assert!(warn.contains(part), "{part}: {warn}");
+    }
+}
