@@ -36,6 +36,7 @@ mod der;
 pub mod failure;
 pub mod instructions;
 pub mod issuer;
+pub mod jks;
 #[allow(dead_code)]
 pub(crate) mod layer;
 pub mod leaf;

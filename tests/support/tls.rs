@@ -314,10 +314,15 @@ fn serve(tls: &mut Tls) -> io::Result<()> {
             .conn
             .alpn_protocol()
             .map_or("-".to_owned(), |p| String::from_utf8_lossy(p).into_owned());
-        let body = format!("{method} {path}\n");
+        // npm's registry endpoints (`npm ping`: /-/ping) answer JSON.
+        let (kind, body) = if path.starts_with("/-/") {
+            ("application/json", "{}\n".to_owned())
+        } else {
+            ("text/plain", format!("{method} {path}\n"))
+        };
         write!(
             tls,
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+            "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
              X-Origin-Sni: {sni}\r\nX-Origin-Alpn: {alpn}\r\n{}\r\n{body}",
             body.len(),
             if close { "Connection: close\r\n" } else { "" }
