@@ -521,9 +521,15 @@ impl Exchange {
             Mode::Tunnel { target, .. } => Some(target.to_string()),
             Mode::Forward { .. } => None,
         };
+        // `cause` is the header's text (`upstream-tls; WHY`); the record
+        // keeps the bare cause, as for refusals.
+        let bare = self
+            .upstream_failure
+            .as_ref()
+            .map_or_else(|| cause.to_owned(), |(c, _)| c.clone());
         let decision = Decision::Failed {
             rule: None,
-            cause: cause.to_owned(),
+            cause: bare,
             reason: why.clone(),
         };
         let record = Record::new(Some(&head.method), path.as_deref(), authority, decision);
