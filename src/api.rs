@@ -315,6 +315,13 @@ impl ProxyHandle {
     pub fn reload(&self, policy: Policy) {
         self.shared.send(Control::Reload(policy));
     }
+    /// Reads the upstream trust roots again (the platform's store, which
+    /// `SSL_CERT_FILE`/`SSL_CERT_DIR` may name, and the `upstream_ca`
+    /// files), in the calling thread, if they were loaded: new upstream
+    /// handshakes use them. On an error the roots in use stay.
+    pub fn reload_upstream_trust(&self) -> Result<(), String> {
+        self.shared.upstream.reload()
+    }
 
     // Control: each call runs on the reactor thread and waits for its
     // answer; it blocks until the proxy runs if it has not started yet.

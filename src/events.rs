@@ -75,15 +75,19 @@ pub enum Decision {
     Deny,
     /// Audit mode: it would have been refused, and was let through.
     WouldDeny,
+    /// Allowed, but it failed upstream (an untrusted certificate, a TLS
+    /// error): the client got a 502.
+    Error,
 }
 
 impl Decision {
-    /// `allow`, `deny` or `would-deny`.
+    /// `allow`, `deny`, `would-deny` or `error`.
     pub fn as_str(self) -> &'static str {
         match self {
             Decision::Allow => "allow",
             Decision::Deny => "deny",
             Decision::WouldDeny => "would-deny",
+            Decision::Error => "error",
         }
     }
 }

@@ -211,8 +211,14 @@ fn signal_loop(signals: SigSet, args: Args, running: Config, handle: ProxyHandle
     }
 }
 
-/// SIGHUP: re-read the file, add the flags' rules, swap the policy in.
+/// SIGHUP: re-read the trust roots and the file, add the flags' rules,
+/// swap the policy in.
 fn reload(args: &Args, running: &Config, handle: &ProxyHandle) {
+    // The system's roots may have changed (a root added to the store or to
+    // SSL_CERT_FILE): read them again, here, off the reactors.
+    if let Err(e) = handle.reload_upstream_trust() {
+        error!("reloading the upstream trust roots failed, keeping the current ones: {e}");
+    }
     if args.config.is_none() {
         info!("SIGHUP: no --config file, nothing to reload");
         return;

@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 use portcullis::config::TlsConfig;
-use portcullis::tls::instructions::write_bundle;
+use portcullis::tls::instructions::ca_bundles;
 use portcullis::tls::CertAuthority;
 use portcullis::{Config, Credentials, ListenAddr, ListenerProtocol};
 
@@ -105,6 +105,17 @@ impl ProxyEnv {
         }
         // Node 22.21+/24+ honour the variables only when asked to.
         vars.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+        let inherited = std::env::var(JAVA_TOOL_OPTIONS).ok();
+        if let Some(java) = java_options(endpoint, protocol, inherited.as_deref()) {
+            if auth.is_some() {
+                notes.push(
+                    "JVMs take no proxy credentials from properties: a JVM program must \
+                     authenticate itself (java.net.Authenticator)"
+                        .into(),
+                );
+            }
+            vars.push((JAVA_TOOL_OPTIONS.into(), java));
+        }
         ProxyEnv { vars, notes }
     }
 
@@ -135,8 +146,16 @@ impl ProxyEnv {
 
     /// Adds (or replaces) variables: the hook for whatever else a program
     /// needs to use the proxy, such as the CA bundle of TLS termination.
+    /// `JAVA_TOOL_OPTIONS` is the exception: options, added to the value.
     pub fn with_extra(mut self, extra: impl IntoIterator<Item = Var>) -> Self {
         for (name, value) in extra {
+            if name == JAVA_TOOL_OPTIONS {
+                if let Some((_, v)) = self.vars.iter_mut().find(|(n, _)| *n == name) {
+                    v.push(' ');
+                    v.push_str(&value);
+                    continue;
+                }
+            }
             self.vars.retain(|(n, _)| *n != name);
             self.vars.push((name, value));
         }
@@ -144,40 +163,131 @@ impl ProxyEnv {
     }
 }
 
-/// The CA certificate, and a trust bundle (the system's roots plus the CA)
-/// written beside the generated CA, when the system has roots to copy.
-pub fn ca_files(tls: &TlsConfig) -> Result<(PathBuf, Option<PathBuf>), String> {
+/// A trust variable and the bundle it names.
+pub type CaVar = (&'static str, PathBuf);
+
+/// The CA's trust variables ([`CA_ENV_VARS`](portcullis::tls::instructions::CA_ENV_VARS)),
+/// each naming a bundle in the state directory (the CA plus the roots that
+/// variable named in this process's environment, else the system's), and
+/// the CA certificate's path. Generates the CA if it does not exist yet.
+pub fn ca_vars(tls: &TlsConfig) -> Result<(PathBuf, Vec<CaVar>), String> {
+    let (ca, dir) = load_ca(tls)?;
+    let vars = ca_bundles(ca.cert_path(), ca.cert_pem(), &dir, |v| std::env::var_os(v))
+        .map_err(|e| format!("writing a trust bundle into {}: {e}", dir.display()))?;
+    Ok((ca.cert_path().to_owned(), vars))
+}
+
+/// The CA (loaded, or generated into the state directory) and the
+/// directory trust files are written into.
+fn load_ca(tls: &TlsConfig) -> Result<(CertAuthority, PathBuf), String> {
     let state_dir = tls.state_dir.clone().ok_or_else(|| {
         "no state directory for the CA: set [tls] state_dir, or ca_cert and ca_key".to_string()
     })?;
     let ca = CertAuthority::from_config(tls.ca_cert.as_deref(), tls.ca_key.as_deref(), &state_dir)
         .map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
-    let bundle = state_dir.join("bundle.pem");
-    let wrote =
-        write_bundle(ca.cert_pem(), &bundle).map_err(|e| format!("{}: {e}", bundle.display()))?;
-    Ok((ca.cert_path().to_owned(), wrote.then_some(bundle)))
+    Ok((ca, state_dir))
+}
+
+/// A JKS trust store (the CA plus the system's roots) for JVMs, in the
+/// state directory, named by its content.
+fn java_trust_store(ca: &CertAuthority, dir: &std::path::Path) -> std::io::Result<PathBuf> {
+    use portcullis::tls::instructions::{system_bundle, write_by_hash};
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut certs = vec![ca.cert_der().clone()];
+    if let Some(bundle) = system_bundle() {
+        let bytes = std::fs::read(bundle)?;
+        certs.extend(CertificateDer::pem_slice_iter(&bytes).filter_map(Result::ok));
+    }
+    // A fixed stamp: the same roots make the same file.
+    let store = portcullis::tls::jks::trust_store(&certs, "portcullis", 0);
+    write_by_hash(dir, "java-trust", "jks", &store)
 }
 
 /// When a rule terminates TLS: the variables that make programs trust the
-/// proxy's CA (`SSL_CERT_FILE`, `CURL_CA_BUNDLE`, `NODE_EXTRA_CA_CERTS`, ...:
-/// every one of `CA_ENV_VARS`, so none inherited wins), pointing at the trust bundle
-/// (system roots plus the CA) where one could be written. The CA is
-/// generated if it does not exist yet. Nothing when no rule terminates.
+/// proxy's CA (every one of `CA_ENV_VARS`, so none inherited wins), and
+/// `JAVA_TOOL_OPTIONS` naming a JVM trust store (added to the proxy
+/// properties by [`ProxyEnv::with_extra`]). The CA is generated if it does
+/// not exist yet. Nothing when no rule terminates.
 pub fn tls_ca_vars(config: &Config) -> Vec<Var> {
     if !config.policy.terminates_any() {
         return Vec::new();
     }
-    match ca_files(&config.tls) {
-        Ok((cert, bundle)) => portcullis::tls::instructions::ca_env(&cert, bundle.as_deref())
+    let result = load_ca(&config.tls).and_then(|(ca, dir)| {
+        let mut vars: Vec<Var> = ca_bundles(ca.cert_path(), ca.cert_pem(), &dir, |v| std::env::var_os(v))
+            .map_err(|e| format!("writing a trust bundle into {}: {e}", dir.display()))?
             .into_iter()
             .map(|(name, path)| (name.to_string(), path.display().to_string()))
-            .collect(),
+            .collect();
+        match java_trust_store(&ca, &dir) {
+            // JAVA_TOOL_OPTIONS splits on white space.
+            Ok(p) if !p.to_string_lossy().contains(char::is_whitespace) => vars.push((
+                JAVA_TOOL_OPTIONS.into(),
+                format!(
+                    "-Djavax.net.ssl.trustStore={} -Djavax.net.ssl.trustStoreType=JKS -Djavax.net.ssl.trustStorePassword={}",
+                    p.display(),
+                    portcullis::tls::jks::PASSWORD
+                ),
+            )),
+            Ok(p) => crate::report(
+                log::Level::Warn,
+                format_args!(
+                    "JVMs will not trust the CA: its trust store's path has white space ({}); set [tls] state_dir",
+                    p.display()
+                ),
+            ),
+            Err(e) => crate::report(
+                log::Level::Warn,
+                format_args!(
+                    "JVMs will not trust the CA: writing their trust store in {}: {e}",
+                    dir.display()
+                ),
+            ),
+        }
+        Ok(vars)
+    });
+    match result {
+        Ok(vars) => vars,
         Err(e) => {
             fatal!("the CA for TLS termination: {e}");
             Vec::new()
         }
     }
+}
+
+/// JVMs' variable: they read no `*_PROXY` and no PEM bundle.
+pub const JAVA_TOOL_OPTIONS: &str = "JAVA_TOOL_OPTIONS";
+
+/// The JVM's proxy properties for `endpoint`, after `inherited` (the value
+/// the environment had): `http(s).proxyHost/Port` (or `socksProxyHost/Port`
+/// for a SOCKS5-only listener) and `http.nonProxyHosts` from [`NO_PROXY`].
+/// `None` for a Unix socket, which a JVM cannot use.
+pub fn java_options(
+    endpoint: &Endpoint,
+    protocol: ListenerProtocol,
+    inherited: Option<&str>,
+) -> Option<String> {
+    let Endpoint::Tcp(a) = endpoint else {
+        return None;
+    };
+    let host = match a.ip() {
+        IpAddr::V6(ip) => format!("[{ip}]"),
+        ip => ip.to_string(),
+    };
+    let port = a.port();
+    let ours = match protocol {
+        ListenerProtocol::Socks5 => format!("-DsocksProxyHost={host} -DsocksProxyPort={port}"),
+        _ => format!(
+            "-Dhttp.proxyHost={host} -Dhttp.proxyPort={port} -Dhttps.proxyHost={host} -Dhttps.proxyPort={port}"
+        ),
+    };
+    let non_proxy = NO_PROXY.replace(',', "|");
+    let ours = format!("{ours} -Dhttp.nonProxyHosts={non_proxy}");
+    Some(match inherited.map(str::trim).filter(|s| !s.is_empty()) {
+        Some(before) => format!("{before} {ours}"),
+        None => ours,
+    })
 }
 
 /// The address a local client would use: the unspecified address becomes loopback.
@@ -318,5 +428,30 @@ mod tests {
             .filter(|(n, _)| n == "NODE_USE_ENV_PROXY")
             .count();
         assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn java_options_for_each_listener_kind() {
+        let tcp = Endpoint::Tcp("127.0.0.1:3128".parse().unwrap());
+        assert_eq!(
+            java_options(&tcp, ListenerProtocol::Auto, Some("  -Xmx1g ")).unwrap(),
+            "-Xmx1g -Dhttp.proxyHost=127.0.0.1 -Dhttp.proxyPort=3128 -Dhttps.proxyHost=127.0.0.1 \
+             -Dhttps.proxyPort=3128 -Dhttp.nonProxyHosts=localhost|127.0.0.1|::1"
+        );
+        let v6 = Endpoint::Tcp("[::1]:1080".parse().unwrap());
+        assert_eq!(
+            java_options(&v6, ListenerProtocol::Socks5, None).unwrap(),
+            "-DsocksProxyHost=[::1] -DsocksProxyPort=1080 -Dhttp.nonProxyHosts=localhost|127.0.0.1|::1"
+        );
+        let unix = Endpoint::Unix("/run/p.sock".into());
+        assert_eq!(java_options(&unix, ListenerProtocol::Auto, None), None);
+        // The trust store's options add to the proxy's, never replace them.
+        let env = ProxyEnv::new(&tcp, ListenerProtocol::Auto, None)
+            .with_extra([(JAVA_TOOL_OPTIONS.to_string(), "-Dtrust=1".to_string())]);
+        let java = get(&env, JAVA_TOOL_OPTIONS).unwrap();
+        assert!(
+            java.contains("-Dhttps.proxyPort=3128 ") && java.ends_with(" -Dtrust=1"),
+            "{java}"
+        );
     }
 }

@@ -143,13 +143,14 @@ pub fn render(setup: &Setup, args: &Args, warnings: &[String]) -> String {
         _ => "ca_cert/ca_key none (a CA is generated in the state_dir on first start)".into(),
     };
     let upstream = if tls.upstream_ca.is_empty() {
-        "none (the built-in roots only)".to_string()
+        "none".to_string()
     } else {
         paths(&tls.upstream_ca)
     };
     let _ = writeln!(
         s,
-        "tls: {ca}, upstream_ca {upstream}, state_dir {state_dir}"
+        "tls: {ca}, upstream_ca {upstream}, state_dir {state_dir}, upstream_roots {}",
+        tls.upstream_roots
     );
     let policy = &c.policy;
     let from = match (&setup.rules, &args.config) {

@@ -55,12 +55,24 @@ pub enum Command {
     Suggest(suggest::SuggestArgs),
 }
 
-/// `portcullis ca [proxy options]`
+const CA_AFTER_HELP: &str = "\
+Examples:
+  portcullis ca --config portcullis.toml
+  eval \"$(portcullis ca --shell sh)\"
+  portcullis ca --shell fish | source";
+
+/// `portcullis ca [proxy options] [--shell sh|fish|json]`
 #[derive(Debug, clap::Args)]
+#[command(after_help = CA_AFTER_HELP)]
 pub struct CaArgs {
     /// The proxy's flags (`--config`, `--ca-cert`, `--ca-key` matter here).
     #[command(flatten)]
     pub proxy: Args,
+
+    /// Print only the trust variables, in this syntax (to `eval`), instead
+    /// of the instructions.
+    #[arg(long, value_enum)]
+    pub shell: Option<Shell>,
 }
 
 const ENV_AFTER_HELP: &str = "\
@@ -99,7 +111,7 @@ pub fn main(command: Command) -> ExitCode {
     match command {
         Command::Run(run) => crate::run::main(run),
         Command::Env(env) => env::main(&env),
-        Command::Ca(ca) => ca::main(&ca.proxy),
+        Command::Ca(ca) => ca::main(&ca),
         Command::HashPassword(h) => hash::main(&h),
         Command::Completions(c) => generate::completions(&c),
         Command::Man(m) => generate::man(&m),

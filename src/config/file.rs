@@ -77,6 +77,8 @@ struct RawTls {
     #[serde(default)]
     upstream_ca: Vec<String>,
     #[serde(default)]
+    upstream_roots: Option<String>,
+    #[serde(default)]
     state_dir: Option<String>,
 }
 
@@ -498,6 +500,12 @@ impl ConfigFile {
                 .enumerate()
                 .map(|(i, v)| path_of(&format!("tls.upstream_ca[{i}]"), v))
                 .collect::<Result<_, _>>()?,
+            upstream_roots: match t.upstream_roots {
+                Some(v) => v
+                    .parse()
+                    .map_err(|e: String| ConfigError::key("tls.upstream_roots", e))?,
+                None => Default::default(),
+            },
             state_dir: match t.state_dir {
                 Some(v) => Some(path_of("tls.state_dir", v)?),
                 None => default_state_dir(),

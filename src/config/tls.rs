@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::tls::UpstreamRoots;
+
 /// TLS settings for rules with `tls = "terminate"` (the `[tls]` table). Paths
 /// in a file are relative to the file's directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +16,9 @@ pub struct TlsConfig {
     pub ca_key: Option<PathBuf>,
     /// Extra PEM trust anchors for verifying upstreams, on top of the roots.
     pub upstream_ca: Vec<PathBuf>,
+    /// The roots upstream certificates are verified against, before
+    /// `upstream_ca`: the platform's store (default) or webpki's.
+    pub upstream_roots: UpstreamRoots,
     /// Where a generated CA lives when `ca_cert`/`ca_key` are absent: the
     /// configured directory, else `$XDG_STATE_HOME/portcullis`, else
     /// `~/.local/state/portcullis`; `None` only when neither variable is set.
@@ -26,6 +31,7 @@ impl Default for TlsConfig {
             ca_cert: None,
             ca_key: None,
             upstream_ca: Vec::new(),
+            upstream_roots: UpstreamRoots::default(),
             state_dir: default_state_dir(),
         }
     }

@@ -85,6 +85,8 @@ pub(crate) struct Remote {
     reactor_threads: Mutex<Vec<ThreadId>>,
     /// One per worker, worker 0 first.
     doors: Vec<Door>,
+    /// The upstream-facing TLS config every worker uses (reloaded on SIGHUP).
+    pub(crate) upstream: Arc<crate::session::UpstreamTrust>,
 }
 
 impl Remote {
@@ -92,8 +94,10 @@ impl Remote {
         local_addrs: Vec<ListenAddr>,
         admin_addr: Option<ListenAddr>,
         doors: Vec<Door>,
+        upstream: Arc<crate::session::UpstreamTrust>,
     ) -> Self {
         Remote {
+            upstream,
             stats: Stats::for_workers(doors.len()),
             local_addrs,
             admin_addr,

@@ -123,7 +123,8 @@ impl Workers {
         };
         let admin_addr = admin_listener.as_ref().map(|l| l.local.clone());
         let own = OwnAddrs::new(local_addrs.iter().chain(&admin_addr));
-        let remote = Arc::new(Remote::new(local_addrs, admin_addr, doors));
+        let upstream = Arc::new(crate::session::UpstreamTrust::new(config.tls.clone()));
+        let remote = Arc::new(Remote::new(local_addrs, admin_addr, doors, upstream));
         let resolvers = ResolverPool::new(config.limits.resolver_threads, Arc::clone(&remote))?;
         let mut admin = match (admin_listener, &hooks.control) {
             (None, None) => None,
@@ -168,7 +169,7 @@ impl Workers {
                 },
                 policy: config.policy.clone(),
                 remote: Arc::clone(&remote),
-                tls: TlsEnv::new(config.tls.clone()),
+                tls: TlsEnv::new(config.tls.clone(), Arc::clone(&remote.upstream)),
                 events: hooks.events.clone(),
                 logins: super::verifier::login_cache(auth.is_some()),
                 // Until the first round of resolving inspected names is in.

@@ -249,7 +249,16 @@ impl Conn {
             R::Refused { status, reason, .. } => {
                 (Outcome::Denied, None, Some(reason.as_str()), Some(*status))
             }
+            // The policy allowed it; the upstream failed: counted as allowed
+            // by its rule, logged as an error.
+            R::Failed { rule, reason, .. } => (
+                Outcome::Allowed,
+                rule.as_ref(),
+                Some(reason.as_str()),
+                Some(502),
+            ),
         };
+        let failed = matches!(record.decision, R::Failed { .. });
         ctx.stats.rules.request(rule, outcome);
         if !ctx.events.wants() {
             return;
@@ -261,10 +270,11 @@ impl Conn {
         // Under an inspecting rule without request rules (and on the forward
         // proxy), the rule that allowed the session.
         e.rule = match &record.decision {
-            R::Allowed(None) => self.log.decision.rule().cloned(),
+            R::Allowed(None) | R::Failed { rule: None, .. } => self.log.decision.rule().cloned(),
             _ => rule.cloned(),
         };
         e.decision = Some(match outcome {
+            _ if failed => events::Decision::Error,
             Outcome::Allowed => events::Decision::Allow,
             Outcome::Denied => events::Decision::Deny,
             Outcome::WouldDeny => events::Decision::WouldDeny,

@@ -455,7 +455,7 @@ impl Inspect {
             conn.request(&record, ctx);
             ctx.stats.request(matches!(
                 record.decision,
-                Decision::Allowed(_) | Decision::WouldDeny(_)
+                Decision::Allowed(_) | Decision::WouldDeny(_) | Decision::Failed { .. }
             ));
         }
     }

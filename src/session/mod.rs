@@ -40,7 +40,7 @@ pub(crate) use connect::OwnAddrs;
 pub(crate) use ctx::{Ctx, Effects, Settings, Tokens};
 #[cfg(target_os = "linux")]
 pub(crate) use passthrough::pipe::PipeBudget;
-pub(crate) use tls_env::TlsEnv;
+pub(crate) use tls_env::{TlsEnv, UpstreamTrust};
 
 use conn::{Conn, Decision};
 use endpoint::Endpoint;

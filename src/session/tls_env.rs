@@ -5,7 +5,7 @@
 //! reactor builds the terminating part at start when a rule terminates, so a
 //! CA that cannot load stops the start), and lent to sessions through `Ctx`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, ServerConfig};
@@ -21,7 +21,66 @@ const LEAF_CACHE: usize = 1024;
 pub(crate) struct TlsEnv {
     config: TlsConfig,
     terminator: Option<Terminator>,
-    clients: Option<ClientConfigs>,
+    upstream: Arc<UpstreamTrust>,
+}
+
+/// The upstream-facing config, one for every worker: loaded when first
+/// needed (at start when a rule terminates TLS), reloaded on SIGHUP by the
+/// signal thread, so reading the platform's store never holds up a reactor
+/// that already has one.
+pub(crate) struct UpstreamTrust {
+    config: TlsConfig,
+    current: Mutex<Option<ClientConfigs>>,
+}
+
+impl UpstreamTrust {
+    pub(crate) fn new(config: TlsConfig) -> UpstreamTrust {
+        UpstreamTrust {
+            config,
+            current: Mutex::new(None),
+        }
+    }
+
+    fn build(&self) -> Result<ClientConfigs, String> {
+        let loaded = crate::tls::roots::load(self.config.upstream_roots, &self.config.upstream_ca)
+            .map_err(|e| e.to_string())?;
+        log::info!("{}", loaded.summary);
+        if let Some(w) = &loaded.warning {
+            log::warn!("{w}");
+        }
+        Ok(ClientConfigs::with_roots(loaded.store))
+    }
+
+    /// The config, loading the roots if nobody has yet.
+    pub(crate) fn get(&self) -> Result<Arc<ClientConfig>, String> {
+        // A poisoned lock held only an Option being replaced whole.
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = &*current {
+            return Ok(c.config());
+        }
+        let built = self.build()?;
+        let config = built.config();
+        *current = Some(built);
+        Ok(config)
+    }
+
+    /// Reads the roots again (the platform's store and `upstream_ca` may
+    /// have changed), if they were ever loaded; on an error the roots in
+    /// use stay. New upstream handshakes use the new roots.
+    pub(crate) fn reload(&self) -> Result<(), String> {
+        let loaded = self
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        if !loaded {
+            return Ok(());
+        }
+        // Built without the lock: handshakes meanwhile use the old roots.
+        let built = self.build()?;
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(built);
+        Ok(())
+    }
 }
 
 /// What terminating TLS needs.
@@ -32,11 +91,12 @@ struct Terminator {
 }
 
 impl TlsEnv {
-    pub(crate) fn new(config: TlsConfig) -> TlsEnv {
+    /// `upstream`: shared by every worker (see [`UpstreamTrust`]).
+    pub(crate) fn new(config: TlsConfig, upstream: Arc<UpstreamTrust>) -> TlsEnv {
         TlsEnv {
             config,
             terminator: None,
-            clients: None,
+            upstream,
         }
     }
 
@@ -85,14 +145,9 @@ impl TlsEnv {
         Ok(t.servers.for_leaf(leaf))
     }
 
-    /// The upstream-facing config (webpki roots plus `upstream_ca`).
+    /// The upstream-facing config (the platform's or webpki's roots plus
+    /// `upstream_ca`).
     pub(crate) fn client_config(&mut self) -> Result<Arc<ClientConfig>, String> {
-        let clients = match &mut self.clients {
-            Some(clients) => clients,
-            None => self
-                .clients
-                .insert(ClientConfigs::new(&self.config.upstream_ca).map_err(|e| e.to_string())?),
-        };
-        Ok(clients.config())
+        self.upstream.get()
     }
 }

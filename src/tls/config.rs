@@ -1,6 +1,7 @@
 //! The two rustls configurations: the client-facing `ServerConfig` (our
 //! leaves, ALPN `http/1.1` only so HTTP/2 clients fall back) and the
-//! upstream-facing `ClientConfig` (webpki roots plus `upstream_ca` anchors).
+//! upstream-facing `ClientConfig` (the platform's or webpki's roots plus
+//! `upstream_ca` anchors, see `roots`).
 //! Both speak TLS 1.2 and 1.3 with the ring provider.
 
 use std::fmt;
@@ -86,8 +87,9 @@ impl ServerConfigs {
     }
 }
 
-/// The upstream-facing config: verifies servers against webpki's roots and
-/// the extra anchors, offers ALPN `http/1.1`.
+/// The upstream-facing config: verifies servers against the roots
+/// [`roots::load`](super::roots::load) gave (the platform's or webpki's, plus
+/// `upstream_ca`), names an unknown issuer, offers ALPN `http/1.1`.
 #[derive(Debug, Clone)]
 pub struct ClientConfigs {
     config: Arc<ClientConfig>,
@@ -96,20 +98,23 @@ pub struct ClientConfigs {
 impl ClientConfigs {
     /// webpki's roots plus every certificate in each `upstream_ca` file.
     pub fn new(upstream_ca: &[PathBuf]) -> Result<ClientConfigs, ConfigError> {
-        let mut roots = RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        for path in upstream_ca {
-            add_anchors(&mut roots, path)?;
-        }
-        Ok(ClientConfigs::with_roots(roots))
+        let loaded = super::roots::load(super::UpstreamRoots::Webpki, upstream_ca)?;
+        Ok(ClientConfigs::with_roots(loaded.store))
     }
 
     /// Exactly these roots (tests, or a deployment that trusts only its own).
     pub fn with_roots(roots: RootCertStore) -> ClientConfigs {
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider(),
+        )
+        .build()
+        .expect("a root store with anchors and ring's algorithms");
         let mut config = ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(VERSIONS)
             .expect("ring supports TLS 1.2 and 1.3")
-            .with_root_certificates(roots)
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(super::issuer::NamingVerifier(verifier)))
             .with_no_client_auth();
         config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
         ClientConfigs {

@@ -260,6 +260,91 @@ fn parse_name(v: &[u8]) -> Result<Vec<Vec<NameAttr<'_>>>, DerError> {
     Ok(rdns)
 }
 
+/// A distinguished name (`raw`: its whole SEQUENCE) as RFC 4514-style text,
+/// most specific first: `CN=Corp Root CA, O=Example, C=NL`. It comes from a
+/// peer and goes into a header: `,+"\<>;` are backslash-escaped, any byte
+/// outside printable ASCII becomes `\XX`, and the text is at most 256 bytes.
+pub(crate) fn parse_name_text(raw: &[u8]) -> Option<String> {
+    let seq = Reader::new(raw).expect(SEQUENCE, "bad name").ok()?;
+    let rdns = parse_name(seq.value).ok()?;
+    let mut out = String::new();
+    for (i, rdn) in rdns.iter().rev().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        for (j, attr) in rdn.iter().enumerate() {
+            if j > 0 {
+                out.push('+');
+            }
+            out.push_str(&attr_label(&attr.oid));
+            out.push('=');
+            escape_value(&attr_bytes(attr), &mut out);
+        }
+        if out.len() > 256 {
+            let mut end = 253;
+            while !out.is_char_boundary(end) {
+                end -= 1;
+            }
+            out.truncate(end);
+            out.push_str("...");
+            break;
+        }
+    }
+    Some(out)
+}
+
+/// The short name of a name attribute (`CN`), else its dotted OID.
+fn attr_label(oid: &[u64]) -> String {
+    let short = match oid {
+        [2, 5, 4, 3] => "CN",
+        [2, 5, 4, 6] => "C",
+        [2, 5, 4, 7] => "L",
+        [2, 5, 4, 8] => "ST",
+        [2, 5, 4, 10] => "O",
+        [2, 5, 4, 11] => "OU",
+        [0, 9, 2342, 19200300, 100, 1, 25] => "DC",
+        [1, 2, 840, 113549, 1, 9, 1] => "emailAddress",
+        _ => {
+            let arcs: Vec<String> = oid.iter().map(u64::to_string).collect();
+            return arcs.join(".");
+        }
+    };
+    short.to_owned()
+}
+
+/// An attribute's value as UTF-8 bytes (BMPString is UTF-16BE; the other
+/// string types are taken as they are).
+fn attr_bytes(attr: &NameAttr<'_>) -> Vec<u8> {
+    const BMP_STRING: u8 = 0x1e;
+    if attr.tag == BMP_STRING {
+        let units = attr
+            .value
+            .chunks(2)
+            .map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+        return char::decode_utf16(units)
+            .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
+            .collect::<String>()
+            .into_bytes();
+    }
+    attr.value.to_vec()
+}
+
+fn escape_value(v: &[u8], out: &mut String) {
+    use std::fmt::Write;
+    for &b in v {
+        match b {
+            b',' | b'+' | b'"' | b'\\' | b'<' | b'>' | b';' => {
+                out.push('\\');
+                out.push(b as char);
+            }
+            0x20..=0x7e => out.push(b as char),
+            _ => {
+                let _ = write!(out, "\\{b:02X}");
+            }
+        }
+    }
+}
+
 /// UTCTime (`YYMMDDHHMMSSZ`) or GeneralizedTime (`YYYYMMDDHHMMSSZ`) to Unix seconds.
 fn parse_time(t: Tlv<'_>) -> Result<i64, DerError> {
     let bad = DerError("bad certificate time");

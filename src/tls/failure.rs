@@ -104,13 +104,20 @@ impl fmt::Display for TlsFailure {
 
 impl std::error::Error for TlsFailure {}
 
+/// How to trust an upstream whose issuer no root vouches for.
+pub const TRUST_FIX: &str =
+    "if you trust it, add its root CA with --upstream-ca FILE or [tls] upstream_ca";
+
 /// The reason for a rejected peer certificate.
 pub fn certificate_reason(e: &CertificateError) -> String {
     use CertificateError as C;
     match e {
         C::Expired | C::ExpiredContext { .. } => "certificate has expired".into(),
         C::NotValidYet | C::NotValidYetContext { .. } => "certificate is not yet valid".into(),
-        C::UnknownIssuer => "unknown issuer".into(),
+        C::UnknownIssuer => match super::issuer::take_unknown_issuer() {
+            Some(name) => format!("unknown issuer: {name}; {TRUST_FIX}"),
+            None => format!("unknown issuer; {TRUST_FIX}"),
+        },
         C::NotValidForName => "name mismatch".into(),
         C::NotValidForNameContext { presented, .. } if presented.is_empty() => {
             "name mismatch: cert names no host".into()

@@ -1,13 +1,17 @@
 //! What `portcullis ca` prints: where the CA certificate is and how to make
 //! common clients trust it; and the environment variables as data, for
-//! `portcullis env`.
+//! `portcullis ca --shell`, `env` and `run`.
 //!
 //! Most of these variables *replace* a tool's trust store rather than add
 //! to it, so pointing them at the CA alone would break every destination
-//! that is tunnelled without inspection. They should point at a bundle: the
-//! system's roots plus the CA ([`write_bundle`] makes one).
-//! `NODE_EXTRA_CA_CERTS` is the exception: it adds.
+//! that is tunnelled without inspection. Each points at a bundle: the CA
+//! plus the roots the variable named before (a corporate bundle stays
+//! trusted), else the system's ([`ca_bundles`] writes them).
+//! `NODE_EXTRA_CA_CERTS` adds to Node's own roots: its bundle is the CA
+//! plus what it named before.
 
+use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -20,16 +24,18 @@ pub const CA_ENV_VARS: &[(&str, &str)] = &[
         "SSL_CERT_FILE",
         "OpenSSL-based tools (curl, wget, python ssl, ruby, ...)",
     ),
-    ("NODE_EXTRA_CA_CERTS", "Node.js (adds to its own roots)"),
     ("REQUESTS_CA_BUNDLE", "python requests and pip"),
     (
         "CURL_CA_BUNDLE",
         "curl (before SSL_CERT_FILE), python requests",
     ),
-    ("PIP_CERT", "pip (before REQUESTS_CA_BUNDLE)"),
-    ("AWS_CA_BUNDLE", "the AWS CLI and SDKs"),
+    ("NODE_EXTRA_CA_CERTS", "Node.js (adds to its own roots)"),
+    ("NPM_CONFIG_CAFILE", "npm (over a cafile in .npmrc)"),
     ("GIT_SSL_CAINFO", "git over HTTPS"),
     ("CARGO_HTTP_CAINFO", "cargo"),
+    ("PIP_CERT", "pip (before REQUESTS_CA_BUNDLE)"),
+    ("DENO_CERT", "Deno"),
+    ("AWS_CA_BUNDLE", "the AWS CLI and SDKs"),
     ("NIX_SSL_CERT_FILE", "programs built by Nix"),
     ("HTTPLIB2_CA_CERTS", "python httplib2 (Google API clients)"),
     ("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", "gRPC"),
@@ -52,39 +58,84 @@ pub fn system_bundle() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Writes `dest`: the system bundle (if there is one) followed by the CA,
-/// atomically (temporary file, then rename). Returns whether system roots
-/// were included.
-pub fn write_bundle(ca_pem: &str, dest: &Path) -> io::Result<bool> {
-    let system = system_bundle();
-    let mut text = match &system {
-        Some(p) => std::fs::read_to_string(p)?,
-        None => String::new(),
-    };
-    if !text.is_empty() && !text.ends_with('\n') {
-        text.push('\n');
+/// The variable whose value adds to a tool's roots instead of replacing them.
+const ADDS: &str = "NODE_EXTRA_CA_CERTS";
+
+/// `(variable, bundle)` for every one of [`CA_ENV_VARS`], the bundles written
+/// into `dir`: the CA (`ca_pem`, its file `ca_cert`) plus the certificates
+/// of the file `inherited(var)` names (a readable, non-empty file), else
+/// (except for `NODE_EXTRA_CA_CERTS`) the system bundle. A file that holds
+/// the CA already is used as it is (`eval` twice does not stack copies).
+/// Files are named by a hash of their content and written atomically, so
+/// concurrent runs share them and never see half a file.
+pub fn ca_bundles(
+    ca_cert: &Path,
+    ca_pem: &str,
+    dir: &Path,
+    inherited: impl Fn(&str) -> Option<OsString>,
+) -> io::Result<Vec<(&'static str, PathBuf)>> {
+    let system = system_bundle().and_then(|p| std::fs::read_to_string(p).ok());
+    let mut written: HashMap<String, PathBuf> = HashMap::new();
+    let mut out = Vec::with_capacity(CA_ENV_VARS.len());
+    for &(var, _) in CA_ENV_VARS {
+        let before = inherited(var)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .and_then(|p| Some((std::fs::read_to_string(&p).ok()?, p)))
+            .filter(|(text, _)| text.contains("-----BEGIN CERTIFICATE-----"));
+        if let Some((text, path)) = &before {
+            if text.contains(ca_pem.trim()) {
+                out.push((var, path.clone()));
+                continue;
+            }
+        }
+        let base = match (before, var) {
+            (Some((text, _)), _) => Some(text),
+            (None, ADDS) => None,
+            (None, _) => system.clone(),
+        };
+        let Some(mut text) = base else {
+            out.push((var, ca_cert.to_owned()));
+            continue;
+        };
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str("# portcullis local CA\n");
+        text.push_str(ca_pem);
+        let path = match written.get(&text) {
+            Some(p) => p.clone(),
+            None => {
+                let p = write_by_hash(dir, "trust", "pem", text.as_bytes())?;
+                written.insert(text, p.clone());
+                p
+            }
+        };
+        out.push((var, path));
     }
-    text.push_str("# portcullis local CA\n");
-    text.push_str(ca_pem);
-    let tmp = dest.with_extension(format!("tmp-{}", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, dest)?;
-    Ok(system.is_some())
+    Ok(out)
 }
 
-/// `(variable, value)` pairs for `portcullis env`: `NODE_EXTRA_CA_CERTS`
-/// gets the CA itself, the others `bundle` (or the CA, if there is no bundle).
-pub fn ca_env(ca_cert: &Path, bundle: Option<&Path>) -> Vec<(&'static str, PathBuf)> {
-    CA_ENV_VARS
+/// Writes `bytes` to `dir/PREFIX-HASH.EXT` (HASH: the first 16 hex digits
+/// of their SHA-256) unless that file exists; returns its path.
+pub fn write_by_hash(dir: &Path, prefix: &str, ext: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let hex: String = digest.as_ref()[..8]
         .iter()
-        .map(|&(var, _)| {
-            let path = match (var, bundle) {
-                ("NODE_EXTRA_CA_CERTS", _) | (_, None) => ca_cert,
-                (_, Some(b)) => b,
-            };
-            (var, path.to_owned())
-        })
-        .collect()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let dest = dir.join(format!("{prefix}-{hex}.{ext}"));
+    if dest.is_file() {
+        return Ok(dest);
+    }
+    // A name of our own (pid and a counter): runs writing the same content
+    // at once each rename a whole file over the same name.
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{prefix}-{hex}.{}-{n}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, &dest)?;
+    Ok(dest)
 }
 
 /// Quotes a path for a POSIX shell when it needs it.
@@ -99,29 +150,27 @@ fn sh(path: &Path) -> String {
     }
 }
 
-/// The text `portcullis ca` prints.
-pub fn ca_instructions(ca_cert: &Path, bundle: Option<&Path>) -> String {
+/// The text `portcullis ca` prints: `vars` from [`ca_bundles`].
+pub fn ca_instructions(ca_cert: &Path, vars: &[(&str, PathBuf)]) -> String {
     let mut t = String::new();
     let ca = sh(ca_cert);
     let _ = writeln!(t, "portcullis CA certificate: {}", ca_cert.display());
-    if let Some(b) = bundle {
-        let _ = writeln!(t, "trust bundle (system roots + this CA): {}", b.display());
-    }
     t.push_str(
         "\nClients of rules with tls = \"terminate\" must trust this CA.\n\
          \ncurl, one request:\n",
     );
     let _ = writeln!(t, "  curl --cacert {ca} https://example.com/");
-    t.push_str("\nEnvironment, for a shell or a sandbox's env:\n");
-    for (var, path) in ca_env(ca_cert, bundle) {
-        let _ = writeln!(t, "  export {var}={}", sh(&path));
+    t.push_str(
+        "\nEnvironment, for a shell or a sandbox's env (each a bundle of the CA plus the\n\
+         roots the variable named before, else the system's):\n\
+         \n  eval \"$(portcullis ca --shell sh)\"      # or --shell fish | source, --shell json\n\n",
+    );
+    for (var, path) in vars {
+        let _ = writeln!(t, "  export {var}={}", sh(path));
     }
-    if bundle.is_none() {
-        t.push_str(
-            "\nNote: all but NODE_EXTRA_CA_CERTS replace the tool's trusted roots, so with\n\
-             the CA alone, destinations reached without TLS termination fail to verify.\n\
-             Point them at a bundle of the system roots plus this CA instead.\n",
-        );
-    }
+    t.push_str(
+        "\nJVMs read none of these: `portcullis env` and `run` set JAVA_TOOL_OPTIONS\n\
+         (proxy properties, and a trust store holding the CA).\n",
+    );
     t
 }

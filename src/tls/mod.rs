@@ -6,7 +6,7 @@
 //! ```text
 //!  client ──TLS──> [TlsAccept: ClientHello, SNI check] ──leaf──> [TlsLayer server] ──plaintext──┐
 //!                                                                                                │ HTTP/1.1 exchange
-//!  upstream <──TLS── [TlsLayer client: SNI = target, webpki + upstream_ca] <──plaintext──────────┘
+//!  upstream <──TLS── [TlsLayer client: SNI = target, system roots + upstream_ca] <──plaintext───┘
 //! ```
 //!
 //! - [`ca`]: the CA that signs the leaves, loaded from PEM files or generated
@@ -35,9 +35,12 @@ pub mod config;
 mod der;
 pub mod failure;
 pub mod instructions;
+pub mod issuer;
+pub mod jks;
 #[allow(dead_code)]
 pub(crate) mod layer;
 pub mod leaf;
+pub mod roots;
 #[allow(dead_code)]
 pub(crate) mod wire;
 
@@ -49,6 +52,7 @@ pub use ca::{CaError, CertAuthority};
 pub use config::{ClientConfigs, ConfigError, ServerConfigs};
 pub use failure::TlsFailure;
 pub use leaf::{LeafCache, LeafError, LeafKeys, Minter};
+pub use roots::{LoadedRoots, UpstreamRoots};
 
 /// The only application protocol offered and accepted on either side.
 pub const ALPN_HTTP11: &[u8] = b"http/1.1";

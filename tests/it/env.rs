@@ -108,6 +108,7 @@ fn json_parses_and_fish_is_fish() {
     let exe = env!("CARGO_BIN_EXE_portcullis");
     let out = Command::new(exe)
         .args(["env", "--listen", "127.0.0.1:3999", "--shell", "json"])
+        .env_remove("JAVA_TOOL_OPTIONS")
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -116,7 +117,8 @@ fn json_parses_and_fish_is_fish() {
         .args([
             "-c",
             "import json,sys; d=json.load(sys.stdin); \
-             print(d['HTTP_PROXY'], d['https_proxy'], d['ALL_PROXY'], d['NO_PROXY'], d['GRPC_PROXY'], len(d))",
+             print(d['HTTP_PROXY'], d['https_proxy'], d['ALL_PROXY'], d['NO_PROXY'], d['GRPC_PROXY'], len(d)); \
+             print(d['JAVA_TOOL_OPTIONS'])",
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -129,11 +131,14 @@ fn json_parses_and_fish_is_fish() {
     assert_eq!(
         text(&parsed.stdout),
         "http://127.0.0.1:3999 http://127.0.0.1:3999 socks5h://127.0.0.1:3999 \
-         localhost,127.0.0.1,::1 http://127.0.0.1:3999 11\n"
+         localhost,127.0.0.1,::1 http://127.0.0.1:3999 12\n\
+         -Dhttp.proxyHost=127.0.0.1 -Dhttp.proxyPort=3999 -Dhttps.proxyHost=127.0.0.1 \
+         -Dhttps.proxyPort=3999 -Dhttp.nonProxyHosts=localhost|127.0.0.1|::1\n"
     );
 
     let out = Command::new(exe)
         .args(["env", "--listen", "127.0.0.1:3999", "--shell", "fish"])
+        .env_remove("JAVA_TOOL_OPTIONS")
         .output()
         .unwrap();
     let fish = text(&out.stdout);
@@ -141,7 +146,13 @@ fn json_parses_and_fish_is_fish() {
         fish.contains("set -gx http_proxy 'http://127.0.0.1:3999'\n"),
         "{fish}"
     );
-    assert_eq!(fish.lines().count(), 11, "{fish}");
+    assert!(
+        fish.contains(
+            "set -gx JAVA_TOOL_OPTIONS '-Dhttp.proxyHost=127.0.0.1 -Dhttp.proxyPort=3999 "
+        ),
+        "{fish}"
+    );
+    assert_eq!(fish.lines().count(), 12, "{fish}");
 }
 
 #[test]

@@ -645,6 +645,7 @@ fn terminated_tls_is_trusted_whatever_ca_variables_cmd_inherits() {
     let elsewhere = cas.upstream.cert_path.display().to_string();
     let script = format!(
         r#"echo "vars $SSL_CERT_FILE $CURL_CA_BUNDLE $PIP_CERT $AWS_CA_BUNDLE"
+        echo "java $JAVA_TOOL_OPTIONS"
         curl -sS --max-time 20 --noproxy '' -i https://localhost:{port}/through"#
     );
     let isolate = namespaces_expected();
@@ -678,6 +679,24 @@ fn terminated_tls_is_trusted_whatever_ca_variables_cmd_inherits() {
         assert!(
             vars.iter().all(|v| *v == vars[0] && *v != elsewhere),
             "{flags:?}: every CA variable points at the proxy's bundle: {vars:?}"
+        );
+        // That bundle keeps the root the variables named before, then the CA.
+        let bundle = std::fs::read_to_string(vars[0]).unwrap();
+        let pem = |p: &std::path::Path| std::fs::read_to_string(p).unwrap();
+        assert!(
+            bundle.starts_with(&pem(&cas.upstream.cert_path)),
+            "{bundle}"
+        );
+        assert!(bundle.ends_with(&pem(&cas.proxy.cert_path)), "{bundle}");
+        // JVMs: the proxy's properties and a trust store.
+        let java = out
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("java "))
+            .expect("the java line");
+        assert!(
+            java.contains("-Dhttps.proxyHost=") && java.contains("-Djavax.net.ssl.trustStore="),
+            "{flags:?}: {java}"
         );
         assert!(
             out.stdout.contains("GET /through"),

@@ -94,5 +94,8 @@ fn bad_certificates_fail_with_short_reasons() {
         failure(&ca, OriginCert::WrongName),
         "name mismatch: cert is for wrong.invalid"
     );
-    assert_eq!(failure(&ca, OriginCert::SelfSigned), "unknown issuer");
+    assert_eq!(
+        failure(&ca, OriginCert::SelfSigned),
+        "unknown issuer; if you trust it, add its root CA with --upstream-ca FILE or [tls] upstream_ca"
+    );
 }

@@ -781,3 +781,433 @@ fn check_warns_for_a_plaintext_inspect_rule_on_443() {
     let out = run(&["--inspect", "api.test:8080"]);
     assert!(!out.contains("warning:"), "{out}");
 }
+
+/// A terminating config trusting upstreams by `roots` alone (no
+/// `upstream_ca`): `[tls]` with the proxy CA, `extra` in it, rule `api`.
+fn platform_config(dir: &TempDir, proxy_ca: &TestCa, port: u16, extra: &str) -> PathBuf {
+    let path = dir.0.join(format!("portcullis-{}.toml", extra.len()));
+    let text = format!(
+        "[tls]\nca_cert = \"{}\"\nca_key = \"{}\"\n{extra}\n\n{}",
+        proxy_ca.cert_path.display(),
+        proxy_ca.key_path.display(),
+        support::tls::terminate_rule(port, "inspect = \"http\"")
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The binary with `--config cfg`, the platform store named only by `env`
+/// (SSL_CERT_FILE / SSL_CERT_DIR, as OpenSSL reads them).
+fn start_with_store(cfg: &std::path::Path, env: &[(&str, &std::path::Path)]) -> ChildProxy {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    cmd.args(["--listen", "127.0.0.1:0", "--config", cfg.to_str().unwrap()]);
+    cmd.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    ChildProxy::start_command(cmd)
+}
+
+/// Upstream certificates are verified against the platform's store by
+/// default (SSL_CERT_FILE, SSL_CERT_DIR plain or hashed): a private root
+/// there is trusted; a root it lacks is named in the 502 with the fix, and
+/// the request is logged `decision=error` with its method, path and rule;
+/// `upstream_roots = "webpki"` ignores the store; SIGHUP reads it again.
+#[test]
+fn upstream_trust_comes_from_the_platform_store() {
+    let proxy_ca = TestCa::new();
+    let corp = TestCa::named("Corp Root CA", Some("Example"));
+    let unrelated = TestCa::named("Unrelated Root", None);
+    let origin = https_origin(&corp);
+    let dir = TempDir::new("platform-trust");
+    let pem = |ca: &TestCa| std::fs::read_to_string(&ca.cert_path).unwrap();
+    let bundle = dir.0.join("bundle.pem");
+    std::fs::write(&bundle, format!("{}{}", pem(&unrelated), pem(&corp))).unwrap();
+    let lone = dir.0.join("unrelated.pem");
+    std::fs::write(&lone, pem(&unrelated)).unwrap();
+    let url = format!("https://localhost:{}/v1/x?q=1", origin.port());
+    let get = |proxy: &ChildProxy| text(&curl_https(proxy, "http", &proxy_ca, &url));
+    let default = platform_config(&dir, &proxy_ca, origin.port(), "");
+    let trusted = |proxy: &ChildProxy, label: &str| {
+        let out = get(proxy);
+        assert!(out.contains("HTTP/1.1 200"), "{label}: {out}");
+        assert!(out.contains("GET /v1/x?q=1"), "{label}: {out}");
+    };
+
+    // SSL_CERT_FILE holding the root: trusted, and the count is logged.
+    let proxy = start_with_store(&default, &[("SSL_CERT_FILE", &bundle)]);
+    let line = proxy.wait_for_line("upstream trust", |l| l.contains("upstream trust:"));
+    assert!(
+        line.contains(&format!("2 from SSL_CERT_FILE={}", bundle.display())),
+        "{line}"
+    );
+    trusted(&proxy, "SSL_CERT_FILE");
+    drop(proxy);
+
+    // Without it: a 502 naming the issuer and the fix; logged as an error.
+    let proxy = start_with_store(&default, &[("SSL_CERT_FILE", &lone)]);
+    let out = get(&proxy);
+    assert!(out.contains("HTTP/1.1 502"), "{out}");
+    assert!(
+        out.contains("X-Proxy-Error: upstream-tls; unknown issuer: CN=Corp Root CA, O=Example; ")
+            && out.contains("--upstream-ca FILE or [tls] upstream_ca"),
+        "{out}"
+    );
+    let line = proxy.wait_for_line("the request's error", |l| l.contains("event=request"));
+    for part in [
+        "decision=error",
+        "rule=api",
+        "method=GET",
+        "path=/v1/x",
+        "status=502",
+        "Corp Root CA",
+    ] {
+        assert!(line.contains(part), "{part}: {line}");
+    }
+    // SIGHUP reads the store again: the root added to the file is trusted.
+    std::fs::write(&lone, format!("{}{}", pem(&unrelated), pem(&corp))).unwrap();
+    let reloads = || {
+        proxy
+            .log()
+            .iter()
+            .filter(|l| l.contains("upstream trust:"))
+            .count()
+    };
+    assert_eq!(reloads(), 1);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(proxy.pid() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    assert!(
+        wait_until(PROMPTLY, || reloads() == 2),
+        "{:#?}",
+        proxy.log()
+    );
+    trusted(&proxy, "after SIGHUP");
+    drop(proxy);
+
+    // upstream_roots = "webpki": SSL_CERT_FILE is not read.
+    let webpki = platform_config(
+        &dir,
+        &proxy_ca,
+        origin.port(),
+        "upstream_roots = \"webpki\"",
+    );
+    let proxy = start_with_store(&webpki, &[("SSL_CERT_FILE", &bundle)]);
+    let out = get(&proxy);
+    assert!(
+        out.contains("HTTP/1.1 502") && out.contains("unknown issuer: CN=Corp Root CA"),
+        "{out}"
+    );
+    let line = proxy.wait_for_line("upstream trust", |l| l.contains("upstream trust:"));
+    assert!(line.contains("from webpki-roots"), "{line}");
+    drop(proxy);
+
+    // SSL_CERT_DIR, a plain directory of PEM files.
+    let plain = dir.0.join("certs");
+    std::fs::create_dir(&plain).unwrap();
+    std::fs::copy(&corp.cert_path, plain.join("corp.pem")).unwrap();
+    let proxy = start_with_store(&default, &[("SSL_CERT_DIR", &plain)]);
+    trusted(&proxy, "SSL_CERT_DIR");
+    drop(proxy);
+
+    // SSL_CERT_DIR as OpenSSL lays it out: `openssl rehash` links.
+    let hashed = dir.0.join("hashed");
+    std::fs::create_dir(&hashed).unwrap();
+    std::fs::copy(&corp.cert_path, hashed.join("corp.pem")).unwrap();
+    match std::process::Command::new("openssl")
+        .arg("rehash")
+        .arg(&hashed)
+        .status()
+    {
+        Ok(s) if s.success() => {
+            // corp.pem and its `HASH.0` link, as in /etc/ssl/certs.
+            let names: Vec<_> = std::fs::read_dir(&hashed)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            assert!(names.iter().any(|n| n.ends_with(".0")), "{names:?}");
+            let proxy = start_with_store(&default, &[("SSL_CERT_DIR", &hashed)]);
+            trusted(&proxy, "hashed SSL_CERT_DIR");
+            drop(proxy);
+        }
+        _ if !strict() => {
+            eprintln!("NOTE: openssl rehash is not available here; CI runs it");
+        }
+        other => panic!("openssl rehash: {other:?}"),
+    }
+
+    // An empty store: a warning naming the fixes, and webpki's roots.
+    let empty = dir.0.join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let proxy = start_with_store(&default, &[("SSL_CERT_FILE", &empty)]);
+    let out = get(&proxy);
+    assert!(out.contains("HTTP/1.1 502"), "{out}");
+    let warn = proxy.wait_for_line("the empty-store warning", |l| {
+        l.contains("level=warn") && l.contains("platform store")
+    });
+    for part in [
+        "using webpki-roots",
+        "--upstream-ca FILE",
+        "upstream_roots = ",
+    ] {
+        assert!(warn.contains(part), "{part}: {warn}");
+    }
+}
+
+/// Whether `tool` runs here; when it does not, a note, and outside CI the
+/// caller skips (CI installs every client: .ci/run).
+fn have(tool: &str) -> bool {
+    let found = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            !strict(),
+            "{tool} is not installed (CI must install it)"
+        );
+        eprintln!("NOTE: {tool} is not installed here; CI runs this part");
+    }
+    found
+}
+
+/// Runs `script` in bash with `env` set and the proxy variables cleared;
+/// returns its stdout and stderr.
+fn bash(script: &str, env: &[(&str, &str)]) -> (bool, String) {
+    let mut cmd = std::process::Command::new("bash");
+    cmd.args(["-c", script]);
+    for var in [
+        "http_proxy",
+        "HTTP_PROXY",
+        "https_proxy",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+        "no_proxy",
+        "NO_PROXY",
+        "JAVA_TOOL_OPTIONS",
+        "NPM_CONFIG_CAFILE",
+        "NODE_EXTRA_CA_CERTS",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().unwrap();
+    (o.status.success(), text(&o))
+}
+
+/// `eval "$(portcullis ca --shell sh)"`, then real clients reach a
+/// terminated origin through the proxy trusting nothing else: curl, python
+/// requests, node (keeping the root NODE_EXTRA_CA_CERTS named before), npm.
+#[test]
+fn eval_ca_then_curl_python_node_npm_trust_the_proxy() {
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
+    let (dir, cfg) = config(&cas, origin.port(), "");
+    let proxy = start(&cfg);
+    let bin = env!("CARGO_BIN_EXE_portcullis");
+    let state = dir.0.join("state-home");
+    let proxy_url = format!("http://{}", proxy.addr);
+    let url = format!("https://localhost:{}/hello", origin.port());
+    // A root the environment trusted for Node before: a private origin
+    // that Node reaches directly must stay trusted.
+    let corp = TestCa::named("Corp Node Root", None);
+    let corp_origin = https_origin(&corp);
+    let base: Vec<(&str, &str)> = vec![
+        ("XDG_STATE_HOME", state.to_str().unwrap()),
+        ("NODE_EXTRA_CA_CERTS", corp.cert_path.to_str().unwrap()),
+        ("P", &proxy_url),
+        ("U", &url),
+    ];
+    let eval = format!(
+        "set -e; eval \"$('{bin}' ca --config '{}' --shell sh)\"; ",
+        cfg.display()
+    );
+
+    // Only `export` lines: nothing else for eval to trip on.
+    // (Its stderr may carry a warning about the test CA's key mode.)
+    let (ok, out) = bash(
+        &format!(
+            "'{bin}' ca --config '{}' --shell sh 2>/dev/null",
+            cfg.display()
+        ),
+        &base,
+    );
+    assert!(ok, "{out}");
+    for line in out.lines() {
+        assert!(line.starts_with("export ") && line.contains("='"), "{line}");
+    }
+    for var in [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+        "NPM_CONFIG_CAFILE",
+        "GIT_SSL_CAINFO",
+        "CARGO_HTTP_CAINFO",
+        "PIP_CERT",
+        "DENO_CERT",
+    ] {
+        assert!(out.contains(&format!("export {var}=")), "{var}: {out}");
+    }
+
+    for (shell, prefix) in [("fish", "set -gx "), ("json", "{\"SSL_CERT_FILE\": \"")] {
+        let (ok, out) = bash(
+            &format!(
+                "'{bin}' ca --config '{}' --shell {shell} 2>/dev/null",
+                cfg.display()
+            ),
+            &base,
+        );
+        assert!(ok, "{out}");
+        assert!(out.lines().all(|l| l.starts_with(prefix)), "{shell}: {out}");
+        assert!(out.contains("NPM_CONFIG_CAFILE"), "{shell}: {out}");
+    }
+
+    if have("curl") {
+        let (ok, out) = bash(&format!("{eval} curl -sS -i -x \"$P\" \"$U\""), &base);
+        assert!(
+            ok && out.contains("HTTP/1.1 200") && out.contains("GET /hello"),
+            "{out}"
+        );
+    }
+    if have("python3") {
+        let script = "import os, requests; r = requests.get(os.environ['U'], proxies={'https': os.environ['P']}); print(r.status_code, r.text.strip())";
+        let (ok, out) = bash(&format!("{eval} python3 -c \"{script}\""), &base);
+        assert!(ok && out.contains("200 GET /hello"), "{out}");
+    }
+    if have("node") {
+        // Through the proxy by CONNECT, then straight to the origin whose
+        // root only the inherited NODE_EXTRA_CA_CERTS named.
+        let script = r#"
+const http = require('http'), tls = require('tls'), https = require('https');
+const p = new URL(process.env.P), u = new URL(process.env.U);
+const req = http.request({host: p.hostname, port: p.port, method: 'CONNECT', path: `${u.hostname}:${u.port}`});
+req.on('connect', (res, socket) => {
+  const s = tls.connect({socket, servername: u.hostname}, () => s.write(`GET /via HTTP/1.1\r\nHost: ${u.host}\r\nConnection: close\r\n\r\n`));
+  let d = ''; s.on('data', c => d += c);
+  s.on('error', e => { console.log('proxied: ' + e.message); process.exit(1); });
+  s.on('end', () => {
+    console.log('proxied: ' + d.split('\r\n')[0]);
+    https.get(process.env.DIRECT, r => { console.log('direct: ' + r.statusCode); r.resume(); })
+      .on('error', e => { console.log('direct: ' + e.message); process.exit(1); });
+  });
+});
+req.end();
+"#;
+        let js = dir.0.join("get.js");
+        std::fs::write(&js, script).unwrap();
+        let direct = format!("https://localhost:{}/direct", corp_origin.port());
+        let mut env = base.clone();
+        env.push(("DIRECT", &direct));
+        let (ok, out) = bash(&format!("{eval} node '{}'", js.display()), &env);
+        assert!(ok, "{out}");
+        assert!(out.contains("proxied: HTTP/1.1 200"), "{out}");
+        assert!(out.contains("direct: 200"), "{out}");
+    }
+    if have("npm") {
+        let registry = format!("https://localhost:{}/", origin.port());
+        let mut env = base.clone();
+        env.push(("R", &registry));
+        let npmrc = dir.0.join("npmrc");
+        std::fs::write(&npmrc, "").unwrap();
+        env.push(("NPM_CONFIG_USERCONFIG", npmrc.to_str().unwrap()));
+        let (ok, out) = bash(
+            &format!("{eval} npm ping --registry \"$R\" --https-proxy \"$P\" --proxy \"$P\" --fetch-retries 0"),
+            &env,
+        );
+        assert!(ok && out.contains("PONG"), "{out}");
+    }
+    let log = proxy.log().join("\n");
+    assert!(log.contains("path=/hello"), "{log}");
+}
+
+/// A JVM through `env`'s JAVA_TOOL_OPTIONS alone: proxy properties (it
+/// reads no *_PROXY) and a trust store holding the CA (it reads no PEM
+/// variable) reach a plain-HTTP and a terminated HTTPS origin via the proxy.
+#[test]
+fn java_through_env_java_tool_options() {
+    if !have("java") {
+        return;
+    }
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
+    let plain = Origin::echo_target();
+    let extra = format!(
+        "\n[[rules]]\nname = \"plain\"\naction = \"allow\"\nhosts = [\"localhost\"]\ncidrs = [\"127.0.0.1/32\"]\nports = [{}]\n",
+        plain.port()
+    );
+    let (dir, cfg) = config(&cas, origin.port(), &extra);
+    let proxy = start(&cfg);
+    let bin = env!("CARGO_BIN_EXE_portcullis");
+    let state = dir.0.join("state-home");
+    let java = dir.0.join("Get.java");
+    // The JDK never proxies localhost or 127.0.0.1, whatever
+    // http.nonProxyHosts says, and the test's origins live there: Get
+    // shows what the default selector does for a public name, then uses
+    // the same properties for the loopback origins itself.
+    std::fs::write(
+        &java,
+        r#"
+import java.net.*;
+import java.io.*;
+public class Get {
+    public static void main(String[] args) throws Exception {
+        System.out.println("selector: " + ProxySelector.getDefault().select(URI.create("https://example.com/")));
+        for (String u : args) {
+            URL url = new URL(u);
+            String s = url.getProtocol();
+            Proxy p = new Proxy(Proxy.Type.HTTP, new InetSocketAddress(
+                System.getProperty(s + ".proxyHost"), Integer.getInteger(s + ".proxyPort")));
+            HttpURLConnection c = (HttpURLConnection) url.openConnection(p);
+            try (InputStream in = c.getInputStream()) {
+                System.out.println(c.getResponseCode() + " " + new String(in.readAllBytes()).trim());
+            }
+        }
+    }
+}
+"#,
+    )
+    .unwrap();
+    let plain_url = format!("http://localhost:{}/plain", plain.port());
+    let tls_url = format!("https://localhost:{}/secure", origin.port());
+    let script = format!(
+        "set -e; eval \"$('{bin}' env --config '{}' --listen {} 2>/dev/null)\"; \
+         echo \"JTO=$JAVA_TOOL_OPTIONS\"; java '{}' '{plain_url}' '{tls_url}'",
+        cfg.display(),
+        proxy.addr,
+        java.display()
+    );
+    let (ok, out) = bash(
+        &script,
+        &[
+            ("XDG_STATE_HOME", state.to_str().unwrap()),
+            // An inherited value is kept, ahead of ours.
+            ("JAVA_TOOL_OPTIONS", "-Dinherited.option=1"),
+        ],
+    );
+    let port = proxy.addr.port();
+    for part in [
+        format!("JTO=-Dinherited.option=1 -Dhttp.proxyHost=127.0.0.1 -Dhttp.proxyPort={port}"),
+        format!("-Dhttps.proxyHost=127.0.0.1 -Dhttps.proxyPort={port}"),
+        "-Dhttp.nonProxyHosts=localhost|127.0.0.1|::1".to_string(),
+        "-Djavax.net.ssl.trustStoreType=JKS".to_string(),
+        format!("selector: [HTTP @ 127.0.0.1/<unresolved>:{port}]"),
+        "200 GET /plain".to_string(),
+        "200 GET /secure".to_string(),
+    ] {
+        assert!(out.contains(&part), "{part}: {out}");
+    }
+    assert!(ok, "{out}");
+    // Both went through the proxy.
+    let log = proxy.log().join("\n");
+    assert!(
+        log.contains(&format!("target=localhost:{}", plain.port())),
+        "{log}"
+    );
+    assert!(log.contains("path=/secure"), "{log}");
+}

@@ -83,3 +83,19 @@ fn state_dir_default_follows_xdg_then_home() {
     assert_eq!(format_duration(Duration::from_secs(86400)), "1d");
     assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
 }
+
+#[test]
+fn upstream_roots_platform_by_default_webpki_on_request() {
+    use crate::tls::UpstreamRoots;
+    let c = Config::from_toml_str("").unwrap();
+    assert_eq!(c.tls.upstream_roots, UpstreamRoots::Platform);
+    let c = Config::from_toml_str("[tls]\nupstream_roots = \"webpki\"\n").unwrap();
+    assert_eq!(c.tls.upstream_roots, UpstreamRoots::Webpki);
+    let e = compile_err("[tls]\nupstream_roots = \"system\"\n");
+    assert!(
+        e.starts_with("tls.upstream_roots:")
+            && e.contains("\"platform\"")
+            && e.contains("\"webpki\""),
+        "{e}"
+    );
+}

@@ -71,7 +71,12 @@ impl Harness {
                 upstream_proxy: None,
                 own: Default::default(),
             },
-            tls: super::TlsEnv::new(crate::config::TlsConfig::default()),
+            tls: super::TlsEnv::new(
+                crate::config::TlsConfig::default(),
+                std::sync::Arc::new(super::UpstreamTrust::new(
+                    crate::config::TlsConfig::default(),
+                )),
+            ),
             policy,
             logins: crate::auth::cache::LoginCache::new(16),
             stats: Stats::default(),

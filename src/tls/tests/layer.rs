@@ -537,7 +537,14 @@ fn verify_failures_have_short_reasons() {
     let other = Fixture::new();
     let leaf = other.minter.mint(&name).unwrap();
     let (cf, sf) = failed_handshake(&name, leaf, &f.clients());
-    assert_eq!(cf.reason(), "unknown issuer");
+    // Named from the chain presented, with the fix.
+    assert!(
+        cf.reason().starts_with("unknown issuer: ")
+            && cf.reason().contains("CN=portcullis")
+            && cf.reason().contains("--upstream-ca FILE"),
+        "{}",
+        cf.reason()
+    );
     assert!(sf.unwrap().reason().contains("unknown CA"));
 
     // Expired.

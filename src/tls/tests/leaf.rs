@@ -6,9 +6,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::{domain, Fixture};
 use crate::policy::Host;
 use crate::tls::der::parse_cert;
-use crate::tls::instructions::{ca_env, ca_instructions, CA_ENV_VARS};
+use crate::tls::instructions::{ca_bundles, ca_instructions, CA_ENV_VARS};
 use crate::tls::leaf::{LeafCache, LEAF_VALIDITY};
 use crate::tls::{LeafKeys, Minter};
+use std::path::PathBuf;
 
 fn now() -> i64 {
     SystemTime::now()
@@ -84,17 +85,76 @@ fn cache_is_bounded_and_keeps_what_is_used() {
 #[test]
 fn ca_text_has_every_line() {
     let ca = Path::new("/home/me/.local/state/portcullis/ca.pem");
-    let bundle = Path::new("/home/me/.local/state/portcullis/trust bundle.pem");
-    let text = ca_instructions(ca, Some(bundle));
+    let bundle = PathBuf::from("/home/me/.local/state/portcullis/trust bundle.pem");
+    let vars: Vec<_> = CA_ENV_VARS
+        .iter()
+        .map(|(v, _)| (*v, bundle.clone()))
+        .collect();
+    let text = ca_instructions(ca, &vars);
     assert!(text.contains("curl --cacert /home/me/.local/state/portcullis/ca.pem"));
+    assert!(text.contains("eval \"$(portcullis ca --shell sh)\""));
     for (var, _) in CA_ENV_VARS {
-        assert!(text.contains(&format!("export {var}=")), "{var}\n{text}");
+        assert!(
+            text.contains(&format!(
+                "export {var}='/home/me/.local/state/portcullis/trust bundle.pem'"
+            )),
+            "{var}\n{text}"
+        );
     }
-    assert!(text.contains("export NODE_EXTRA_CA_CERTS=/home/me/.local/state/portcullis/ca.pem"));
-    assert!(
-        text.contains("export SSL_CERT_FILE='/home/me/.local/state/portcullis/trust bundle.pem'")
-    );
-    let env = ca_env(ca, None);
-    assert!(env.iter().all(|(_, p)| p == ca));
-    assert!(ca_instructions(ca, None).contains("replace the tool's trusted roots"));
+}
+
+/// Each variable's bundle: the CA plus what it named before, else the
+/// system's roots (Node: the CA alone); by content hash, shared.
+#[test]
+fn bundles_keep_what_each_variable_held() {
+    let dir = std::env::temp_dir().join(format!("portcullis-bundles-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = rcgen::generate_simple_self_signed(vec!["ca.test".into()]).unwrap();
+    let corp = rcgen::generate_simple_self_signed(vec!["corp.test".into()]).unwrap();
+    let ca_path = dir.join("ca.pem");
+    std::fs::write(&ca_path, ca.cert.pem()).unwrap();
+    let corp_path = dir.join("corp.pem");
+    std::fs::write(&corp_path, corp.cert.pem()).unwrap();
+    let inherited = |var: &str| match var {
+        "NODE_EXTRA_CA_CERTS" | "NPM_CONFIG_CAFILE" => Some(corp_path.clone().into()),
+        "GIT_SSL_CAINFO" => Some("/nonexistent/bundle.pem".into()),
+        "PIP_CERT" => Some(ca_path.clone().into()),
+        _ => None,
+    };
+    let vars = ca_bundles(&ca_path, &ca.cert.pem(), &dir, inherited).unwrap();
+    assert_eq!(vars.len(), CA_ENV_VARS.len());
+    let get = |v: &str| vars.iter().find(|(n, _)| *n == v).unwrap().1.clone();
+    let read = |v: &str| std::fs::read_to_string(get(v)).unwrap();
+    // Node and npm: the corporate root, then the CA.
+    for v in ["NODE_EXTRA_CA_CERTS", "NPM_CONFIG_CAFILE"] {
+        let text = read(v);
+        assert!(text.starts_with(&corp.cert.pem()), "{v}");
+        assert!(text.ends_with(&ca.cert.pem()), "{v}");
+        assert!(get(v)
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("trust-"));
+    }
+    assert_eq!(get("NODE_EXTRA_CA_CERTS"), get("NPM_CONFIG_CAFILE"));
+    // A value that holds the CA already is kept as it is.
+    assert_eq!(get("PIP_CERT"), ca_path);
+    // The rest (and an unreadable value): the system's roots plus the CA.
+    let system = crate::tls::instructions::system_bundle();
+    for v in ["SSL_CERT_FILE", "GIT_SSL_CAINFO", "DENO_CERT"] {
+        let text = read(v);
+        assert!(text.ends_with(&ca.cert.pem()), "{v}");
+        if let Some(s) = &system {
+            assert!(
+                text.starts_with(&std::fs::read_to_string(s).unwrap()),
+                "{v}"
+            );
+        }
+    }
+    assert_eq!(get("SSL_CERT_FILE"), get("DENO_CERT"));
+    // The same content again: the same file.
+    let again = ca_bundles(&ca_path, &ca.cert.pem(), &dir, |_| None).unwrap();
+    assert_eq!(again[0].1, get("SSL_CERT_FILE"));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -80,11 +80,20 @@ fn leaf_params(names: &[&str], expired: bool) -> CertificateParams {
 impl TestCa {
     /// A fresh CA ("portcullis test CA"), written as `ca.pem` + `ca-key.pem`.
     pub fn new() -> TestCa {
+        TestCa::named("portcullis test CA", None)
+    }
+
+    /// A fresh CA with subject `CN=cn` (and `O=org`): a private root, as a
+    /// corporate egress box's.
+    pub fn named(cn: &str, org: Option<&str>) -> TestCa {
         let dir = TempDir::new("tls-ca");
         let k = key();
         let mut p = CertificateParams::default();
         let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, "portcullis test CA");
+        if let Some(org) = org {
+            dn.push(DnType::OrganizationName, org);
+        }
+        dn.push(DnType::CommonName, cn);
         p.distinguished_name = dn;
         p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
@@ -150,10 +159,13 @@ impl Cas {
     }
 
     /// The config's `[tls]` table: `ca_cert` and `ca_key` the proxy CA's,
-    /// `upstream_ca` the upstream CA (more keys may follow it).
+    /// `upstream_ca` the upstream CA (more keys may follow it). The roots
+    /// beside it are webpki's, not this machine's store (whose
+    /// /etc/ssl/certs may hold a snakeoil `CN=localhost`): the same
+    /// everywhere. `upstream_roots = "platform"` has its own test.
     pub fn tls_table(&self) -> String {
         format!(
-            "[tls]\nca_cert = \"{}\"\nca_key = \"{}\"\nupstream_ca = [\"{}\"]\n",
+            "[tls]\nca_cert = \"{}\"\nca_key = \"{}\"\nupstream_ca = [\"{}\"]\nupstream_roots = \"webpki\"\n",
             self.proxy.cert_path.display(),
             self.proxy.key_path.display(),
             self.upstream.cert_path.display(),
@@ -302,10 +314,15 @@ fn serve(tls: &mut Tls) -> io::Result<()> {
             .conn
             .alpn_protocol()
             .map_or("-".to_owned(), |p| String::from_utf8_lossy(p).into_owned());
-        let body = format!("{method} {path}\n");
+        // npm's registry endpoints (`npm ping`: /-/ping) answer JSON.
+        let (kind, body) = if path.starts_with("/-/") {
+            ("application/json", "{}\n".to_owned())
+        } else {
+            ("text/plain", format!("{method} {path}\n"))
+        };
         write!(
             tls,
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+            "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
              X-Origin-Sni: {sni}\r\nX-Origin-Alpn: {alpn}\r\n{}\r\n{body}",
             body.len(),
             if close { "Connection: close\r\n" } else { "" }

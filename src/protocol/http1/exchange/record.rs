@@ -34,6 +34,16 @@ pub enum Decision {
     Denied(Arc<str>),
     /// Forwarded, though the named audit-mode rule would have denied it.
     WouldDeny(Arc<str>),
+    /// Allowed, but the upstream failed before answering (its TLS, a
+    /// certificate it presented): answered 502. `rule` as for `Allowed`.
+    Failed {
+        /// The allowing request rule, if one was applied.
+        rule: Option<Arc<str>>,
+        /// The `X-Proxy-Error` cause, e.g. `upstream-tls`.
+        cause: String,
+        /// The human reason, as in the answer's body.
+        reason: String,
+    },
     /// Refused by the proxy itself: malformed, too large, `CONNECT`, a
     /// `Host` naming another target, an upgrade that is not allowed.
     Refused {

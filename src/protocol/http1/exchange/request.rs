@@ -182,7 +182,7 @@ impl Exchange {
                             self.partial_head = !input.is_empty();
                             ClientAction::Wait
                         }
-                        Ok(Some((head, _))) => self.refuse_fatal(Some(&head), 502, &cause, why),
+                        Ok(Some((head, _))) => self.upstream_failed_before(&head, &cause, why),
                         _ => self.refuse_fatal(None, 502, &cause, why),
                     };
                 }
@@ -500,6 +500,40 @@ impl Exchange {
         };
         let record = Record::new(head.map(|h| h.method.as_str()), None, None, decision);
         self.queue_answer(status, cause.to_owned(), why, true, record);
+        self.req = Req::Stopped;
+        ClientAction::Stopped
+    }
+
+    /// A request that arrived after the upstream failed: the 502 saying
+    /// why, recorded as an error (not a refusal) with its method and path.
+    fn upstream_failed_before(
+        &mut self,
+        head: &RequestHead,
+        cause: &str,
+        why: String,
+    ) -> ClientAction {
+        let why = clip(&why, MAX_ECHO);
+        let path = self
+            .target(head)
+            .ok()
+            .and_then(|(target, _)| normalize_path(&target).ok());
+        let authority = match &self.config.mode {
+            Mode::Tunnel { target, .. } => Some(target.to_string()),
+            Mode::Forward { .. } => None,
+        };
+        // `cause` is the header's text (`upstream-tls; WHY`); the record
+        // keeps the bare cause, as for refusals.
+        let bare = self
+            .upstream_failure
+            .as_ref()
+            .map_or_else(|| cause.to_owned(), |(c, _)| c.clone());
+        let decision = Decision::Failed {
+            rule: None,
+            cause: bare,
+            reason: why.clone(),
+        };
+        let record = Record::new(Some(&head.method), path.as_deref(), authority, decision);
+        self.queue_answer(502, cause.to_owned(), why, true, record);
         self.req = Req::Stopped;
         ClientAction::Stopped
     }

@@ -3,6 +3,7 @@
 //! ends, take its status, and rewrite its head for the forward proxy).
 
 use super::checks;
+use super::record::Decision;
 use super::{Due, End, Exchange, Mode, Phase, Progress, Req, Resp, UpstreamAction, VIA};
 use crate::policy::RequestVerdict;
 use crate::protocol::http::{error_response, HeadError};
@@ -90,6 +91,10 @@ impl Exchange {
             Ok(Some((head, n))) => self.response(head, n, room),
             Ok(None) if self.upstream_eof => {
                 if let Some((cause, why)) = self.failure_answer() {
+                    // The request went out under its rule and the upstream
+                    // failed it (its TLS, mid-exchange): an error, not a
+                    // refusal.
+                    self.fail_front(&why);
                     let answer = error_response(502, &cause, &why, &[]);
                     self.close(End::BadUpstream(why), Some((502, answer)));
                     return UpstreamAction::Close;
@@ -113,6 +118,25 @@ impl Exchange {
                 self.bad_upstream(format!("malformed response: {why}"))
             }
         }
+    }
+
+    /// Marks the request due next, if it went upstream, as failed there.
+    fn fail_front(&mut self, why: &str) {
+        let cause = self.upstream_failure.as_ref().map(|(c, _)| c.clone());
+        let Some(Due::Upstream(f)) = self.due.front_mut() else {
+            return;
+        };
+        let Some(r) = &mut f.record else { return };
+        let rule = match &r.decision {
+            Decision::Allowed(rule) => rule.clone(),
+            Decision::WouldDeny(rule) => Some(rule.clone()),
+            _ => None,
+        };
+        r.decision = Decision::Failed {
+            rule,
+            cause: cause.unwrap_or_default(),
+            reason: why.to_owned(),
+        };
     }
 
     /// The upstream broke HTTP before any of this response went out: 502.

@@ -559,3 +559,76 @@ fn long_paths_are_clipped_in_answers_and_records() {
     assert!(r.text().len() < 700, "{}", r.text().len());
     assert!(out.records[0].path.as_ref().unwrap().len() <= 512);
 }
+
+/// An upstream that failed (its TLS handshake) before the request came:
+/// the request gets the 502 saying why, recorded as an error (not a
+/// refusal) with its method and path.
+#[test]
+fn a_request_after_the_upstream_failed_is_an_error_with_its_path() {
+    use crate::protocol::http1::{Exchange, UpstreamAction};
+    let mut ex = Exchange::new(tunnel_to("origin.test", 443, true));
+    ex.upstream_failed("upstream-tls", "unknown issuer: CN=Corp Root CA");
+    let _ = ex.on_client(
+        b"GET /v1/x?q=1 HTTP/1.1\r\nHost: origin.test\r\n\r\n",
+        1 << 16,
+    );
+    let answer = match ex.on_upstream(b"", 1 << 16) {
+        UpstreamAction::Answer(a) => String::from_utf8(a).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert!(answer.starts_with("HTTP/1.1 502 "), "{answer}");
+    assert!(
+        answer.contains("X-Proxy-Error: upstream-tls; unknown issuer: CN=Corp Root CA\r\n"),
+        "{answer}"
+    );
+    let records: Vec<_> = ex.take_records().collect();
+    assert_eq!(records.len(), 1);
+    let r = &records[0];
+    assert_eq!(
+        r.decision,
+        Decision::Failed {
+            rule: None,
+            cause: "upstream-tls".into(),
+            reason: "unknown issuer: CN=Corp Root CA".into(),
+        }
+    );
+    assert_eq!(
+        (r.method.as_deref(), r.path.as_deref(), r.status),
+        (Some("GET"), Some("/v1/x"), Some(502))
+    );
+    assert_eq!(r.authority.as_deref(), Some("origin.test:443"));
+}
+
+/// The upstream fails (its TLS) after the request went to it: the 502
+/// answers that request, which is recorded as an error under its rule.
+#[test]
+fn a_request_the_upstream_failed_is_an_error() {
+    use crate::protocol::http1::{Exchange, Status};
+    let mut c = tunnel_to("origin.test", 443, true);
+    c.rules = Some(api_rules());
+    let mut ex = Exchange::new(c);
+    let _ = ex.on_client(b"GET /v1/y HTTP/1.1\r\nHost: origin.test\r\n\r\n", 1 << 16);
+    ex.upstream_failed("upstream-tls", "certificate has expired");
+    let _ = ex.on_upstream(b"", 1 << 16);
+    match ex.status() {
+        Status::Closed {
+            answer: Some(a), ..
+        } => {
+            let a = String::from_utf8(a).unwrap();
+            assert!(a.starts_with("HTTP/1.1 502 "), "{a}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let records: Vec<_> = ex.take_records().collect();
+    assert_eq!(records.len(), 1);
+    assert_eq!(
+        records[0].decision,
+        Decision::Failed {
+            rule: Some("api requests[0]".into()),
+            cause: "upstream-tls".into(),
+            reason: "certificate has expired".into(),
+        }
+    );
+    assert_eq!(records[0].path.as_deref(), Some("/v1/y"));
+    assert_eq!(records[0].status, Some(502));
+}
