@@ -964,10 +964,7 @@ fn have(tool: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
-        assert!(
-            !strict(),
-            "{tool} is not installed (CI must install it)"
-        );
+        assert!(!strict(), "{tool} is not installed (CI must install it)");
         eprintln!("NOTE: {tool} is not installed here; CI runs this part");
     }
     found
@@ -1004,7 +1001,7 @@ fn bash(script: &str, env: &[(&str, &str)]) -> (bool, String) {
 /// terminated origin through the proxy trusting nothing else: curl, python
 /// requests, node (keeping the root NODE_EXTRA_CA_CERTS named before), npm.
 #[test]
-fn eval_ca_then_curl_python_node_npm_trust_the_proxy() {
+fn eval_ca_then_curl_python_node_npm_pip_git_trust_the_proxy() {
     let cas = Cas::new();
     let origin = https_origin(&cas.upstream);
     let (dir, cfg) = config(&cas, origin.port(), "");
@@ -1121,6 +1118,33 @@ req.end();
             &env,
         );
         assert!(ok && out.contains("PONG"), "{out}");
+    }
+    // pip and git reach the terminated origin with PIP_CERT and
+    // GIT_SSL_CAINFO: the echo origin is no package index or repository, so
+    // each fails after the request, never on the certificate; the proxy
+    // log shows the request each sent through the terminated tunnel.
+    if have("python3") {
+        let (_, out) = bash(
+            &format!(
+                "{eval} python3 -m pip download --no-deps --no-cache-dir -d \"$(mktemp -d)\" \
+                 --retries 0 --timeout 20 --proxy \"$P\" --index-url \"${{U%/hello}}/simple/\" portcullis-probe"
+            ),
+            &base,
+        );
+        for bad in ["CERTIFICATE_VERIFY_FAILED", "SSLError", "ProxyError"] {
+            assert!(!out.contains(bad), "pip: {bad}: {out}");
+        }
+        proxy.wait_for_line("pip's request", |l| {
+            l.contains("path=/simple/portcullis-probe/")
+        });
+    }
+    if have("git") {
+        let (_, out) = bash(
+            &format!("{eval} git -c http.proxy=\"$P\" ls-remote \"${{U%/hello}}/repo.git\""),
+            &base,
+        );
+        assert!(!out.contains("SSL certificate problem"), "git: {out}");
+        proxy.wait_for_line("git's request", |l| l.contains("path=/repo.git/info/refs"));
     }
     let log = proxy.log().join("\n");
     assert!(log.contains("path=/hello"), "{log}");
