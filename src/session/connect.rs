@@ -17,6 +17,7 @@ use super::passthrough::{Passthrough, Preload};
 use super::refusal::{Dialect, Refusal};
 use super::securing::Securing;
 use super::state::State;
+use super::vetting::Vetting;
 use crate::config::ListenAddr;
 use crate::io::Io;
 use crate::io::Stream;
@@ -668,6 +669,17 @@ impl Connecting {
                 Some(rules),
                 idle,
                 ctx,
+            ))),
+            // A raw tunnel to a port where some rule inspects: its first
+            // flight is checked for a name it would front for, first.
+            None if ctx.policy.vets_port(target.port) => State::Vetting(Box::new(Vetting::new(
+                client,
+                upstream,
+                reply,
+                early,
+                from_upstream,
+                target,
+                idle,
             ))),
             None => {
                 let mut to_client = reply;
