@@ -8,6 +8,7 @@
 //!                (unless it waits for pins)               │       └─ forward proxy, next host ─> Resolving
 //!                                                         ├─(tls = terminate)─> Securing ──> Inspect
 //!                                                         └─(raw, on a port an inspecting rule covers)─> Vetting ──> Passthrough
+//!                                                                  (its first flight names an inspected host) └──> Resolving
 //! refusal, error, timeout (any state) ──> Closing ──> Done
 //! a tunnel finished, the client gone (any state) ───> Done
 //! ```

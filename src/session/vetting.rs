@@ -4,15 +4,25 @@
 //! (`CONNECT other.test:443` carrying SNI `good.test`, as CDN edges serve
 //! every name on every address).
 //!
-//! The success reply goes first (the client sends nothing before it); then
-//! up to [`first_flight::MAX_FIRST_FLIGHT`] bytes are read, within the
-//! handshake timeout, until [`first_flight::parse`] has a ClientHello or a
-//! request head. What it names is checked by [`crate::policy::Policy::fronting`]:
-//! nothing stricter, and the buffered bytes go first into a Passthrough;
-//! stricter, and the session closes (a TLS `access_denied` alert, or an
-//! HTTP `403`), logged `fronting sni=NAME target=HOST:PORT`. Nothing of it
-//! reaches the upstream before the verdict. An upstream that speaks before
-//! the client (not a TLS or HTTP front) ends the vetting: it names nothing.
+//! The success reply goes first, once the upstream is connected, as for
+//! every tunnel (the client sends nothing before it); then up to
+//! [`first_flight::MAX_FIRST_FLIGHT`] bytes are read, within the handshake
+//! timeout, until [`first_flight::parse`] has a ClientHello or a request
+//! head. What it names is checked by [`crate::policy::Policy::fronting`]:
+//!
+//! - nothing stricter: the buffered bytes go first into a Passthrough;
+//! - a name a rule refuses: the session closes (a TLS `access_denied`
+//!   alert, or an HTTP `403` `X-Proxy-Error: fronting`);
+//! - a name a rule inspects or terminates: the strictest treatment, that
+//!   name's own: the upstream is dropped and the session goes on as if the
+//!   client had asked for that name ([`super::connect::switch`]: its rule,
+//!   its addresses, the first flight as the pipelined bytes).
+//!
+//! Each is logged `fronting sni=NAME target=HOST:PORT: ...` (`host=` for a
+//! `Host`). Nothing of the first flight reaches the first upstream before
+//! the verdict. ECH, malformed and oversized first flights are refused; no
+//! SNI, neither TLS nor HTTP, and an upstream that speaks first (not a TLS
+//! or HTTP front) are relayed under the tunnel's own rule.
 
 use std::time::Duration;
 
@@ -22,6 +32,7 @@ use super::conn::{Conn, Decision, Reasoned};
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
 use super::passthrough::{Passthrough, Preload};
+use super::refusal::Dialect;
 use super::state::State;
 use crate::io::Io;
 use crate::lifecycle::{CloseReason, Side};
@@ -43,10 +54,12 @@ pub(crate) struct Vetting {
     /// The client's first flight so far (what it pipelined included).
     first: Vec<u8>,
     target: Target,
+    dialect: Dialect,
     idle: Option<Duration>,
 }
 
 impl Vetting {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         client: Endpoint,
         upstream: Endpoint,
@@ -54,6 +67,7 @@ impl Vetting {
         early: Vec<u8>,
         from_upstream: Vec<u8>,
         target: Target,
+        dialect: Dialect,
         idle: Option<Duration>,
     ) -> Vetting {
         Vetting {
@@ -63,6 +77,7 @@ impl Vetting {
             from_upstream,
             first: early,
             target,
+            dialect,
             idle,
         }
     }
@@ -166,6 +181,7 @@ impl Vetting {
             }
         };
         let user = conn.log.user.clone();
+        let mut switch_to: Option<(Target, String)> = None;
         for name in names {
             let named = match named_target(&name, port) {
                 Some(t) => t,
@@ -178,31 +194,56 @@ impl Vetting {
                     return self.refuse(why, None, tls, conn, ctx);
                 }
             };
-            let Some(stricter) =
-                ctx.policy
-                    .fronting(&self.target, user.as_deref(), &named, ctx.now)
-            else {
-                continue;
-            };
             let host = named_host(&named);
-            let (rule, how) = match &stricter {
-                Fronting::Denied(d) => (None, format!("{host} is refused: {d}")),
-                Fronting::Inspected { rule, terminates } => (
-                    Some(rule.clone()),
-                    format!(
-                        "rule {rule} {} {host}; ask for {host}:{port} itself",
-                        if *terminates {
-                            "terminates and inspects"
-                        } else {
-                            "inspects"
-                        }
-                    ),
-                ),
-            };
-            let why = format!("fronting {kind}={host} target={}: {how}", self.target);
-            return self.refuse(why, rule, tls, conn, ctx);
+            match ctx
+                .policy
+                .fronting(&self.target, user.as_deref(), &named, ctx.now)
+            {
+                None => {}
+                Some(Fronting::Denied(d)) => {
+                    let rule = match &d {
+                        crate::policy::Denial::Rule(r) => Some(r.clone()),
+                        _ => None,
+                    };
+                    let why = format!(
+                        "fronting {kind}={host} target={}: {host} is refused: {d}",
+                        self.target
+                    );
+                    return self.refuse(why, rule, tls, conn, ctx);
+                }
+                // The first inspected name is the one switched to (a later
+                // one may still be refused).
+                Some(Fronting::Inspected { rule, terminates }) if switch_to.is_none() => {
+                    let how = if terminates {
+                        "terminates and inspects"
+                    } else {
+                        "inspects"
+                    };
+                    let why = format!(
+                        "fronting {kind}={host} target={}: rule {rule} {how} {host}; \
+                             treated as a tunnel to {host}:{port}",
+                        self.target
+                    );
+                    switch_to = Some((named, why));
+                }
+                Some(Fronting::Inspected { .. }) => {}
+            }
         }
-        self.relay(ctx)
+        match switch_to {
+            // The strictest treatment: that name's own rule, dialled to
+            // that name's own addresses. The upstream never heard a byte.
+            Some((named, why)) => {
+                log::info!("conn={} {why}", conn.id);
+                let Vetting {
+                    client,
+                    first,
+                    dialect,
+                    ..
+                } = self;
+                super::connect::switch(client, named, dialect, first, conn, ctx)
+            }
+            None => self.relay(ctx),
+        }
     }
 
     /// Nothing stricter: relay, the first flight first.

@@ -30,8 +30,9 @@ const OTHER_ADDR: &str = "45.45.45.46";
 /// The request lines the front served.
 type Seen = Arc<Mutex<Vec<String>>>;
 
-/// Answers one request per connection on `s` with its request line and Host.
-fn answer(s: &mut (impl Read + Write), seen: &Seen) {
+/// Answers one request per connection on `s` (reached at `at`) with its
+/// request line and Host.
+fn answer(s: &mut (impl Read + Write), at: &str, seen: &Seen) {
     let Ok(head) = read_until_blank_line(s) else {
         return;
     };
@@ -42,7 +43,9 @@ fn answer(s: &mut (impl Read + Write), seen: &Seen) {
         .find_map(|l| l.strip_prefix("Host: "))
         .unwrap_or("-")
         .to_owned();
-    seen.lock().unwrap().push(format!("{line} host={host}"));
+    seen.lock()
+        .unwrap()
+        .push(format!("{line} host={host} at={at}"));
     let body = format!("the page at {line} for {host}\n");
     let resp = format!(
         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -82,11 +85,11 @@ fn front(ca: Option<&TestCa>) -> (Vec<Server>, u16, Seen) {
                             return;
                         };
                         let mut tls = StreamOwned::new(conn, tcp);
-                        answer(&mut tls, &seen);
+                        answer(&mut tls, ip, &seen);
                         tls.conn.send_close_notify();
                         let _ = tls.flush();
                     }
-                    None => answer(&mut { tcp }, &seen),
+                    None => answer(&mut { tcp }, ip, &seen),
                 },
             );
         port = server.port();
@@ -133,6 +136,11 @@ name = "cdn"
 action = "allow"
 host = "other.test"
 port = {port}
+
+[[rules]]
+name = "evil"
+action = "deny"
+host = "evil.test"
 "#
     )
 }
@@ -140,12 +148,17 @@ port = {port}
 /// `GET /admin/page` with `Host: host` over TLS with SNI `sni` (an address
 /// sends none) on `tcp`, trusting `ca`: the status line, or the TLS error.
 fn admin_over_tls(tcp: TcpStream, ca: &TestCa, sni: &str, host: &str) -> String {
+    get_over_tls(tcp, ca, sni, host, "/admin/page")
+}
+
+/// `GET path` likewise.
+fn get_over_tls(tcp: TcpStream, ca: &TestCa, sni: &str, host: &str, path: &str) -> String {
     tcp.set_read_timeout(Some(PROMPTLY)).unwrap();
     let name = ServerName::try_from(sni.to_owned()).unwrap();
     let conn = ClientConnection::new(ca.client_config(&[]), name).unwrap();
     let mut tls = StreamOwned::new(conn, tcp);
     let sent =
-        write!(tls, "GET /admin/page HTTP/1.1\r\nHost: {host}\r\n\r\n").and_then(|()| tls.flush());
+        write!(tls, "GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").and_then(|()| tls.flush());
     if let Err(e) = sent {
         return format!("TLS error: {e}");
     }
@@ -191,34 +204,62 @@ fn an_sni_naming_a_terminated_host_cannot_ride_a_raw_tunnel() {
         );
         assert!(status.starts_with("HTTP/1.1 200"), "{status}");
 
-        // Fronting: CONNECT other.test, SNI and Host good.test.
+        // Fronting: CONNECT other.test, SNI and Host good.test. The
+        // session is switched to good.test's own treatment: terminated
+        // (the client sees the proxy's certificate), inspected, and
+        // dialled to good.test's own address.
+        let status = admin_over_tls(connect_via_http(p, &other), &cas.proxy, "good.test", &good);
+        assert!(status.starts_with("HTTP/1.1 403"), "fronted: {status}");
+        proxy.wait_for_line("the fronting switch", |l| {
+            l.contains(&format!("fronting sni=good.test target=other.test:{port}"))
+                && l.contains(&format!("rule good terminates and inspects good.test; treated as a tunnel to good.test:{port}"))
+        });
+        let ok = get_over_tls(
+            connect_via_http(p, &other),
+            &cas.proxy,
+            "good.test",
+            &good,
+            "/ok",
+        );
+        assert!(ok.starts_with("HTTP/1.1 200"), "fronted /ok: {ok}");
+        // And through SOCKS5.
+        let s = connect_via_socks5(p, "other.test", port).expect("SOCKS5 CONNECT");
+        let status = admin_over_tls(s, &cas.proxy, "good.test", &good);
+        assert!(
+            status.starts_with("HTTP/1.1 403"),
+            "fronted by SOCKS5: {status}"
+        );
+        // A name a deny rule refuses: an access_denied alert.
         let status = admin_over_tls(
             connect_via_http(p, &other),
             &cas.upstream,
-            "good.test",
-            &good,
+            "evil.test",
+            &other,
         );
-        assert!(status.starts_with("TLS error"), "fronted: {status}");
         assert!(status.contains("AccessDenied"), "{status}");
         proxy.wait_for_line("the fronting refusal", |l| {
-            l.contains(&format!("fronting sni=good.test target=other.test:{port}"))
-                && l.contains("rule good terminates")
+            l.contains(&format!("fronting sni=evil.test target=other.test:{port}: evil.test is refused: denied by rule evil"))
         });
-        // And through SOCKS5.
-        let s = connect_via_socks5(p, "other.test", port).expect("SOCKS5 CONNECT");
-        let status = admin_over_tls(s, &cas.upstream, "good.test", &good);
-        assert!(
-            status.starts_with("TLS error"),
-            "fronted by SOCKS5: {status}"
-        );
 
         let served = seen.lock().unwrap().clone();
         assert!(
-            served.iter().all(|l| !l.contains("host=good.test")),
-            "the front served good.test around the inspection: {served:?}"
+            served
+                .iter()
+                .all(|l| !l.contains("/admin") || !l.contains("host=good.test")),
+            "the front served good.test's admin page around the inspection: {served:?}"
         );
-        // Only other.test's own two (the proxy refused /admin via good).
-        assert_eq!(served.len(), 2, "{served:?}");
+        // other.test's own two, at its address; the fronted /ok at good.test's.
+        assert_eq!(served.len(), 3, "{served:?}");
+        assert!(
+            served.contains(&format!("GET /ok HTTP/1.1 host={good} at={GOOD_ADDR}")),
+            "{served:?}"
+        );
+        assert!(
+            served
+                .iter()
+                .all(|l| l.contains("/ok") || l.contains(&format!("at={OTHER_ADDR}"))),
+            "{served:?}"
+        );
     });
 }
 
@@ -239,6 +280,8 @@ fn a_host_naming_an_inspected_host_cannot_ride_a_raw_plaintext_tunnel() {
         let status = get_status_line(&mut s, &other, "/admin/page");
         assert!(status.starts_with("HTTP/1.1 200"), "{status}");
 
+        // Switched to good.test's inspection: the denied path is refused
+        // (403, or 421 for a Host that does not name good.test:PORT).
         for (target, host) in [
             ("/admin/page".to_string(), good.clone()),
             ("/admin/page".to_string(), "GOOD.TEST.".to_string()),
@@ -248,18 +291,47 @@ fn a_host_naming_an_inspected_host_cannot_ride_a_raw_plaintext_tunnel() {
             s.set_read_timeout(Some(PROMPTLY)).unwrap();
             write!(s, "GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
             let (head, body) = read_response(&mut s);
-            assert_eq!(head.status, 403, "{target} Host {host}: {}{body}", head.raw);
-            assert_eq!(
-                head.header("X-Proxy-Error"),
-                Some("fronting"),
-                "{}",
+            assert!(
+                head.status == 403 || head.status == 421,
+                "{target} Host {host}: {}{body}",
                 head.raw
             );
-            assert!(body.contains("rule good inspects good.test"), "{body}");
         }
+        proxy.wait_for_line("the fronting switch", |l| {
+            l.contains(&format!(
+                "fronting host=good.test target=other.test:{port}: rule good inspects good.test"
+            ))
+        });
+        let mut s = connect_via_http(p, &other);
+        let status = get_status_line(&mut s, &good, "/ok");
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        // A name a deny rule refuses: 403, X-Proxy-Error: fronting.
+        let mut s = connect_via_http(p, &other);
+        s.set_read_timeout(Some(PROMPTLY)).unwrap();
+        write!(s, "GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n").unwrap();
+        let (head, body) = read_response(&mut s);
+        assert_eq!(head.status, 403, "{}{body}", head.raw);
+        assert_eq!(
+            head.header("X-Proxy-Error"),
+            Some("fronting"),
+            "{}",
+            head.raw
+        );
+        assert!(
+            body.contains("evil.test is refused: denied by rule evil"),
+            "{body}"
+        );
+
         let served = seen.lock().unwrap().clone();
-        assert_eq!(served.len(), 1, "only other.test's own request: {served:?}");
-        assert!(served[0].contains(&format!("host={other}")), "{served:?}");
+        assert_eq!(served.len(), 2, "{served:?}");
+        assert!(
+            served[0].contains(&format!("host={other} at={OTHER_ADDR}")),
+            "{served:?}"
+        );
+        assert_eq!(
+            served[1],
+            format!("GET /ok HTTP/1.1 host={good} at={GOOD_ADDR}")
+        );
     });
 }
 
