@@ -365,3 +365,72 @@ port = {port}
         assert!(proxy.log().iter().all(|l| !l.contains("fronting")));
     });
 }
+
+/// A ClientHello record for SNI `sni`, with an `encrypted_client_hello`
+/// extension (type 0xfe0d) when `ech`.
+fn client_hello(sni: &str, ech: bool) -> Vec<u8> {
+    let mut exts = Vec::new();
+    let mut name = vec![0];
+    name.extend((sni.len() as u16).to_be_bytes());
+    name.extend(sni.as_bytes());
+    let mut list = (name.len() as u16).to_be_bytes().to_vec();
+    list.extend(name);
+    exts.extend([0, 0]);
+    exts.extend((list.len() as u16).to_be_bytes());
+    exts.extend(list);
+    if ech {
+        exts.extend([0xfe, 0x0d, 0x00, 0x04, 0, 1, 2, 3]);
+    }
+    let mut body = vec![0x03, 0x03];
+    body.extend([7u8; 32]);
+    body.extend([0, 0x00, 0x02, 0x13, 0x01, 0x01, 0x00]);
+    body.extend((exts.len() as u16).to_be_bytes());
+    body.extend(exts);
+    let mut msg = vec![1];
+    msg.extend(&(body.len() as u32).to_be_bytes()[1..]);
+    msg.extend(body);
+    let mut rec = vec![0x16, 0x03, 0x01];
+    rec.extend((msg.len() as u16).to_be_bytes());
+    rec.extend(msg);
+    rec
+}
+
+/// The stated rule for ECH: on a port an inspecting rule covers, a
+/// ClientHello hiding its name (even behind the tunnel's own SNI) is
+/// refused with an `access_denied` alert; the front hears nothing.
+#[test]
+fn an_encrypted_client_hello_on_a_vetted_port_is_refused() {
+    in_netns(&[GOOD_ADDR, OTHER_ADDR], || {
+        let (_front, port, seen) = front(None);
+        let (_dir, proxy) = proxy("fronting-ech", &rules(port, ""));
+        let other = format!("other.test:{port}");
+        let mut s = connect_via_http(proxy.addr, &other);
+        s.set_read_timeout(Some(PROMPTLY)).unwrap();
+        s.write_all(&client_hello("other.test", true)).unwrap();
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+        assert_eq!(
+            got,
+            [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 49],
+            "an access_denied alert"
+        );
+        proxy.wait_for_line("the ECH refusal", |l| {
+            l.contains(&format!("fronting ech sni=other.test target={other}"))
+                && l.contains("turn ECH off in the client")
+        });
+        // The same hello without ECH is relayed: the (plaintext) front
+        // reads it as far as a blank line and answers.
+        let mut s = connect_via_http(proxy.addr, &other);
+        s.set_read_timeout(Some(PROMPTLY)).unwrap();
+        let mut hello = client_hello("other.test", false);
+        hello.extend(b"\r\n\r\n");
+        s.write_all(&hello).unwrap();
+        let head = read_response_head(&mut s).expect("the front's answer");
+        assert_eq!(head.status, 200, "{}", head.raw);
+        assert_eq!(seen.lock().unwrap().len(), 1);
+        assert!(proxy
+            .log()
+            .iter()
+            .all(|l| !l.contains("fronting sni=other.test")));
+    });
+}
