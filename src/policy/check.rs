@@ -21,7 +21,8 @@ use super::host::canonical_ip;
 use super::request::RequestRules;
 use super::rule::{HostPattern, Rule};
 use super::{
-    Action, Allowed, Denial, Fix, Host, MatchMode, NameVerdict, PortMiss, RuleRef, Target, Verdict,
+    Action, Allowed, Denial, Fix, Fronting, Host, MatchMode, NameVerdict, PortMiss, RuleRef, Target,
+    Verdict,
 };
 
 /// Remembered names of an address (see `memory.rs`).
@@ -426,4 +427,69 @@ pub(crate) fn inspected_names(rules: &[Rule]) -> Vec<String> {
         }
     }
     names
+}
+
+/// Whether some allow rule inspects (or terminates) connections on `port`.
+pub(crate) fn vets_port(rules: &[Rule], port: u16) -> bool {
+    rules
+        .iter()
+        .any(|r| r.action == Action::Allow && r.inspect.is_some() && r.port_matches(port))
+}
+
+/// What `named` (a name a raw tunnel to `target` carries in its first
+/// flight) would get that is stricter than that raw tunnel: a refusal by a
+/// rule, or inspection. `None`: nothing stricter (the same host, a name no
+/// rule covers, or one allowed raw).
+pub(crate) fn fronting(
+    rules: &[Rule],
+    audit: bool,
+    target: &Target,
+    user: Option<&str>,
+    named: &Target,
+    resolved: impl FnOnce(IpAddr) -> Verdict,
+) -> Option<Fronting> {
+    if named.host == target.host {
+        return None;
+    }
+    let port = named.port;
+    if let Host::Ip(ip) = named.host {
+        return match resolved(ip) {
+            Verdict::Deny(d @ (Denial::Rule(_) | Denial::User { .. })) => Some(Fronting::Denied(d)),
+            Verdict::Allow(a) if a.is_inspected() => Some(Fronting::Inspected {
+                terminates: a.terminates_tls(),
+                rule: a.rule,
+            }),
+            _ => None,
+        };
+    }
+    if let NameVerdict::Deny(d @ (Denial::Rule(_) | Denial::User { .. })) =
+        check_name(rules, audit, named, user)
+    {
+        return Some(Fronting::Denied(d));
+    }
+    let mut found: Option<Fronting> = None;
+    for r in rules {
+        if r.action != Action::Allow
+            || !r.user_matches(user)
+            || !r.port_matches(port)
+            || !r.host_matches(&named.host)
+        {
+            continue;
+        }
+        let Some(inspect) = &r.inspect else { continue };
+        let terminates = inspect.tls == super::TlsMode::Terminate;
+        match &found {
+            Some(Fronting::Inspected {
+                terminates: true, ..
+            }) => {}
+            Some(Fronting::Inspected { .. }) if !terminates => {}
+            _ => {
+                found = Some(Fronting::Inspected {
+                    rule: r.name.clone(),
+                    terminates,
+                })
+            }
+        }
+    }
+    found
 }

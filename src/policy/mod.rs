@@ -349,6 +349,22 @@ pub enum Verdict {
     Deny(Denial),
 }
 
+/// A stricter treatment the name inside a raw tunnel's first flight has
+/// (see [`Policy::fronting`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fronting {
+    /// A rule refuses that name (or names it for other users only).
+    Denied(Denial),
+    /// An allow rule (named) inspects that name; `terminates`: some such
+    /// rule terminates its TLS.
+    Inspected {
+        /// The inspecting rule (a terminating one, when there is one).
+        rule: Arc<str>,
+        /// Whether it terminates TLS.
+        terminates: bool,
+    },
+}
+
 /// What a new policy says about an open session (after a reload).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recheck {
@@ -554,6 +570,30 @@ impl Policy {
             Verdict::Allow(a) if raw && a.is_inspected() => Recheck::NeedsInspection(a),
             Verdict::Allow(a) => Recheck::Keep(a),
         }
+    }
+
+    /// Whether raw tunnels to `port` have their first flight vetted: some
+    /// allow rule inspects (or terminates TLS on) that port, so a name in a
+    /// ClientHello or a `Host` header could front for it.
+    pub fn vets_port(&self, port: u16) -> bool {
+        check::vets_port(&self.rules, port)
+    }
+
+    /// What `named` (the SNI or `Host` a raw tunnel to `target` carries)
+    /// would get from this policy for `user` that is stricter than that raw
+    /// tunnel: refused by a rule, or inspected. `None`: nothing stricter
+    /// (the same host, a name no rule covers, a name allowed raw). An
+    /// address literal is checked with its address (remembered names too).
+    pub fn fronting(
+        &self,
+        target: &Target,
+        user: Option<&str>,
+        named: &Target,
+        now: Instant,
+    ) -> Option<Fronting> {
+        check::fronting(&self.rules, self.audit, target, user, named, |ip| {
+            self.check_resolved_as(named, user, &[ip], now)
+        })
     }
 
     /// Remembers that `host` resolved to `addrs`, when an inspecting allow

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::channel::{Channel, Secure};
-use super::closing::refuse;
+use super::closing::{answer, refuse};
 use super::conn::{Conn, Decision, Reasoned};
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
@@ -17,6 +17,7 @@ use super::passthrough::{Passthrough, Preload};
 use super::refusal::{Dialect, Refusal};
 use super::securing::Securing;
 use super::state::State;
+use super::vetting::Vetting;
 use crate::config::ListenAddr;
 use crate::io::Io;
 use crate::io::Stream;
@@ -34,6 +35,10 @@ pub(crate) struct Request {
     dialect: Dialect,
     early: Vec<u8>,
     login: Option<SameLogin>,
+    /// The client was answered already (a tunnel switched by Vetting to the
+    /// name its first flight carried): no reply is sent, and a refusal is
+    /// a close.
+    replied: bool,
 }
 
 /// Leaves the handshake (or a forward proxy's upstream) for `target`:
@@ -47,13 +52,40 @@ pub(crate) fn start(
     conn: &mut Conn,
     ctx: &mut Ctx,
 ) -> State {
-    conn.log.target = Some(target.clone());
     let request = Request {
         target,
         dialect,
         early,
         login,
+        replied: false,
     };
+    begin(client, request, conn, ctx)
+}
+
+/// A raw tunnel already answered (`200` or the SOCKS5 reply) whose first
+/// flight, `first`, names `target`, which the policy treats more strictly:
+/// the session goes on as if the client had asked for `target`, under
+/// `target`'s own rule and dialled to its own addresses.
+pub(crate) fn switch(
+    client: Endpoint,
+    target: Target,
+    dialect: Dialect,
+    first: Vec<u8>,
+    conn: &mut Conn,
+    ctx: &mut Ctx,
+) -> State {
+    let request = Request {
+        target,
+        dialect,
+        early: first,
+        login: None,
+        replied: true,
+    };
+    begin(client, request, conn, ctx)
+}
+
+fn begin(client: Endpoint, request: Request, conn: &mut Conn, ctx: &mut Ctx) -> State {
+    conn.log.target = Some(request.target.clone());
     match request.target.host.clone() {
         Host::Ip(ip) => decide(client, request, &[ip], conn, ctx),
         Host::Domain(name) => match ctx
@@ -187,6 +219,12 @@ fn refuse_request(
     conn: &mut Conn,
     ctx: &mut Ctx,
 ) -> State {
+    if request.replied {
+        // The client heard its success reply already: only a close is left.
+        let why = refusal.describe();
+        log::info!("conn={} {}: {why}", conn.id, request.target);
+        return answer(&[], refusal.close_reason(), why, client, conn, ctx);
+    }
     refuse_early(refusal, request.dialect, &request.early, client, conn, ctx)
 }
 
@@ -591,6 +629,7 @@ impl Connecting {
             dialect,
             early,
             login,
+            replied,
         } = plan.request;
         let raw = plan.inspect.is_none() && matches!(dialect, Dialect::Http | Dialect::Socks5);
         if !from_upstream.is_empty() && !raw {
@@ -647,6 +686,7 @@ impl Connecting {
                 )));
             }
         };
+        let reply = if replied { Vec::new() } else { reply };
         if plan.terminate {
             return State::Securing(Securing::new(
                 client,
@@ -668,6 +708,18 @@ impl Connecting {
                 Some(rules),
                 idle,
                 ctx,
+            ))),
+            // A raw tunnel to a port where some rule inspects: its first
+            // flight is checked for a name it would front for, first.
+            None if ctx.policy.vets_port(target.port) => State::Vetting(Box::new(Vetting::new(
+                client,
+                upstream,
+                reply,
+                early,
+                from_upstream,
+                target,
+                dialect,
+                idle,
             ))),
             None => {
                 let mut to_client = reply;

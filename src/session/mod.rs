@@ -30,6 +30,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 mod tls_env;
+mod vetting;
 
 use std::io;
 use std::net::IpAddr;
@@ -187,14 +188,19 @@ impl Session {
     pub(crate) fn on_reload(&mut self, ctx: &mut Ctx) -> Effects {
         if !matches!(
             self.state,
-            State::Connecting(_) | State::Securing(_) | State::Passthrough(_) | State::Inspect(_)
+            State::Connecting(_)
+                | State::Securing(_)
+                | State::Vetting(_)
+                | State::Passthrough(_)
+                | State::Inspect(_)
         ) {
             return self.report(ctx);
         }
         let (Some(target), Some(ip)) = (&self.conn.log.target, self.conn.log.dialled) else {
             return self.report(ctx);
         };
-        let raw = matches!(self.state, State::Passthrough(_)) && !self.conn.log.upgraded;
+        let raw = matches!(self.state, State::Vetting(_))
+            || (matches!(self.state, State::Passthrough(_)) && !self.conn.log.upgraded);
         let user = self.conn.log.user.as_deref();
         match ctx.policy.recheck_as(target, user, ip, raw, ctx.now) {
             Recheck::Deny(d) => {
@@ -320,6 +326,8 @@ impl Session {
             State::Connecting(_) => self.conn.deadline_in(ctx.now, timeouts.connect),
             // The client has the handshake timeout to start its TLS.
             State::Securing(_) => self.conn.deadline_in(ctx.now, timeouts.handshake),
+            // So has a vetted raw tunnel to send its first flight.
+            State::Vetting(_) => self.conn.deadline_in(ctx.now, timeouts.handshake),
             State::Passthrough(p) => {
                 self.conn.deadline = p
                     .idle_timeout(timeouts.half_close)

@@ -6,7 +6,9 @@
 //! Handshake ──┬──> Resolving (dns, pins) ──> Connecting ──┬──> Passthrough
 //!             └─ an address literal ─────────────^        ├──> Inspect ──101──> Passthrough
 //!                (unless it waits for pins)               │       └─ forward proxy, next host ─> Resolving
-//!                                                         └─(tls = terminate)─> Securing ──> Inspect
+//!                                                         ├─(tls = terminate)─> Securing ──> Inspect
+//!                                                         └─(raw, on a port an inspecting rule covers)─> Vetting ──> Passthrough
+//!                                                                  (its first flight names an inspected host) └──> Resolving
 //! refusal, error, timeout (any state) ──> Closing ──> Done
 //! a tunnel finished, the client gone (any state) ───> Done
 //! ```
@@ -33,6 +35,7 @@ use super::handshake::Handshake;
 use super::inspect::Inspect;
 use super::passthrough::Passthrough;
 use super::securing::Securing;
+use super::vetting::Vetting;
 use crate::lifecycle::{CloseReason, Phase, Side};
 
 pub(crate) enum State {
@@ -45,6 +48,9 @@ pub(crate) enum State {
     Connecting(Box<Connecting>),
     /// A TLS-terminated tunnel's start: the reply, the ClientHello, its SNI.
     Securing(Securing),
+    /// A raw tunnel on a port an inspecting rule covers: the reply out,
+    /// the client's first flight in and checked for a name it fronts for.
+    Vetting(Box<Vetting>),
     /// Raw relaying both ways (spliced on Linux).
     Passthrough(Passthrough),
     /// Relaying HTTP/1.1 message by message (inspection, forward proxy).
@@ -63,6 +69,7 @@ impl State {
             State::Resolving(_) => "Resolving",
             State::Connecting(_) => "Connecting",
             State::Securing(_) => "Securing",
+            State::Vetting(_) => "Vetting",
             State::Passthrough(_) => "Passthrough",
             State::Inspect(_) => "Inspect",
             State::Closing(_) => "Closing",
@@ -75,6 +82,7 @@ impl State {
         match self {
             State::Handshake(h) => Some(h.stage()),
             State::Securing(s) => Some(s.stage()),
+            State::Vetting(v) => Some(v.stage()),
             State::Closing(c) => Some(c.stage()),
             State::Inspect(i) => Some(i.stage()),
             State::Passthrough(p) => Some(p.stage()),
@@ -97,7 +105,9 @@ impl State {
             State::Handshake(_) => Some(Phase::Handshake),
             State::Resolving(_) => Some(Phase::Resolving),
             State::Connecting(_) | State::Securing(_) => Some(Phase::Connecting),
-            State::Passthrough(_) | State::Inspect(_) => Some(Phase::Established),
+            State::Vetting(_) | State::Passthrough(_) | State::Inspect(_) => {
+                Some(Phase::Established)
+            }
             State::Closing(_) => Some(Phase::Closing),
             State::Done(_) => None,
         }
@@ -110,6 +120,7 @@ impl State {
             State::Resolving(r) => (side == Side::Client).then(|| r.client()),
             State::Connecting(c) => Some(c.endpoint(side)),
             State::Securing(s) => Some(s.endpoint(side)),
+            State::Vetting(v) => Some(v.endpoint(side)),
             State::Passthrough(p) => Some(p.endpoint(side)),
             State::Inspect(i) => Some(i.endpoint(side)),
             State::Closing(c) => c.endpoint(side),
@@ -136,6 +147,7 @@ impl State {
             State::Resolving(r) => r.drive(conn, ctx),
             State::Connecting(c) => c.drive(conn, ctx),
             State::Securing(s) => s.drive(conn, ctx),
+            State::Vetting(v) => v.drive(conn, ctx),
             State::Passthrough(p) => p.drive(conn, ctx),
             State::Inspect(i) => i.drive(conn, ctx),
             State::Closing(c) => c.drive(conn, ctx),
@@ -149,7 +161,7 @@ impl State {
             State::Handshake(_) => State::Done(CloseReason::HandshakeTimeout),
             State::Resolving(r) => r.on_timeout(conn, ctx),
             State::Connecting(c) => c.on_timeout(conn, ctx),
-            State::Securing(_) => State::Done(CloseReason::HandshakeTimeout),
+            State::Securing(_) | State::Vetting(_) => State::Done(CloseReason::HandshakeTimeout),
             State::Passthrough(p) => p.on_timer(conn, ctx),
             State::Inspect(i) => i.on_timer(conn, ctx),
             State::Closing(c) => c.on_timeout(),

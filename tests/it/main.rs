@@ -24,6 +24,7 @@ mod env;
 mod fd_limits;
 mod forward;
 mod framing;
+mod fronting;
 mod half_close;
 mod harness;
 mod idle;

@@ -3,6 +3,7 @@
 mod audit;
 mod check;
 mod compose;
+mod fronting;
 mod host;
 mod memory;
 mod parse;
