@@ -964,10 +964,7 @@ fn have(tool: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
-        assert!(
-            !strict(),
-            "{tool} is not installed (CI must install it)"
-        );
+        assert!(!strict(), "{tool} is not installed (CI must install it)");
         eprintln!("NOTE: {tool} is not installed here; CI runs this part");
     }
     found
