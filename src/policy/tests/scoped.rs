@@ -239,9 +239,20 @@ fn no_spelling_of_the_scoped_address_gains_it() {
         "64:ff9b::cb00:7150",
         "2002:cb00:7150::1",
     ] {
-        assert!(!allowed(&verdict(&p, "npm.example", 443, &[addr])), "{addr}");
-        assert!(!allowed(&verdict(&p, "PyPI.org.evil", 443, &[addr])), "{addr}");
+        assert!(
+            !allowed(&verdict(&p, "npm.example", 443, &[addr])),
+            "{addr}"
+        );
+        assert!(
+            !allowed(&verdict(&p, "PyPI.org.evil", 443, &[addr])),
+            "{addr}"
+        );
     }
     // The name itself, in any case and with a trailing dot, is the name.
-    assert!(allowed(&verdict(&p, "PYPI.ORG.", 443, &["::ffff:203.0.113.80"])));
+    assert!(allowed(&verdict(
+        &p,
+        "PYPI.ORG.",
+        443,
+        &["::ffff:203.0.113.80"]
+    )));
 }
