@@ -40,6 +40,16 @@ pub fn render(env: &ProxyEnv, shell: Shell) -> String {
     match shell {
         Shell::Sh | Shell::Fish => {
             for note in &env.notes {
+                // A note quotes paths (a Unix listener's): a newline in one
+                // would end the comment and `eval` the rest.
+                let note: String = note
+                    .chars()
+                    .flat_map(|c| {
+                        let esc = c.is_control().then(|| c.escape_default());
+                        let plain = (!c.is_control()).then_some(c);
+                        esc.into_iter().flatten().chain(plain)
+                    })
+                    .collect();
                 let _ = writeln!(out, "# {note}");
             }
             for (name, value) in &env.vars {
@@ -117,6 +127,25 @@ mod tests {
         let out = render(&sample(), Shell::Fish);
         assert!(out.starts_with("# a note\nset -gx HTTP_PROXY 'http://u:it\\'s@127.0.0.1:1'\n"));
         assert!(out.contains("set -gx X 'a\\\\b\"c\n'"));
+    }
+
+    /// Every line of sh or fish output is a comment or one assignment: a
+    /// note quoting a path with a newline stays inside its comment.
+    #[test]
+    fn a_newline_in_a_note_stays_in_the_comment() {
+        let env = ProxyEnv {
+            vars: vec![("A".into(), "1".into())],
+            notes: vec!["socket (/tmp/x\ntouch /tmp/pwned\r\n)".into()],
+        };
+        assert!(env.notes[0].contains('\n'));
+        for shell in [Shell::Sh, Shell::Fish] {
+            let out = render(&env, shell);
+            assert_eq!(out.lines().count(), 2, "{out}");
+            assert!(
+                out.starts_with("# socket (/tmp/x\\ntouch /tmp/pwned\\r\\n)\n"),
+                "{out}"
+            );
+        }
     }
 
     #[test]

@@ -256,15 +256,17 @@ fn plain_name(name: &str) -> bool {
 /// a reason (a user name, quoted) can carry text chosen elsewhere, so no
 /// address is taken from anywhere else, nor from a reason that quotes.
 fn special_address_in(reason: &str) -> Option<IpAddr> {
-    if reason.contains('"') {
-        return None;
-    }
+    // Every refusal begins with the policy's own words (or, here, the
+    // address DNS gave): quoted text later on cannot change the first word.
     if let Some((first, rest)) = reason.split_once(' ') {
         if rest.starts_with("is a ") {
             if let Ok(a) = first.parse() {
                 return Some(a);
             }
         }
+    }
+    if reason.contains('"') {
+        return None;
     }
     reason
         .split([' ', ';', ','])
@@ -563,6 +565,20 @@ mod tests {
             None
         );
         assert_eq!(special_address_in("denied by rule 10.0.0.1"), None);
+        // An enforce-mode refusal names the rule that matched, quoted: the
+        // address that opens the refusal is still the one to scope.
+        assert_eq!(
+            special_address_in(
+                "203.0.113.80 is a documentation address and rule \"--allow pypi.org:443\" \
+                 does not name it: to allow it for this destination alone, use \
+                 --allow pypi.org:443@203.0.113.80/32"
+            ),
+            "203.0.113.80".parse().ok()
+        );
+        assert_eq!(
+            special_address_in("user \"10.0.0.1 is a private\" not in rule \"r\""),
+            None
+        );
         assert!(plain_name("a-b_c.example"));
         for bad in ["*.x", ".x", "x..y", "a b", "", "x*"] {
             assert!(!plain_name(bad), "{bad}");

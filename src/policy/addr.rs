@@ -112,6 +112,20 @@ pub(crate) fn special(addr: IpAddr) -> Option<Special> {
     }
 }
 
+/// The IPv4 address a translator reaches for `addr`: the NAT64 well-known
+/// prefix (64:ff9b::/96) and 6to4 (2002::/16) embed one; `None` otherwise.
+pub(crate) fn embedded_v4(addr: IpAddr) -> Option<Ipv4Addr> {
+    let IpAddr::V6(a) = addr else { return None };
+    let bits = u128::from(a);
+    if bits >> 32 == 0x0064_ff9b_u128 << 64 {
+        return Some(Ipv4Addr::from(bits as u32));
+    }
+    if bits >> 112 == 0x2002 {
+        return Some(Ipv4Addr::from((bits >> 80) as u32));
+    }
+    None
+}
+
 /// The first special range strictly inside `block` (longer prefix), named:
 /// a rule with `block` cannot name its addresses.
 pub(crate) fn ranges_inside(block: Cidr) -> Option<(Cidr, &'static str)> {

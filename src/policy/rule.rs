@@ -151,8 +151,17 @@ impl Rule {
     }
 
     /// Whether a CIDR (or address-literal host) contains `addr`.
+    /// A deny rule's IPv4 blocks also hold the IPv6 spellings that reach
+    /// the same IPv4 host through a translator (NAT64, 6to4): a name
+    /// resolving to `64:ff9b::a.b.c.d` must not dodge a deny of `a.b.c.d`.
     pub(crate) fn cidr_matches(&self, addr: IpAddr) -> bool {
-        self.cidrs.iter().any(|c| c.contains(addr))
+        let embedded = match self.action {
+            Action::Deny => super::addr::embedded_v4(addr),
+            Action::Allow => None,
+        };
+        self.cidrs
+            .iter()
+            .any(|c| c.contains(addr) || embedded.is_some_and(|v4| c.contains(IpAddr::V4(v4))))
     }
 
     /// Whether `user` (`None`: anonymous) may match this rule at all.

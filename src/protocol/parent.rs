@@ -107,13 +107,16 @@ impl ParentProxy {
 
 /// `url` with the password of its userinfo (if any) replaced by `***`.
 fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+    // Without a scheme (`user:pass@host:port`, a common slip) the part
+    // before the last '@' is still userinfo.
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
     };
     match rest.rsplit_once('@') {
         Some((userinfo, hostport)) => {
             let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            format!("{scheme}://{user}:***@{hostport}")
+            format!("{scheme}{user}:***@{hostport}")
         }
         None => url.to_owned(),
     }
@@ -443,6 +446,9 @@ mod tests {
             "http://agent:s3cret@no-such-host.invalid:3128",
             "http://agent:s3cret%zz@127.0.0.1",
             "http://:s3cret@127.0.0.1",
+            // No scheme (a common slip): the userinfo is still hidden.
+            "agent:s3cret@127.0.0.1:3128",
+            "agent:s3cret@proxy:3128/",
         ] {
             let e = ParentProxy::parse(url).unwrap_err();
             assert!(!e.contains("s3cret"), "{url}: {e}");

@@ -271,3 +271,38 @@ fn client_connection_close_is_honoured() {
     assert_eq!(origin.requests()[0].header("Connection"), Some("close"));
     wait_no_open_sessions(&proxy);
 }
+
+/// A scoped allowance (`localhost:PORT@127.0.0.1/32`) opens the name alone:
+/// the name (in another case, with a trailing dot) goes through, and on
+/// the same keep-alive connection, its upstream open, the address in any
+/// spelling is refused and never reaches the origin.
+#[test]
+fn a_scoped_allowance_on_a_keep_alive_connection_opens_the_name_only() {
+    use portcullis::policy::{parse_cli_rule, Action};
+    let origin = Origin::echo_target();
+    let port = origin.port();
+    let rule = parse_cli_rule(Action::Allow, &format!("localhost:{port}@127.0.0.1/32")).unwrap();
+    let proxy = start_proxy(Policy::from_rules(&[rule]).unwrap());
+    let mut want = Vec::new();
+    for (i, host) in [
+        "127.0.0.1",
+        "[::ffff:127.0.0.1]",
+        "2130706433",
+        "0x7f.1",
+        "127.1",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // A refusal closes the connection: a fresh one, an allowed request
+        // first (its upstream is open), then the address.
+        let mut c = client(&proxy);
+        let ok = get_abs(&mut c, &format!("http://LocalHost.:{port}/{i}"), "");
+        assert_eq!(ok.text(), format!("GET /{i}"), "{}", ok.raw_head);
+        want.push(format!("/{i}"));
+        let r = get_abs(&mut c, &format!("http://{host}:{port}/x"), "");
+        assert_eq!(r.status, 403, "{host}: {}", r.raw_head);
+    }
+    let targets: Vec<String> = origin.requests().into_iter().map(|r| r.target).collect();
+    assert_eq!(targets, want);
+}

@@ -176,3 +176,35 @@ fn bad_settings_are_refused_naming_the_entry() {
     );
     assert!(!allowed(&p, "a.test", 443, "1.1.1.1"));
 }
+
+/// An address literal in allowedDomains is that literal, as in srt (which
+/// matches the requested host): a name outside allowedDomains that
+/// resolves to it gains nothing.
+#[test]
+#[ignore = "hole: a literal in allowedDomains compiles to a match-either cidr, so every name resolving to it passes; the policy has no literal-only form"]
+fn a_literal_entry_opens_the_literal_not_every_name_at_it() {
+    let (p, _) = policy(
+        r#"{"network": {"allowedDomains": ["pypi.test", "10.9.9.9:443", "[2001:db8::9]:443"]}}"#,
+        &[],
+    );
+    assert!(allowed(&p, "10.9.9.9", 443, "10.9.9.9"));
+    assert!(allowed(&p, "[2001:db8::9]", 443, "2001:db8::9"));
+    assert!(!allowed(&p, "evil.test", 443, "10.9.9.9"));
+    assert!(!allowed(&p, "evil.test", 443, "2001:db8::9"));
+}
+
+/// deniedResolvedAddresses holds for the IPv6 spellings that reach the
+/// same IPv4 host: NAT64 (64:ff9b::/96) and 6to4 (2002::/16).
+#[test]
+fn denied_resolved_addresses_hold_through_nat64_and_6to4() {
+    let (p, _) = policy(
+        r#"{"network": {"allowedDomains": ["pypi.test"],
+            "deniedResolvedAddresses": ["93.184.216.34", "198.51.100.0/24"]}}"#,
+        &[],
+    );
+    assert!(allowed(&p, "pypi.test", 443, "93.184.216.35"));
+    assert!(!allowed(&p, "pypi.test", 443, "93.184.216.34"));
+    assert!(!allowed(&p, "pypi.test", 443, "::ffff:93.184.216.34"));
+    assert!(!allowed(&p, "pypi.test", 443, "64:ff9b::93.184.216.34"));
+    assert!(!allowed(&p, "pypi.test", 443, "2002:5db8:d822::1"));
+}

@@ -208,3 +208,51 @@ fn a_rules_reason_reaches_the_denial() {
         .unwrap_err();
     assert!(e.to_string().contains("reason: is empty"), "{e}");
 }
+
+/// No spelling of the scoped address reaches it without the name: decimal,
+/// hex, octal and short IPv4 forms, IPv4-mapped, NAT64 and 6to4 literals;
+/// nor does another name resolving to a translated form of it.
+#[test]
+fn no_spelling_of_the_scoped_address_gains_it() {
+    let p = pol(&[
+        ("allow", "pypi.org:443@203.0.113.80/32"),
+        ("allow", "*:443"),
+    ]);
+    for lit in [
+        "203.0.113.80",
+        "3405803856",
+        "0xcb007150",
+        "0313.0.0161.0120",
+        "203.0.29008",
+        "203.0.113.80.",
+        "[::ffff:203.0.113.80]",
+        "[::ffff:cb00:7150]",
+        "[64:ff9b::cb00:7150]",
+        "[2002:cb00:7150::1]",
+        "[::203.0.113.80]",
+    ] {
+        assert!(!allowed(&literal(&p, lit, 443)), "{lit}");
+    }
+    for addr in [
+        "203.0.113.80",
+        "::ffff:203.0.113.80",
+        "64:ff9b::cb00:7150",
+        "2002:cb00:7150::1",
+    ] {
+        assert!(
+            !allowed(&verdict(&p, "npm.example", 443, &[addr])),
+            "{addr}"
+        );
+        assert!(
+            !allowed(&verdict(&p, "PyPI.org.evil", 443, &[addr])),
+            "{addr}"
+        );
+    }
+    // The name itself, in any case and with a trailing dot, is the name.
+    assert!(allowed(&verdict(
+        &p,
+        "PYPI.ORG.",
+        443,
+        &["::ffff:203.0.113.80"]
+    )));
+}

@@ -211,3 +211,26 @@ fn public_addresses_are_not_special() {
         assert!(allowed(&literal(&p, a, 443)), "{a}");
     }
 }
+
+/// A deny of an IPv4 address or block also refuses the IPv6 spellings a
+/// translator turns into it (NAT64, 6to4); an allow gains nothing from them.
+#[test]
+fn a_deny_holds_through_nat64_and_6to4() {
+    let p = pol(&[("allow", "*"), ("deny", "93.184.216.0/24")]);
+    for addr in ["93.184.216.34", "64:ff9b::5db8:d822", "2002:5db8:d822::1"] {
+        assert!(!allowed(&verdict(&p, "a.test", 443, &[addr])), "{addr}");
+    }
+    assert!(allowed(&verdict(
+        &p,
+        "a.test",
+        443,
+        &["64:ff9b::5db9:d822"]
+    )));
+    let p = pol(&[("allow", "93.184.216.0/24")]);
+    assert!(!allowed(&verdict(
+        &p,
+        "a.test",
+        443,
+        &["64:ff9b::5db8:d822"]
+    )));
+}
