@@ -195,7 +195,24 @@ fn tls_on_a_plaintext_inspect_rule_is_refused_clearly() {
     drop(c);
     wait_for("the reason in the access line", PROMPTLY, || {
         proxy.log().iter().any(|l| {
-            l.contains("event=session") && l.contains("TLS on a plaintext HTTP inspection rule")
+            l.contains("event=session")
+                && l.contains("TLS on a plaintext HTTP inspection rule")
+                && l.contains("--terminate instead of --inspect")
+        })
+    });
+}
+
+/// A user who never runs `--check` hears at start-up that `--inspect HOST:443`
+/// will refuse every HTTPS client, and which flag to use instead.
+#[test]
+fn a_plaintext_inspect_rule_on_443_is_warned_about_at_start() {
+    let proxy = ChildProxy::start(&["--inspect", "pypi.test:443"]);
+    wait_for("the warning at start-up", PROMPTLY, || {
+        proxy.log().iter().any(|l| {
+            l.contains("level=warn")
+                && l.contains("--inspect pypi.test:443")
+                && l.contains("inspects plaintext HTTP on port 443")
+                && l.contains("(--terminate)")
         })
     });
 }
@@ -964,10 +981,7 @@ fn have(tool: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
-        assert!(
-            !strict(),
-            "{tool} is not installed (CI must install it)"
-        );
+        assert!(!strict(), "{tool} is not installed (CI must install it)");
         eprintln!("NOTE: {tool} is not installed here; CI runs this part");
     }
     found
