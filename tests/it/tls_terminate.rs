@@ -202,6 +202,30 @@ fn tls_on_a_plaintext_inspect_rule_is_refused_clearly() {
     });
 }
 
+/// `--terminate NAME:PORT` where NAME resolves to loopback: the refusal's
+/// fix keeps the rule's kind, as a flag and as the file's keys (a file rule
+/// without inspect and tls would relay the tunnel blind).
+#[test]
+fn a_terminate_rule_into_a_special_range_is_refused_with_its_file_form() {
+    let proxy = ChildProxy::start(&["--terminate", "localhost:9"]);
+    let (s, head) = http_connect(proxy.addr, "localhost:9", &[]).expect("CONNECT");
+    drop(s); // the access line is written at close
+    assert_eq!(head.status, 403, "{}", head.raw);
+    assert!(
+        head.raw.contains("fix=--terminate localhost:9@"),
+        "{}",
+        head.raw
+    );
+    wait_for("the refusal in the access line", PROMPTLY, || {
+        proxy.log().iter().any(|l| {
+            l.contains("close=denied")
+                && l.contains(
+                    r#"match = \"both\", ports = [9], inspect = \"http\", tls = \"terminate\")"#,
+                )
+        })
+    });
+}
+
 /// A user who never runs `--check` hears at start-up that `--inspect HOST:443`
 /// will refuse every HTTPS client, and which flag to use instead.
 #[test]
