@@ -369,27 +369,6 @@ impl Reactor {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    /// Session ids of worker `w` of `n`, as `Reactor::admit` hands them out.
-    fn ids(w: u64, n: u64) -> impl Iterator<Item = u64> {
-        (0..).map(move |k| w + 1 + k * n)
-    }
-
-    #[test]
-    fn session_ids_name_their_worker() {
-        for n in 1..=4u64 {
-            for w in 0..n {
-                for id in ids(w, n).take(50) {
-                    assert_eq!((id - 1) % n, w, "id {id} of worker {w}/{n}");
-                }
-            }
-        }
-        // One worker numbers sessions 1, 2, 3, ... as it always did.
-        assert_eq!(ids(0, 1).take(3).collect::<Vec<_>>(), vec![1, 2, 3]);
-    }
-}
-
 /// What to do about a TCP address that cannot be bound, as a clause to
 /// append to the error (empty when there is nothing better to say; a Unix
 /// socket's bind error already says it).
@@ -410,5 +389,26 @@ fn bind_fix(e: &io::Error, addr: &ListenAddr, elsewhere: &str) -> String {
             a.port()
         ),
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Session ids of worker `w` of `n`, as `Reactor::admit` hands them out.
+    fn ids(w: u64, n: u64) -> impl Iterator<Item = u64> {
+        (0..).map(move |k| w + 1 + k * n)
+    }
+
+    #[test]
+    fn session_ids_name_their_worker() {
+        for n in 1..=4u64 {
+            for w in 0..n {
+                for id in ids(w, n).take(50) {
+                    assert_eq!((id - 1) % n, w, "id {id} of worker {w}/{n}");
+                }
+            }
+        }
+        // One worker numbers sessions 1, 2, 3, ... as it always did.
+        assert_eq!(ids(0, 1).take(3).collect::<Vec<_>>(), vec![1, 2, 3]);
     }
 }
