@@ -94,6 +94,29 @@ fn curl_through_a_terminated_tunnel_connect_and_socks5() {
     );
 }
 
+/// A client that does not trust the proxy's CA (the user skipped
+/// `portcullis ca`): curl fails with its (60), and the access line says why
+/// and where the fix is, not a bare client-gone.
+#[test]
+fn a_client_that_rejects_the_proxy_ca_is_logged_with_the_fix() {
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
+    let (_dir, cfg) = config(&cas, origin.port(), "");
+    let proxy = start(&cfg);
+    let url = format!("https://localhost:{}/v1/hello", origin.port());
+    // Trusting the origin's CA, not the proxy's.
+    let o = curl_https(&proxy, "http", &cas.upstream, &url);
+    assert!(!o.status.success(), "{}", text(&o));
+    wait_for("the access line with the reason", PROMPTLY, || {
+        proxy.log().iter().any(|l| {
+            l.contains("event=session")
+                && l.contains("close=client-gone")
+                && l.contains("client TLS: peer rejected our certificate")
+                && l.contains("portcullis ca")
+        })
+    });
+}
+
 #[test]
 fn a_bad_upstream_certificate_is_a_502_with_the_reason() {
     for (which, reason) in [
