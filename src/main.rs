@@ -133,7 +133,7 @@ fn main() -> ExitCode {
     for (addr, l) in proxy.local_addrs().iter().zip(&running.listeners) {
         log_listener(addr, l.protocol, running.auth_required());
     }
-    log_policy(&args, setup.rules.as_deref(), running.policy.is_audit());
+    log_policy(&args, setup.rules.as_deref(), &running.policy);
     if let Some(addr) = proxy.handle().admin_addr() {
         let control = if running.admin.as_ref().is_some_and(|a| a.control) {
             ", control lines"
@@ -434,9 +434,12 @@ fn plural(n: usize, word: &str) -> String {
     }
 }
 
-fn log_policy(args: &Args, rules: Option<&[String]>, audit: bool) {
-    if audit {
-        warn!("policy in audit mode: nothing is denied; denials are logged as would-deny");
+/// The policy in force, and at `warn` the mistakes `--check` would warn
+/// about (a plaintext inspect rule on 443, audit mode): a user who never runs
+/// `--check` still hears of them before the first refusal.
+fn log_policy(args: &Args, rules: Option<&[String]>, policy: &portcullis::Policy) {
+    for w in policy.warnings() {
+        warn!("{w}");
     }
     match rules {
         None => info!("policy: built-in default (host names on ports 80 and 443; address literals and private ranges refused)"),

@@ -20,6 +20,7 @@ use super::addr::special;
 use super::host::canonical_ip;
 use super::request::RequestRules;
 use super::rule::{HostPattern, Rule};
+use super::spec::TlsMode;
 use super::{
     Action, Allowed, Denial, Fix, Fronting, Host, MatchMode, NameVerdict, PortMiss, RuleRef, Target,
     Verdict,
@@ -135,7 +136,13 @@ fn port_miss(
 fn fix(r: &Rule, target: &Target, addr: IpAddr) -> Arc<Fix> {
     let max = if addr.is_ipv4() { 32 } else { 128 };
     let port = target.port;
-    let (flag, file) = match &target.host {
+    // The file form keeps the rule's inspection, as the flag form does.
+    let kind = match &r.inspect {
+        None => "",
+        Some(i) if i.tls == TlsMode::Terminate => ", inspect = \"http\", tls = \"terminate\"",
+        Some(_) => ", inspect = \"http\"",
+    };
+    let (flag, mut file) = match &target.host {
         Host::Domain(d) => (
             format!("{} {d}:{port}@{addr}/{max}", r.flag()),
             format!(
@@ -147,6 +154,7 @@ fn fix(r: &Rule, target: &Target, addr: IpAddr) -> Arc<Fix> {
             format!("cidrs = [\"{addr}/{max}\"], ports = [{port}]"),
         ),
     };
+    file.push_str(kind);
     Arc::new(Fix {
         rule: r.name.clone(),
         reason: r.reason.clone(),

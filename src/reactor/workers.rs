@@ -88,7 +88,8 @@ impl Workers {
         }
         for lc in &config.listeners {
             let first = Listener::bind(lc, n > 1).map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot listen on {}: {e}", lc.addr))
+                let fix = bind_fix(&e, &lc.addr, "--listen ADDR:PORT (or [[listen]] address)");
+                io::Error::new(e.kind(), format!("cannot listen on {}: {e}{fix}", lc.addr))
             })?;
             share(first, &mut parts, &lc.addr)?;
         }
@@ -112,7 +113,11 @@ impl Workers {
                 let mut l = Listener::bind(&lc, false).map_err(|e| {
                     io::Error::new(
                         e.kind(),
-                        format!("cannot listen on {} (admin): {e}", a.listen),
+                        format!(
+                            "cannot listen on {} (admin): {e}{}",
+                            a.listen,
+                            bind_fix(&e, &a.listen, "another [admin] listen address")
+                        ),
                     )
                 })?;
                 // Edge-triggered: the admin endpoint drains its own accepts.
@@ -361,6 +366,29 @@ impl Reactor {
                 .ask(owner, Command::CloseSession(id))
                 .unwrap_or_else(|| Err(format!("no open session {id}"))),
         )
+    }
+}
+
+/// What to do about a TCP address that cannot be bound, as a clause to
+/// append to the error (empty when there is nothing better to say; a Unix
+/// socket's bind error already says it).
+fn bind_fix(e: &io::Error, addr: &ListenAddr, elsewhere: &str) -> String {
+    let ListenAddr::Tcp(a) = addr else {
+        return String::new();
+    };
+    match e.kind() {
+        io::ErrorKind::AddrInUse => format!(
+            ": another process is listening there (another portcullis?); stop it, or listen elsewhere with {elsewhere}"
+        ),
+        io::ErrorKind::AddrNotAvailable => format!(
+            ": {} is not an address of this host; use one it has (127.0.0.1, or 0.0.0.0 for every interface) with {elsewhere}",
+            a.ip()
+        ),
+        io::ErrorKind::PermissionDenied if a.port() < 1024 => format!(
+            ": port {} is privileged (below 1024); use a higher port with {elsewhere}",
+            a.port()
+        ),
+        _ => String::new(),
     }
 }
 

@@ -118,11 +118,7 @@ pub fn main(run: RunArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     crate::raise_nofile_limit(true);
-    crate::log_policy(
-        &run.proxy,
-        setup.rules.as_deref(),
-        setup.config.policy.is_audit(),
-    );
+    crate::log_policy(&run.proxy, setup.rules.as_deref(), &setup.config.policy);
     let tally = Arc::new(Mutex::new(tally::Tally::default()));
     let status = if run.no_isolate {
         let given = listeners_given(&run.proxy);

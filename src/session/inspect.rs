@@ -65,6 +65,9 @@ pub(crate) struct Inspect {
     /// The client's first bytes are still to be looked at (a plaintext
     /// tunnel: a TLS ClientHello there means the rule should terminate).
     first_bytes: bool,
+    /// Why the client's TLS failed (it rejected our leaf, say): the access
+    /// line's reason, where "client-gone" alone would hide an untrusted CA.
+    client_tls: Option<String>,
     /// Leading bytes of `cout` that are the proxy's own success reply, not
     /// relayed payload: written like it, never counted as it.
     own: usize,
@@ -196,6 +199,7 @@ impl Inspect {
             armed: (None, false),
             handshake_until: None,
             first_bytes: false,
+            client_tls: None,
             own: 0,
         }
     }
@@ -233,7 +237,12 @@ impl Inspect {
         self.records(conn, ctx);
         match stop {
             Ok(()) => {}
-            Err(Stop::ClientGone) => return State::Done(CloseReason::ClientGone),
+            Err(Stop::ClientGone) => {
+                if let Some(why) = self.client_tls.take() {
+                    conn.log.error.get_or_insert(why.into());
+                }
+                return State::Done(CloseReason::ClientGone);
+            }
             Err(Stop::Upgraded) => return self.upgrade(conn, ctx),
             Err(Stop::Closed(answer, end)) => return self.close(answer, end, conn, ctx),
             Err(Stop::WrongProtocol(bytes, why)) => {
@@ -280,7 +289,7 @@ impl Inspect {
             }
             let mut moved = false;
             // TLS handshakes and records owed below the plaintext.
-            moved |= self.client.progress().map_err(|_| Stop::ClientGone)?;
+            moved |= self.client.progress().map_err(|e| self.client_lost(&e))?;
             if !self.upstream_gone {
                 match self.upstream.progress() {
                     Ok(m) => moved |= m,
@@ -335,7 +344,7 @@ impl Inspect {
                     moved = true;
                 }
                 Io::WouldBlock => {}
-                Io::PeerGone(_) => return Err(Stop::ClientGone),
+                Io::PeerGone(e) => return Err(self.client_lost(&e)),
             }
         }
         if self.first_bytes && !self.cin.is_empty() {
@@ -401,6 +410,14 @@ impl Inspect {
             Io::WouldBlock => false,
             Io::PeerGone(e) => self.upstream_lost(&e),
         }
+    }
+
+    /// The client reset or failed its TLS: remembers a TLS failure's reason.
+    fn client_lost(&mut self, e: &std::io::Error) -> Stop {
+        if let Some(f) = crate::tls::TlsFailure::of(e) {
+            self.client_tls = Some(format!("client TLS: {}", f.reason()));
+        }
+        Stop::ClientGone
     }
 
     /// The upstream reset, failed its TLS, or broke: what it sent was

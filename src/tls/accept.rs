@@ -38,7 +38,7 @@ impl Sniff {
             }
             (Sniff::Other, true) => Some("not a TLS ClientHello on a TLS-terminating rule"),
             (Sniff::Tls, false) => Some(
-                "TLS on a plaintext HTTP inspection rule (add tls = \"terminate\" to inspect HTTPS)",
+                "TLS on a plaintext HTTP inspection rule (to inspect HTTPS: tls = \"terminate\", or --terminate instead of --inspect)",
             ),
             _ => None,
         }

@@ -94,6 +94,29 @@ fn curl_through_a_terminated_tunnel_connect_and_socks5() {
     );
 }
 
+/// A client that does not trust the proxy's CA (the user skipped
+/// `portcullis ca`): curl fails with its (60), and the access line says why
+/// and where the fix is, not a bare client-gone.
+#[test]
+fn a_client_that_rejects_the_proxy_ca_is_logged_with_the_fix() {
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
+    let (_dir, cfg) = config(&cas, origin.port(), "");
+    let proxy = start(&cfg);
+    let url = format!("https://localhost:{}/v1/hello", origin.port());
+    // Trusting the origin's CA, not the proxy's.
+    let o = curl_https(&proxy, "http", &cas.upstream, &url);
+    assert!(!o.status.success(), "{}", text(&o));
+    wait_for("the access line with the reason", PROMPTLY, || {
+        proxy.log().iter().any(|l| {
+            l.contains("event=session")
+                && l.contains("close=client-gone")
+                && l.contains("client TLS: peer rejected our certificate")
+                && l.contains("portcullis ca")
+        })
+    });
+}
+
 #[test]
 fn a_bad_upstream_certificate_is_a_502_with_the_reason() {
     for (which, reason) in [
@@ -195,7 +218,48 @@ fn tls_on_a_plaintext_inspect_rule_is_refused_clearly() {
     drop(c);
     wait_for("the reason in the access line", PROMPTLY, || {
         proxy.log().iter().any(|l| {
-            l.contains("event=session") && l.contains("TLS on a plaintext HTTP inspection rule")
+            l.contains("event=session")
+                && l.contains("TLS on a plaintext HTTP inspection rule")
+                && l.contains("--terminate instead of --inspect")
+        })
+    });
+}
+
+/// `--terminate NAME:PORT` where NAME resolves to loopback: the refusal's
+/// fix keeps the rule's kind, as a flag and as the file's keys (a file rule
+/// without inspect and tls would relay the tunnel blind).
+#[test]
+fn a_terminate_rule_into_a_special_range_is_refused_with_its_file_form() {
+    let proxy = ChildProxy::start(&["--terminate", "localhost:9"]);
+    let (s, head) = http_connect(proxy.addr, "localhost:9", &[]).expect("CONNECT");
+    drop(s); // the access line is written at close
+    assert_eq!(head.status, 403, "{}", head.raw);
+    assert!(
+        head.raw.contains("fix=--terminate localhost:9@"),
+        "{}",
+        head.raw
+    );
+    wait_for("the refusal in the access line", PROMPTLY, || {
+        proxy.log().iter().any(|l| {
+            l.contains("close=denied")
+                && l.contains(
+                    r#"match = \"both\", ports = [9], inspect = \"http\", tls = \"terminate\")"#,
+                )
+        })
+    });
+}
+
+/// A user who never runs `--check` hears at start-up that `--inspect HOST:443`
+/// will refuse every HTTPS client, and which flag to use instead.
+#[test]
+fn a_plaintext_inspect_rule_on_443_is_warned_about_at_start() {
+    let proxy = ChildProxy::start(&["--inspect", "pypi.test:443"]);
+    wait_for("the warning at start-up", PROMPTLY, || {
+        proxy.log().iter().any(|l| {
+            l.contains("level=warn")
+                && l.contains("--inspect pypi.test:443")
+                && l.contains("inspects plaintext HTTP on port 443")
+                && l.contains("(--terminate)")
         })
     });
 }

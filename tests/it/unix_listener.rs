@@ -150,6 +150,37 @@ fn the_socket_file_is_0600_whatever_the_umask_or_as_configured() {
     connect_as_nobody(&path).expect("a member of the socket's group connects");
 }
 
+/// A TCP address already taken (the default 127.0.0.1:3128 with another
+/// portcullis on it, the first thing a new user meets) is refused with the
+/// flag that moves the proxy elsewhere.
+#[test]
+fn a_tcp_address_in_use_is_refused_naming_listen() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .arg("--listen")
+        .arg(addr.to_string())
+        .env("RUST_LOG", "off")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = ChildGuard(child);
+    let exited = wait_until(PROMPTLY, || matches!(child.try_wait(), Ok(Some(_))));
+    assert!(exited, "it started on an address in use");
+    let out = std::mem::replace(&mut child.0, Command::new("true").spawn().unwrap())
+        .wait_with_output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {addr}"))
+            && stderr.contains("another process is listening there")
+            && stderr.contains("--listen ADDR:PORT"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_live_socket_is_not_taken_over_and_an_exit_removes_only_its_own_file() {
     let dir = TempDir::new("unix-live");
