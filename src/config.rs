@@ -156,6 +156,11 @@ pub struct AdminConfig {
     /// Accept control commands on this socket too (anyone who can connect
     /// to it can then change the policy: prefer a Unix socket).
     pub control: bool,
+    /// Refuse every admin connection from a process in this network
+    /// namespace (the device and inode of its `/proc/PID/ns/net`), checked
+    /// with `SO_PEERCRED` on Unix-socket connections (Linux): `portcullis
+    /// run` sets it to CMD's, so CMD cannot use the endpoint.
+    pub refuse_netns: Option<(u64, u64)>,
 }
 
 impl AdminConfig {
@@ -164,6 +169,7 @@ impl AdminConfig {
         AdminConfig {
             listen,
             control: false,
+            refuse_netns: None,
         }
     }
 }

@@ -60,6 +60,7 @@ impl RawAdmin {
         Ok(AdminConfig {
             listen,
             control: self.control,
+            refuse_netns: None,
         })
     }
 }

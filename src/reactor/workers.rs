@@ -129,7 +129,8 @@ impl Workers {
             (None, None) => None,
             (listener, _) => {
                 let control = config.admin.as_ref().is_some_and(|a| a.control);
-                Some(Admin::new(listener, control, Arc::clone(&remote)))
+                let refuse = config.admin.as_ref().and_then(|a| a.refuse_netns);
+                Some(Admin::new(listener, control, refuse, Arc::clone(&remote)))
             }
         };
         if let (Some(admin), Some(stream)) = (&mut admin, hooks.control) {
