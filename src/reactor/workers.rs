@@ -121,6 +121,8 @@ impl Workers {
             }
             None => None,
         };
+        // This host's addresses join the refused ranges (refreshed on reload).
+        crate::policy::this_host::refresh();
         let admin_addr = admin_listener.as_ref().map(|l| l.local.clone());
         let own = OwnAddrs::new(local_addrs.iter().chain(&admin_addr));
         let remote = Arc::new(Remote::new(local_addrs, admin_addr, doors));
