@@ -197,6 +197,11 @@ pub struct Timeouts {
     /// Inspected HTTP: how long an upstream may take to start answering a
     /// request (504 after that).
     pub response: Duration,
+    /// TCP keepalive on both sockets of every TCP session: probes start
+    /// after this long without traffic (then every 10 s, 6 unanswered
+    /// probes close the socket), so a peer that vanished without a FIN is
+    /// found; `None` turns it off.
+    pub keepalive: Option<Duration>,
 }
 
 impl Default for Timeouts {
@@ -209,6 +214,7 @@ impl Default for Timeouts {
             close: Duration::from_secs(5),
             drain: Duration::from_secs(30),
             response: Duration::from_secs(60),
+            keepalive: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -530,6 +536,12 @@ impl Config {
             if d.is_zero() {
                 return Err(ConfigError::key(key, "must be greater than zero"));
             }
+        }
+        if t.keepalive == Some(Duration::ZERO) {
+            return Err(ConfigError::key(
+                "timeouts.keepalive",
+                "must be greater than zero, or \"off\"",
+            ));
         }
         if t.idle == Some(Duration::ZERO) {
             return Err(ConfigError::key(

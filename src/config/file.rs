@@ -290,6 +290,8 @@ struct RawTimeouts {
     drain: Option<RawDuration>,
     #[serde(default)]
     response: Option<RawDuration>,
+    #[serde(default)]
+    keepalive: Option<RawDuration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -445,6 +447,10 @@ impl ConfigFile {
             response: match &t.response {
                 Some(v) => v.parse_required("timeouts.response")?,
                 None => d.response,
+            },
+            keepalive: match &t.keepalive {
+                Some(v) => v.parse("timeouts.keepalive")?,
+                None => d.keepalive,
             },
         };
 
