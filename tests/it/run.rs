@@ -955,7 +955,7 @@ fn cmd_is_refused_on_a_metrics_only_unix_admin_socket() {
     assert_eq!(out.code(), Some(0), "{}", out.stderr);
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert!(
-        lines.iter().any(|l| *l == "admin=HTTP/1.1 403 Forbidden"),
+        lines.contains(&"admin=HTTP/1.1 403 Forbidden"),
         "CMD's admin request must be refused: {lines:?}"
     );
     assert!(
