@@ -136,6 +136,12 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", value_parser = parse_idle)]
     pub idle_timeout: Option<IdleTimeout>,
 
+    /// TCP keepalive on both sockets of every session: probes after this
+    /// long without traffic, so a peer gone without a FIN is found; "off"
+    /// turns it off. Same as [timeouts] keepalive. [default: 60s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_idle)]
+    pub keepalive: Option<IdleTimeout>,
+
     /// Close half-closed tunnels (one side finished) idle this long. [default: 30s]
     #[arg(long, value_name = "DURATION", value_parser = portcullis::duration::parse_required)]
     pub half_close_timeout: Option<Duration>,
@@ -302,6 +308,7 @@ impl Args {
         t.handshake = self.handshake_timeout.unwrap_or(t.handshake);
         t.connect = self.connect_timeout.unwrap_or(t.connect);
         t.idle = self.idle_timeout.map_or(t.idle, |i| i.0);
+        t.keepalive = self.keepalive.map_or(t.keepalive, |k| k.0);
         t.half_close = self.half_close_timeout.unwrap_or(t.half_close);
         t.close = self.close_timeout.unwrap_or(t.close);
         if let Some(n) = self.workers {

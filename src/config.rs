@@ -157,6 +157,11 @@ pub struct AdminConfig {
     /// Accept control commands on this socket too (anyone who can connect
     /// to it can then change the policy: prefer a Unix socket).
     pub control: bool,
+    /// Refuse every admin connection from a process in this network
+    /// namespace (the device and inode of its `/proc/PID/ns/net`), checked
+    /// with `SO_PEERCRED` on Unix-socket connections (Linux): `portcullis
+    /// run` sets it to CMD's, so CMD cannot use the endpoint.
+    pub refuse_netns: Option<(u64, u64)>,
 }
 
 impl AdminConfig {
@@ -165,6 +170,7 @@ impl AdminConfig {
         AdminConfig {
             listen,
             control: false,
+            refuse_netns: None,
         }
     }
 }
@@ -192,6 +198,11 @@ pub struct Timeouts {
     /// Inspected HTTP: how long an upstream may take to start answering a
     /// request (504 after that).
     pub response: Duration,
+    /// TCP keepalive on both sockets of every TCP session: probes start
+    /// after this long without traffic (then every 10 s, 6 unanswered
+    /// probes close the socket), so a peer that vanished without a FIN is
+    /// found; `None` turns it off.
+    pub keepalive: Option<Duration>,
 }
 
 impl Default for Timeouts {
@@ -204,6 +215,7 @@ impl Default for Timeouts {
             close: Duration::from_secs(5),
             drain: Duration::from_secs(30),
             response: Duration::from_secs(60),
+            keepalive: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -525,6 +537,12 @@ impl Config {
             if d.is_zero() {
                 return Err(ConfigError::key(key, "must be greater than zero"));
             }
+        }
+        if t.keepalive == Some(Duration::ZERO) {
+            return Err(ConfigError::key(
+                "timeouts.keepalive",
+                "must be greater than zero, or \"off\"",
+            ));
         }
         if t.idle == Some(Duration::ZERO) {
             return Err(ConfigError::key(

@@ -209,6 +209,22 @@ impl Stream {
         }
     }
 
+    /// TCP keepalive (TCP only): probes after `idle` without traffic, every
+    /// 10 s, 6 of them; `None` leaves it off. Best effort: a socket that
+    /// refuses it still relays (logged at debug).
+    pub(crate) fn set_keepalive(&self, idle: Option<std::time::Duration>) {
+        let (Some(idle), Stream::Tcp(s)) = (idle, self) else {
+            return;
+        };
+        let ka = socket2::TcpKeepalive::new()
+            .with_time(idle)
+            .with_interval(std::time::Duration::from_secs(10))
+            .with_retries(6);
+        if let Err(e) = socket2::SockRef::from(s).set_tcp_keepalive(&ka) {
+            log::debug!("cannot set TCP keepalive: {e}");
+        }
+    }
+
     /// Sets TCP_NODELAY (TCP only). We forward whatever arrives as soon as
     /// it arrives; Nagle would only add latency to interactive tunnels (ssh,
     /// kubectl exec).

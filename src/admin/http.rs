@@ -56,6 +56,7 @@ pub(crate) fn response(status: u16, content_type: &str, body: &[u8]) -> Vec<u8> 
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         431 => "Request Header Fields Too Large",

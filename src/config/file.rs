@@ -63,6 +63,7 @@ impl RawAdmin {
         Ok(AdminConfig {
             listen,
             control: self.control,
+            refuse_netns: None,
         })
     }
 }
@@ -294,6 +295,8 @@ struct RawTimeouts {
     drain: Option<RawDuration>,
     #[serde(default)]
     response: Option<RawDuration>,
+    #[serde(default)]
+    keepalive: Option<RawDuration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -455,6 +458,10 @@ impl ConfigFile {
             response: match &t.response {
                 Some(v) => v.parse_required("timeouts.response")?,
                 None => d.response,
+            },
+            keepalive: match &t.keepalive {
+                Some(v) => v.parse("timeouts.keepalive")?,
+                None => d.keepalive,
             },
         };
 

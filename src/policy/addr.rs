@@ -11,6 +11,12 @@
 //!   all of which is deprecated and refused), NAT64 (64:ff9b::/96) and 6to4
 //!   (2002::/16) forms of special IPv4 addresses take the IPv4 range's name.
 //!   Teredo (2001::/32) is not decoded.
+//! - cloud metadata endpoints outside link-local, each a single address
+//!   named `metadata` (so a rule for the wider range they sit in does not
+//!   open them): Azure's wireserver 168.63.129.16, Alibaba's
+//!   100.100.100.200, Oracle's 192.0.0.192, AWS's IPv6 IMDS fd00:ec2::254;
+//!   GCP and the others answer on 169.254.169.254 (link-local already);
+//! - this host's own interface addresses (`this-host`, see [`super::this_host`]).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -29,6 +35,9 @@ pub(crate) struct Special {
 /// IPv4 special ranges, most specific first (broadcast before 240/4).
 const V4: &[([u8; 4], u8, &str)] = &[
     ([255, 255, 255, 255], 32, "broadcast"),
+    ([168, 63, 129, 16], 32, "metadata"),
+    ([100, 100, 100, 200], 32, "metadata"),
+    ([192, 0, 0, 192], 32, "metadata"),
     ([0, 0, 0, 0], 8, "unspecified"),
     ([10, 0, 0, 0], 8, "private"),
     ([100, 64, 0, 0], 10, "cgnat"),
@@ -49,6 +58,7 @@ const V4: &[([u8; 4], u8, &str)] = &[
 const V6: &[(u128, u8, &str)] = &[
     (0, 128, "unspecified"),
     (1, 128, "loopback"),
+    (0xfd00_0ec2_u128 << 96 | 0x254, 128, "metadata"),
     (0x0100_u128 << 112, 64, "discard"),
     (0x2001_0db8_u128 << 96, 32, "documentation"),
     (0xfc00_u128 << 112, 7, "private"),
@@ -76,6 +86,12 @@ fn embedded(a: Ipv6Addr, offset: u8) -> Option<Special> {
 
 /// The special range `addr` belongs to, if any.
 pub(crate) fn special(addr: IpAddr) -> Option<Special> {
+    if super::this_host::contains(addr) {
+        return Some(Special {
+            name: "this-host",
+            range: Cidr::new(addr, if addr.is_ipv4() { 32 } else { 128 })?,
+        });
+    }
     match addr {
         IpAddr::V4(a) => {
             let (name, prefix) = v4_special(a)?;
@@ -137,4 +153,35 @@ pub(crate) fn ranges_inside(block: Cidr) -> Option<(Cidr, &'static str)> {
     });
     v4.chain(v6)
         .find(|(c, _)| c.prefix() > block.prefix() && block.contains(c.net()))
+}
+
+#[cfg(test)]
+mod metadata_tests {
+    use super::*;
+
+    #[test]
+    fn metadata_endpoints_outside_link_local_are_single_named_addresses() {
+        for a in [
+            "168.63.129.16",
+            "100.100.100.200",
+            "192.0.0.192",
+            "fd00:ec2::254",
+        ] {
+            let addr: IpAddr = a.parse().unwrap();
+            let sp = special(addr).unwrap();
+            assert_eq!(sp.name, "metadata", "{a}");
+            assert_eq!(sp.range, Cidr::new(addr, sp.range.prefix()).unwrap());
+            assert_eq!(sp.range.prefix(), if addr.is_ipv4() { 32 } else { 128 });
+        }
+        // Their neighbours keep their ranges.
+        assert_eq!(special("168.63.129.17".parse().unwrap()), None);
+        assert_eq!(
+            special("100.100.100.201".parse().unwrap()).unwrap().name,
+            "cgnat"
+        );
+        assert_eq!(
+            special("fd00:ec2::253".parse().unwrap()).unwrap().name,
+            "private"
+        );
+    }
 }

@@ -23,6 +23,7 @@ mod rule;
 mod spec;
 #[cfg(test)]
 mod tests;
+pub mod this_host;
 
 use std::fmt;
 use std::net::IpAddr;

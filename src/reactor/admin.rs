@@ -50,6 +50,9 @@ enum Kind {
     Admin,
     /// The inherited control fd (no deadline; its end closes nothing else).
     ControlFd,
+    /// Accepted on the admin listener from inside `run`'s sandbox: every
+    /// request is answered 403, no control line is taken.
+    Refused,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +87,9 @@ pub(crate) struct Admin {
     listener: Option<Listener>,
     /// `[admin] control = true`: control lines on the admin socket.
     control: bool,
+    /// Connections from a process in this network namespace are refused
+    /// (`run`: CMD's; see [`from_sandbox`]).
+    refuse_netns: Option<(u64, u64)>,
     conns: Slab<AdminConn>,
     next_gen: u64,
     remote: Arc<Remote>,
@@ -92,10 +98,16 @@ pub(crate) struct Admin {
 impl Admin {
     /// The admin endpoint on `listener` (bound and registered by the
     /// reactor), if any; `control`: control lines accepted on it.
-    pub(crate) fn new(listener: Option<Listener>, control: bool, remote: Arc<Remote>) -> Admin {
+    pub(crate) fn new(
+        listener: Option<Listener>,
+        control: bool,
+        refuse_netns: Option<(u64, u64)>,
+        remote: Arc<Remote>,
+    ) -> Admin {
         Admin {
             listener,
             control,
+            refuse_netns,
             conns: Slab::new(),
             next_gen: 1,
             remote,
@@ -126,10 +138,17 @@ impl Admin {
             // Admin clients are not counted per client: no identity lookups.
             match listener.accept() {
                 Ok((mut stream, peer)) => {
+                    let refused = self.refuse_netns.and_then(|ns| from_sandbox(&stream, ns));
+                    if let Some(pid) = refused {
+                        log::warn!(
+                            "admin: refused a connection from pid {pid}, inside run's sandbox: \
+                             CMD may not use the admin endpoint"
+                        );
+                    }
                     let busy = self
                         .conns
                         .iter()
-                        .filter(|(_, c)| c.kind == Kind::Admin)
+                        .filter(|(_, c)| c.kind != Kind::ControlFd)
                         .count();
                     if busy >= MAX_CONNS {
                         // One try at a short answer; the socket closes either way.
@@ -138,7 +157,12 @@ impl Admin {
                         continue;
                     }
                     let deadline = Some(now + REQUEST_TIMEOUT);
-                    match self.insert(stream, Kind::Admin, registry, deadline) {
+                    let kind = if refused.is_some() {
+                        Kind::Refused
+                    } else {
+                        Kind::Admin
+                    };
+                    match self.insert(stream, kind, registry, deadline) {
                         Ok(slot) => new.push(slot),
                         Err(e) => log::warn!("admin: cannot register a connection: {e}"),
                     }
@@ -185,6 +209,7 @@ impl Admin {
             kind,
             proto: match kind {
                 Kind::Admin => Proto::admin(self.control),
+                Kind::Refused => Proto::admin(false),
                 Kind::ControlFd => Proto::control_only(),
             },
             out: Vec::new(),
@@ -260,11 +285,15 @@ impl AdminConn {
                 };
                 moved = true;
                 match input {
+                    Input::Http(_) if self.kind == Kind::Refused => self.out.extend(http::error(
+                        403,
+                        "the admin endpoint is not for processes inside run's sandbox",
+                    )),
                     Input::Http(route) => self.out.extend(answer(route, remote)),
                     Input::Line(line) => {
                         self.out.extend(exec(&line).into_bytes());
                         self.out.push(b'\n');
-                        if self.kind == Kind::Admin {
+                        if self.kind != Kind::ControlFd {
                             self.deadline = Some(now + CONTROL_IDLE);
                         }
                     }
@@ -334,6 +363,37 @@ impl AdminConn {
             }
         }
     }
+}
+
+/// The peer's pid when `stream` comes from a process that may be inside
+/// the sandbox whose network namespace is `ns`: a Unix-socket peer (by
+/// `SO_PEERCRED`) with this process's uid whose `/proc/PID/ns/net` is `ns`
+/// or cannot be read (fail closed: CMD keeps the uid, so a peer of another
+/// uid is not CMD). A TCP peer is never inside: the sandbox's network has
+/// no route to any of this process's TCP sockets.
+#[cfg(target_os = "linux")]
+fn from_sandbox(stream: &Stream, ns: (u64, u64)) -> Option<i32> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    use std::os::unix::fs::MetadataExt;
+    let Stream::Unix(s) = stream else {
+        return None;
+    };
+    let Ok(cred) = getsockopt(s, PeerCredentials) else {
+        return Some(0);
+    };
+    if cred.uid() != nix::unistd::geteuid().as_raw() {
+        return None;
+    }
+    let pid = cred.pid();
+    match std::fs::metadata(format!("/proc/{pid}/ns/net")) {
+        Ok(m) if (m.dev(), m.ino()) != ns => None,
+        _ => Some(pid),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn from_sandbox(_: &Stream, _: (u64, u64)) -> Option<i32> {
+    None
 }
 
 /// The bytes answering an HTTP route.

@@ -203,6 +203,8 @@ impl Reactor {
     /// once, open sessions are re-checked. The memory of inspected names'
     /// addresses carries over.
     pub(super) fn apply_policy(&mut self, mut policy: Policy, how: &str) {
+        // Interfaces may have changed since the last policy came in.
+        crate::policy::this_host::refresh();
         // What DNS said about inspected names stays true.
         policy.set_memory(self.env.policy.memory().clone());
         self.env.policy = policy;

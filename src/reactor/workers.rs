@@ -126,6 +126,8 @@ impl Workers {
             }
             None => None,
         };
+        // This host's addresses join the refused ranges (refreshed on reload).
+        crate::policy::this_host::refresh();
         let admin_addr = admin_listener.as_ref().map(|l| l.local.clone());
         let own = OwnAddrs::new(local_addrs.iter().chain(&admin_addr));
         let upstream = Arc::new(crate::session::UpstreamTrust::new(config.tls.clone()));
@@ -135,7 +137,8 @@ impl Workers {
             (None, None) => None,
             (listener, _) => {
                 let control = config.admin.as_ref().is_some_and(|a| a.control);
-                Some(Admin::new(listener, control, Arc::clone(&remote)))
+                let refuse = config.admin.as_ref().and_then(|a| a.refuse_netns);
+                Some(Admin::new(listener, control, refuse, Arc::clone(&remote)))
             }
         };
         if let (Some(admin), Some(stream)) = (&mut admin, hooks.control) {

@@ -110,6 +110,10 @@ pub fn main(run: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(reason) = admin_reachable(&setup.config, run.no_isolate) {
+        fatal!("{reason}");
+        return ExitCode::from(2);
+    }
     // Before any thread exists: every thread, the namespace child and its
     // init inherit the mask, and only sigwait takes these signals.
     let signals = supervise::signals();
@@ -220,6 +224,17 @@ fn isolated(
     // Threads may start from here on: the child exists.
     let mut proxy_config = config.clone();
     proxy_config.listeners.clear();
+    if let Some(admin) = &mut proxy_config.admin {
+        // Second line behind `admin_reachable`: the admin endpoint refuses
+        // CMD (a metrics-only Unix socket is reachable through the files).
+        match netns_of(child.pid) {
+            Ok(ns) => admin.refuse_netns = Some(ns),
+            Err(e) => {
+                fatal!("cannot read CMD's network namespace: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let mut builder = counting(proxy_config, tally);
     for (l, protocol) in std::mem::take(&mut child.listeners) {
         builder = builder.listener(l, protocol);
@@ -289,6 +304,41 @@ fn isolated(
          Linux-only, sandbox-exec macOS-only); use --no-isolate to only set the proxy variables"
     );
     ExitCode::FAILURE
+}
+
+/// The network namespace of `pid`: the device and inode of `/proc/PID/ns/net`.
+#[cfg(target_os = "linux")]
+fn netns_of(pid: Pid) -> io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(format!("/proc/{pid}/ns/net"))?;
+    Ok((m.dev(), m.ino()))
+}
+
+/// Why the admin endpoint would let CMD steer the proxy, if it would: CMD
+/// runs as this uid with these files, so it can connect to any Unix socket
+/// the proxy binds (mode 0600 does not keep out the same uid), and under
+/// `--no-isolate` to any TCP one too. A TCP admin endpoint is safe under
+/// isolation: CMD's network namespace has no route to it.
+fn admin_reachable(config: &Config, no_isolate: bool) -> Option<String> {
+    let admin = config.admin.as_ref().filter(|a| a.control)?;
+    if no_isolate {
+        return Some(format!(
+            "run --no-isolate with admin control (--admin-control, or [admin] control = true) is refused: \
+             CMD shares this host's network and files, so it could reach {} and change the policy; \
+             drop --admin-control (metrics only), or run without --no-isolate and use --admin 127.0.0.1:PORT --admin-control",
+            admin.listen
+        ));
+    }
+    if let ListenAddr::Unix(path) = &admin.listen {
+        return Some(format!(
+            "run with admin control on a Unix socket (--admin unix:{} with --admin-control, or [admin] control = true) is refused: \
+             CMD runs as your uid with your files, so it could connect to the socket and change the policy; \
+             use --admin 127.0.0.1:PORT --admin-control (a TCP port on the host, which CMD's network namespace cannot reach), \
+             or drop --admin-control to serve metrics only",
+            path.display()
+        ));
+    }
+    None
 }
 
 /// CMD on the host's network, with the proxy variables set (and, on macOS,

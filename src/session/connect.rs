@@ -439,6 +439,11 @@ impl Plan {
                 .and_then(|s| Endpoint::dialled(Stream::Tcp(s), ctx.tokens.upstream, ctx.registry));
             match upstream {
                 Ok(mut upstream) => {
+                    // Both sockets of the coming tunnel: a peer that
+                    // vanished without a FIN is found.
+                    let keepalive = ctx.settings.timeouts.keepalive;
+                    upstream.set_keepalive(keepalive);
+                    client.set_keepalive(keepalive);
                     // A connect completes (or fails) with a writable edge.
                     upstream.want(false, true);
                     conn.log.dialled = Some(ip);

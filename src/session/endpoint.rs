@@ -103,6 +103,11 @@ impl Endpoint {
         })
     }
 
+    /// TCP keepalive on this socket (see [`Stream::set_keepalive`]).
+    pub(crate) fn set_keepalive(&self, idle: Option<std::time::Duration>) {
+        self.stream.set_keepalive(idle);
+    }
+
     /// Called before every write: sets TCP_NODELAY when it becomes due.
     fn before_write(&mut self) {
         match self.nodelay {

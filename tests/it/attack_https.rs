@@ -986,3 +986,35 @@ fn an_upgrade_that_is_not_a_websocket_handshake_is_refused() {
     write!(s, "GET /ws HTTP/1.1\r\nHost: {host}\r\n{ws}{key}\r\n").unwrap();
     assert_eq!(read_response_head(&mut s).unwrap().status, 101);
 }
+
+#[test]
+fn a_state_directory_another_user_owns_is_refused_at_start() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("not root: cannot chown a directory to another user; skipped");
+        return;
+    }
+    let dir = TempDir::new("state-owner");
+    let state = dir.0.join("st");
+    std::fs::create_dir(&state).unwrap();
+    std::os::unix::fs::chown(&state, Some(65534), Some(65534)).unwrap();
+    let cfg = write_config(
+        &dir,
+        &format!(
+            "[tls]\nstate_dir = \"{}\"\n\n[[rules]]\naction = \"allow\"\nhost = \"example.com\"\nport = 443\ntls = \"terminate\"\ninspect = \"http\"\n",
+            state.display()
+        ),
+    );
+    // A start, not just `ca`: the proxy refuses before listening.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["--listen", "127.0.0.1:0", "--config", cfg.to_str().unwrap()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{o:?}");
+    assert!(
+        err.contains("belongs to uid 65534") && err.contains("state_dir"),
+        "the reason and the fix: {err}"
+    );
+    assert!(!state.join("ca.pem").exists(), "nothing generated there");
+}

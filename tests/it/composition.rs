@@ -455,3 +455,75 @@ port = {port}
         assert_eq!(status("/admin/secret"), 403, "{what}");
     }
 }
+
+/// A forward-proxy GET of `url` through `proxy`: the response head and body.
+fn forward_get(proxy: std::net::SocketAddr, url: &str, host: &str) -> String {
+    let mut s = TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        s,
+        "GET {url} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+#[test]
+fn a_name_resolving_to_this_hosts_own_address_is_refused_unless_a_rule_names_it() {
+    // A public address on a (veth) interface of the namespace: this host's own.
+    const OWN: &str = "46.46.46.46";
+    in_netns(&[], || {
+        for args in [
+            &["link", "add", "pc0", "type", "veth", "peer", "name", "pc1"][..],
+            &["addr", "add", "46.46.46.46/32", "dev", "pc0"],
+            &["link", "set", "pc0", "up"],
+            &["link", "set", "pc1", "up"],
+        ] {
+            let out = std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "ip {args:?}: {out:?}");
+        }
+        let origin = http_server_on(format!("{OWN}:0").parse().unwrap(), "own\n");
+        let port = origin.port();
+        let dir = TempDir::new("this-host");
+        let hosts = dir.0.join("hosts");
+        std::fs::write(
+            &hosts,
+            format!("127.0.0.1 localhost\n{OWN} thishost.test\n"),
+        )
+        .unwrap();
+        let url = format!("http://thishost.test:{port}/");
+        let host = format!("thishost.test:{port}");
+
+        let by_name = ChildProxy::with_hosts(&hosts, &["--allow", &host]);
+        let answer = forward_get(by_name.addr, &url, &host);
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert!(
+            answer.contains(&format!("{OWN} is a this-host address")),
+            "the reason names the range: {answer}"
+        );
+        assert_eq!(origin.accepted(), 0, "refused before connecting");
+        drop(by_name);
+
+        let cfg = dir.0.join("own.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[[rules]]\nname = \"own\"\naction = \"allow\"\ncidr = \"{OWN}/32\"\nport = {port}\n"
+            ),
+        )
+        .unwrap();
+        let named = ChildProxy::with_hosts(&hosts, &["--config", cfg.to_str().unwrap()]);
+        let answer = forward_get(named.addr, &url, &host);
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "a rule naming it: {answer}"
+        );
+        assert!(answer.ends_with("own\n"), "{answer}");
+    });
+}

@@ -342,3 +342,68 @@ fn half_closed_inspected_tunnel_to_a_silent_upstream_times_out() {
 fn half_closed_forward_request_to_a_silent_upstream_times_out() {
     inspected_half_close_to_a_silent_upstream(true);
 }
+
+/// `ss` lines of this machine's established TCP sockets matching `filter`
+/// (an `ss` expression), with their timers.
+fn ss(filter: &str) -> Vec<String> {
+    let out = std::process::Command::new("ss")
+        .args(["-tnoH", "state", "established"])
+        .arg(filter)
+        .output()
+        .expect("ss (iproute2)");
+    assert!(out.status.success(), "ss: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The keepalive timers on the proxy's two sockets of one tunnel: the
+/// accepted one (local port = the proxy's) and the dialled one (remote
+/// port = the origin's, local port not the origin's).
+fn tunnel_keepalive(args: &[&str]) -> (Vec<String>, Vec<String>) {
+    let up = echo_server();
+    let mut all = vec!["--allow", "127.0.0.1/32"];
+    all.extend_from_slice(args);
+    let proxy = ChildProxy::start(&all);
+    let mut s = connect_via_http(proxy.addr, &up.target());
+    assert_echo(&mut s, b"ping");
+    // Once the echo is acknowledged (no retransmission timer), each socket
+    // shows its keepalive timer, or none.
+    let quiet = |lines: &Vec<String>| lines.len() == 1 && !lines[0].contains("timer:(on,");
+    let (mut client_side, mut upstream_side) = (Vec::new(), Vec::new());
+    wait_for("both tunnel sockets quiet", PROMPTLY, || {
+        client_side = ss(&format!("( sport = :{} )", proxy.addr.port()));
+        upstream_side = ss(&format!("( dport = :{} )", up.port()));
+        quiet(&client_side) && quiet(&upstream_side)
+    });
+    drop(s);
+    (client_side, upstream_side)
+}
+
+#[test]
+fn tunnels_have_tcp_keepalive_on_both_sockets_unless_turned_off() {
+    let (client, upstream) = tunnel_keepalive(&["--keepalive", "45s"]);
+    for (side, lines) in [("client", &client), ("upstream", &upstream)] {
+        assert_eq!(lines.len(), 1, "{side}: {lines:?}");
+        assert!(
+            lines[0].contains("timer:(keepalive,"),
+            "{side} socket keepalive: {lines:?}"
+        );
+    }
+    // The default is on too.
+    let (client, upstream) = tunnel_keepalive(&[]);
+    assert!(client[0].contains("timer:(keepalive,"), "{client:?}");
+    assert!(upstream[0].contains("timer:(keepalive,"), "{upstream:?}");
+    // Off: no keepalive timer on either.
+    let (client, upstream) = tunnel_keepalive(&["--keepalive", "off"]);
+    assert_eq!(
+        (client.len(), upstream.len()),
+        (1, 1),
+        "{client:?} {upstream:?}"
+    );
+    assert!(
+        !client[0].contains("keepalive") && !upstream[0].contains("keepalive"),
+        "{client:?} {upstream:?}"
+    );
+}

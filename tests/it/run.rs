@@ -885,3 +885,142 @@ fn without_a_log_file_only_warnings_and_the_summary_reach_stderr() {
         out.stderr
     );
 }
+
+/// CMD talks to the admin socket at `sock` (python3: one line or one GET),
+/// then fetches `http://127.0.0.1:PORT/` through the proxy.
+fn steer_script(sock: &std::path::Path, send: &str, port: u16) -> String {
+    format!(
+        r#"
+        python3 - <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect({sock:?})
+    try:
+        s.sendall({send:?}.encode())
+    except OSError:
+        pass  # answered and closed before the request was read: read the answer
+
+    s.settimeout(10)
+    got = b""
+    while not got.endswith(b"\n") or got.startswith(b"HTTP"):
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    print("admin=" + got.decode(errors="replace").splitlines()[0] if got else "admin=closed")
+except OSError as e:
+    print("admin-error=" + str(e))
+PY
+        body=$(curl -sS --max-time 20 --noproxy '' -x "$HTTP_PROXY" http://127.0.0.1:{port}/) && echo "proxied=$body"
+        exit 0
+        "#,
+        sock = sock.display().to_string(),
+    )
+}
+
+#[test]
+fn a_unix_admin_socket_with_control_is_refused_under_run() {
+    if !namespaces_expected() {
+        return;
+    }
+    let origin = must_not_accept();
+    let dir = TempDir::new("run-admin-control");
+    let sock = dir.path().join("admin.sock");
+    let line = r#"{"cmd":"add-rule","rule":{"name":"escape","action":"allow","cidr":"127.0.0.1/32"}}
+"#;
+    let script = steer_script(&sock, line, origin.port());
+    let admin = format!("unix:{}", sock.display());
+    let out = run_sh(&["--admin", &admin, "--admin-control"], &script);
+    assert_eq!(
+        origin.accepted(),
+        0,
+        "CMD steered the proxy: {}",
+        out.stdout
+    );
+    assert_eq!(out.code(), Some(2), "refused at start: {}", out.stderr);
+    assert!(
+        !out.stdout.contains("admin="),
+        "CMD never ran: {}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains("--admin-control") && out.stderr.contains("--admin 127.0.0.1:"),
+        "the reason names the safe forms: {}",
+        out.stderr
+    );
+}
+
+#[test]
+fn cmd_is_refused_on_a_metrics_only_unix_admin_socket() {
+    if !namespaces_expected() {
+        return;
+    }
+    let origin = http_server(BODY);
+    let dir = TempDir::new("run-admin-peer");
+    let sock = dir.path().join("admin.sock");
+    let script = steer_script(
+        &sock,
+        "GET /stats HTTP/1.1\r\nHost: x\r\n\r\n",
+        origin.port(),
+    );
+    let admin = format!("unix:{}", sock.display());
+    let port = origin.port().to_string();
+    let out = run_sh(
+        &["--admin", &admin, "--allow", &format!("127.0.0.1:{port}")],
+        &script,
+    );
+    assert_isolated(&out);
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines.contains(&"admin=HTTP/1.1 403 Forbidden"),
+        "CMD's admin request must be refused: {lines:?}"
+    );
+    assert!(
+        out.stderr.contains("inside run's sandbox"),
+        "the refusal is logged: {}",
+        out.stderr
+    );
+    assert!(
+        lines.contains(&format!("proxied={}", BODY.trim_end()).as_str()),
+        "the proxy still serves CMD: {lines:?}"
+    );
+}
+
+#[test]
+fn a_tcp_admin_on_the_hosts_loopback_is_out_of_cmds_reach() {
+    if !namespaces_expected() {
+        return;
+    }
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let script = format!(
+        r#"
+        curl -sS --max-time 5 --noproxy '*' http://127.0.0.1:{port}/stats >/dev/null 2>&1; echo "direct=$?"
+        code=$(curl -sS --max-time 20 --noproxy '' -x "$HTTP_PROXY" -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}/stats); echo "proxied=$code"
+        exit 0
+        "#
+    );
+    let admin = format!("127.0.0.1:{port}");
+    // Even a rule naming the admin port does not open it to CMD.
+    let out = run_sh(
+        &["--admin", &admin, "--admin-control", "--allow", &admin],
+        &script,
+    );
+    assert_isolated(&out);
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines.contains(&"direct=7"), "no route to it: {lines:?}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("proxied=4")),
+        "the proxy refuses its own admin endpoint: {lines:?}"
+    );
+    assert!(
+        !out.stderr.contains("control:"),
+        "no control line ran: {}",
+        out.stderr
+    );
+}
