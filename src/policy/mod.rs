@@ -20,6 +20,7 @@ mod memory;
 mod path;
 mod request;
 mod rule;
+pub mod secret;
 mod spec;
 #[cfg(test)]
 mod tests;
@@ -202,6 +203,8 @@ pub struct Policy {
     /// Policy-wide audit mode: every denial becomes would-deny.
     audit: bool,
     memory: InspectedMemory,
+    /// `[[secrets]]`: placeholders inspected exchanges replace (or refuse).
+    secrets: Option<Arc<secret::Secrets>>,
 }
 
 /// Why a target was refused (or, in audit mode, would have been).
@@ -376,6 +379,16 @@ impl Policy {
         }
         Arc::make_mut(&mut self.rules).retain(|r| &*r.name != name);
         true
+    }
+
+    /// The secrets inspected exchanges inject (`None`: none).
+    pub fn secrets(&self) -> Option<&Arc<secret::Secrets>> {
+        self.secrets.as_ref()
+    }
+
+    /// Sets the secrets (an empty set is none).
+    pub fn set_secrets(&mut self, secrets: secret::Secrets) {
+        self.secrets = (!secrets.is_empty()).then(|| Arc::new(secrets));
     }
 
     /// Turns policy-wide audit mode on or off: when on, every denial of a
