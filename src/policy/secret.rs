@@ -155,7 +155,10 @@ impl Secrets {
             if list.iter().any(|s| *s.name == c.name) {
                 return Err((
                     at("name"),
-                    format!("{:?} names an earlier secret too: names must be unique", c.name),
+                    format!(
+                        "{:?} names an earlier secret too: names must be unique",
+                        c.name
+                    ),
                 ));
             }
             let value = match (&c.env, &c.file) {

@@ -302,7 +302,12 @@ fn serve(tls: &mut Tls) -> io::Result<()> {
             .conn
             .alpn_protocol()
             .map_or("-".to_owned(), |p| String::from_utf8_lossy(p).into_owned());
-        let body = format!("{method} {path}\n");
+        // `/echo-headers...`: the head as received follows (what a proxy
+        // injected into it shows there).
+        let body = match path.starts_with("/echo-headers") {
+            true => format!("{method} {path}\n{}", String::from_utf8_lossy(&head)),
+            false => format!("{method} {path}\n"),
+        };
         write!(
             tls,
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
