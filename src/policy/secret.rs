@@ -18,6 +18,9 @@ use super::{Host, Target};
 /// What every placeholder starts with: recognisable in logs and headers.
 pub const PLACEHOLDER_PREFIX: &str = "portcullis-secret-";
 
+/// A head's header lines, as parsed: names as received, values as bytes.
+pub type Headers = Vec<(String, Vec<u8>)>;
+
 /// One `[[secrets]]` table as written.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -142,25 +145,6 @@ impl Secrets {
         let mut list: Vec<Secret> = Vec::with_capacity(configs.len());
         for (i, c) in configs.iter().enumerate() {
             let at = |k: &str| format!("secrets[{i}].{k}");
-            if !valid_name(&c.name) {
-                return Err((
-                    at("name"),
-                    format!(
-                        "{:?}: a secret's name is the variable CMD gets its placeholder in: \
-                         letters, digits and '_', not starting with a digit",
-                        c.name
-                    ),
-                ));
-            }
-            if list.iter().any(|s| *s.name == c.name) {
-                return Err((
-                    at("name"),
-                    format!(
-                        "{:?} names an earlier secret too: names must be unique",
-                        c.name
-                    ),
-                ));
-            }
             let value = match (&c.env, &c.file) {
                 (Some(var), None) => match std::env::var_os(var) {
                     Some(v) => v.into_encoded_bytes(),
@@ -196,56 +180,19 @@ impl Secrets {
                     ))
                 }
             };
-            let source = if c.env.is_some() { "env" } else { "file" };
-            if value.is_empty() {
-                return Err((at(source), "the secret's value is empty".into()));
-            }
-            // The value goes into header values: nothing that could end a
-            // header line or smuggle another one.
-            if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-                return Err((
-                    at(source),
-                    "the secret's value holds control characters (a line break?): \
-                     a header value cannot carry it"
-                        .into(),
-                ));
-            }
-            if c.hosts.is_empty() {
-                return Err((
-                    at("hosts"),
-                    "a secret needs the hosts it may be sent to: hosts = [\"api.example.com\"]"
-                        .into(),
-                ));
-            }
-            let mut hosts = Vec::with_capacity(c.hosts.len());
-            for (j, h) in c.hosts.iter().enumerate() {
-                hosts.push(match parse_host_pattern(h) {
-                    Ok(Pattern::Host(p)) => Dest::Name(p),
-                    Ok(Pattern::Addr(a)) => Dest::Addr(a),
-                    Err(e) => return Err((format!("secrets[{i}].hosts[{j}]"), e)),
-                });
-            }
-            let headers = match &c.headers {
-                None => None,
-                Some(hs) if hs.is_empty() => {
-                    return Err((
-                        at("headers"),
-                        "an empty list allows no header: leave headers out to allow any".into(),
-                    ))
-                }
-                Some(hs) => Some(hs.iter().map(|h| h.trim().to_ascii_lowercase()).collect()),
-            };
-            list.push(Secret {
-                name: c.name.as_str().into(),
-                placeholder: placeholder(key, &c.name),
-                value,
-                env: c.env.clone(),
-                hosts,
-                hosts_text: c.hosts.clone(),
-                headers,
-            });
+            list.push(Secret::compile(i, c, value, key, &list)?);
         }
         Ok(Secrets { list })
+    }
+
+    /// Secrets with the values given (tests: no environment, no files).
+    #[cfg(test)]
+    pub(crate) fn with_values(configs: &[(SecretConfig, &str)], key: &[u8; 32]) -> Secrets {
+        let mut list = Vec::new();
+        for (i, (c, v)) in configs.iter().enumerate() {
+            list.push(Secret::compile(i, c, v.as_bytes().to_vec(), key, &list).unwrap());
+        }
+        Secrets { list }
     }
 
     /// Whether there are none.
@@ -278,7 +225,7 @@ impl Secrets {
         target: &str,
         headers: &[(String, Vec<u8>)],
         dest: &Target,
-    ) -> Result<Option<Vec<(String, Vec<u8>)>>, SecretRefusal> {
+    ) -> Result<Option<Headers>, SecretRefusal> {
         if self.list.is_empty() {
             return Ok(None);
         }
@@ -294,7 +241,7 @@ impl Secrets {
                 });
             }
         }
-        let mut out: Option<Vec<(String, Vec<u8>)>> = None;
+        let mut out: Option<Headers> = None;
         for (i, (name, value)) in headers.iter().enumerate() {
             if find(value, PLACEHOLDER_PREFIX.as_bytes()).is_none() {
                 continue;
@@ -333,6 +280,86 @@ impl Secrets {
             }
         }
         Ok(out)
+    }
+}
+
+impl Secret {
+    /// Secret `i` of the file with its `value` read, checked against the
+    /// secrets before it.
+    fn compile(
+        i: usize,
+        c: &SecretConfig,
+        value: Vec<u8>,
+        key: &[u8; 32],
+        before: &[Secret],
+    ) -> Result<Secret, (String, String)> {
+        let at = |k: &str| format!("secrets[{i}].{k}");
+        if !valid_name(&c.name) {
+            return Err((
+                at("name"),
+                format!(
+                    "{:?}: a secret's name is the variable CMD gets its placeholder in: \
+                     letters, digits and '_', not starting with a digit",
+                    c.name
+                ),
+            ));
+        }
+        if before.iter().any(|s| *s.name == c.name) {
+            return Err((
+                at("name"),
+                format!(
+                    "{:?} names an earlier secret too: names must be unique",
+                    c.name
+                ),
+            ));
+        }
+        let source = if c.file.is_some() { "file" } else { "env" };
+        if value.is_empty() {
+            return Err((at(source), "the secret's value is empty".into()));
+        }
+        // The value goes into header values: nothing that could end a
+        // header line or smuggle another one.
+        if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+            return Err((
+                at(source),
+                "the secret's value holds control characters (a line break?): \
+                 a header value cannot carry it"
+                    .into(),
+            ));
+        }
+        if c.hosts.is_empty() {
+            return Err((
+                at("hosts"),
+                "a secret needs the hosts it may be sent to: hosts = [\"api.example.com\"]".into(),
+            ));
+        }
+        let mut hosts = Vec::with_capacity(c.hosts.len());
+        for (j, h) in c.hosts.iter().enumerate() {
+            hosts.push(match parse_host_pattern(h) {
+                Ok(Pattern::Host(p)) => Dest::Name(p),
+                Ok(Pattern::Addr(a)) => Dest::Addr(a),
+                Err(e) => return Err((format!("secrets[{i}].hosts[{j}]"), e)),
+            });
+        }
+        let headers = match &c.headers {
+            None => None,
+            Some(hs) if hs.is_empty() => {
+                return Err((
+                    at("headers"),
+                    "an empty list allows no header: leave headers out to allow any".into(),
+                ))
+            }
+            Some(hs) => Some(hs.iter().map(|h| h.trim().to_ascii_lowercase()).collect()),
+        };
+        Ok(Secret {
+            name: c.name.as_str().into(),
+            placeholder: placeholder(key, &c.name),
+            value,
+            env: c.env.clone(),
+            hosts,
+            hosts_text: c.hosts.clone(),
+            headers,
+        })
     }
 }
 
@@ -452,5 +479,139 @@ pub fn protect_process() {
     #[cfg(target_os = "linux")]
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         log::warn!("secrets: cannot mark the proxy non-dumpable (prctl): {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: [u8; 32] = [1; 32];
+
+    fn config(name: &str, hosts: &[&str]) -> SecretConfig {
+        SecretConfig {
+            name: name.into(),
+            env: Some("X".into()),
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            ..SecretConfig::default()
+        }
+    }
+
+    fn one(hosts: &[&str]) -> Secrets {
+        Secrets::with_values(&[(config("TOKEN", hosts), "v4lue")], &KEY)
+    }
+
+    fn to(host: &str) -> Target {
+        Target::new(host, 443).unwrap()
+    }
+
+    fn header(v: &str) -> Vec<(String, Vec<u8>)> {
+        vec![("Authorization".into(), v.as_bytes().to_vec())]
+    }
+
+    #[test]
+    fn placeholders_are_recognisable_keyed_and_never_the_value() {
+        let p = placeholder(&KEY, "TOKEN");
+        assert!(p.starts_with("portcullis-secret-TOKEN-"), "{p}");
+        assert_eq!(p.len(), "portcullis-secret-TOKEN-".len() + 32);
+        assert_eq!(p, placeholder(&KEY, "TOKEN"), "stable for one key");
+        assert_ne!(p, placeholder(&[2; 32], "TOKEN"), "unguessable without it");
+        assert_ne!(p, placeholder(&KEY, "OTHER"));
+        let s = one(&["api.test"]);
+        assert_eq!(s.placeholder_vars(), [("TOKEN".to_string(), p)]);
+        assert!(!format!("{s:?}").contains("v4lue"), "Debug hides the value");
+    }
+
+    #[test]
+    fn hosts_use_the_rule_syntax() {
+        let s = one(&["API.test.", "*.wild.test", "192.0.2.7"]);
+        let p = placeholder(&KEY, "TOKEN");
+        for (host, ok) in [
+            ("api.test", true),
+            ("x.api.test", false),
+            ("a.wild.test", true),
+            ("wild.test", false),
+            ("192.0.2.7", true),
+            ("192.0.2.8", false),
+            ("api.test.evil", false),
+        ] {
+            let got = s.inject("/", &header(&format!("Bearer {p}")), &to(host));
+            assert_eq!(got.is_ok(), ok, "{host}: {got:?}");
+            if ok {
+                assert_eq!(got.unwrap().unwrap(), header("Bearer v4lue"));
+            }
+        }
+    }
+
+    #[test]
+    fn headers_limit_where_it_travels_in_any_case() {
+        let mut c = config("TOKEN", &["api.test"]);
+        c.headers = Some(vec!["x-api-KEY".into()]);
+        let s = Secrets::with_values(&[(c, "v4lue")], &KEY);
+        let p = placeholder(&KEY, "TOKEN");
+        let ok = vec![("X-Api-Key".to_string(), p.clone().into_bytes())];
+        assert!(s.inject("/", &ok, &to("api.test")).unwrap().is_some());
+        let err = s.inject("/", &header(&p), &to("api.test")).unwrap_err();
+        assert_eq!(&*err.secret, "TOKEN");
+        assert!(err.why.contains("Authorization header"), "{}", err.why);
+        assert!(!err.why.contains("v4lue"));
+    }
+
+    #[test]
+    fn two_secrets_in_one_value_and_near_misses() {
+        let s = Secrets::with_values(
+            &[
+                (config("A", &["api.test"]), "va"),
+                (config("B", &["api.test"]), "vb"),
+            ],
+            &KEY,
+        );
+        let (a, b) = (placeholder(&KEY, "A"), placeholder(&KEY, "B"));
+        let got = s.inject("/", &header(&format!("{a}:{b}")), &to("api.test"));
+        assert_eq!(got.unwrap().unwrap(), header("va:vb"));
+        // A truncated or foreign placeholder is just text.
+        let near = a[..a.len() - 1].to_string();
+        assert_eq!(s.inject("/", &header(&near), &to("api.test")), Ok(None));
+        // One of them may not go: the whole request is refused.
+        let s = Secrets::with_values(
+            &[
+                (config("A", &["api.test"]), "va"),
+                (config("B", &["other.test"]), "vb"),
+            ],
+            &KEY,
+        );
+        let err = s.inject("/", &header(&format!("{a}:{b}")), &to("api.test"));
+        assert_eq!(&*err.unwrap_err().secret, "B");
+    }
+
+    #[test]
+    fn bad_tables_name_their_key() {
+        let err = |c: SecretConfig, v: &str| {
+            let mut list = Vec::new();
+            let first = Secret::compile(0, &config("FIRST", &["a.test"]), b"x".to_vec(), &KEY, &[])
+                .unwrap();
+            list.push(first);
+            Secret::compile(1, &c, v.as_bytes().to_vec(), &KEY, &list).unwrap_err()
+        };
+        assert_eq!(err(config("1BAD", &["a.test"]), "v").0, "secrets[1].name");
+        assert_eq!(err(config("FIRST", &["a.test"]), "v").0, "secrets[1].name");
+        assert_eq!(err(config("OK", &[]), "v").0, "secrets[1].hosts");
+        assert_eq!(
+            err(config("OK", &["a.test:443"]), "v").0,
+            "secrets[1].hosts[0]"
+        );
+        let (key, why) = err(config("OK", &["a.test"]), "line\r\nX-Injected: 1");
+        assert_eq!(key, "secrets[1].env");
+        assert!(why.contains("control characters") && !why.contains("Injected"));
+        assert_eq!(err(config("OK", &["a.test"]), "").0, "secrets[1].env");
+        let mut c = config("OK", &["a.test"]);
+        c.headers = Some(vec![]);
+        assert_eq!(err(c, "v").0, "secrets[1].headers");
+        let both = SecretConfig {
+            file: Some("f".into()),
+            ..config("OK", &["a.test"])
+        };
+        let e = Secrets::load(&[both], None, &KEY).unwrap_err();
+        assert!(e.1.contains("exactly one of env"), "{e:?}");
     }
 }

@@ -343,12 +343,11 @@ impl Exchange {
     /// [`Secrets::inject`](crate::policy::secret::Secrets::inject). The
     /// destination is the tunnel's (`Host` was checked against it) or the
     /// absolute URI's.
-    #[allow(clippy::type_complexity)]
     fn inject(
         &self,
         head: &RequestHead,
         uri: Option<&Named>,
-    ) -> Result<Option<Vec<(String, Vec<u8>)>>, crate::policy::secret::SecretRefusal> {
+    ) -> Result<Option<crate::policy::secret::Headers>, crate::policy::secret::SecretRefusal> {
         let Some(secrets) = &self.config.secrets else {
             return Ok(None);
         };
