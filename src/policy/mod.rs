@@ -561,9 +561,20 @@ impl Policy {
 
     /// Legal but probably unintended settings, one sentence each: a plaintext
     /// inspect rule covering port 443, audit mode, `mode = "audit"` on a rule
-    /// that can deny nothing.
+    /// that can deny nothing, a secret whose hosts no rule inspects.
     pub fn warnings(&self) -> Vec<String> {
-        describe::warnings(&self.rules, self.audit)
+        let mut w = describe::warnings(&self.rules, self.audit);
+        for s in self.secrets.iter().flat_map(|s| s.iter()) {
+            let raw = s.uninspected_hosts(&self.rules);
+            if !raw.is_empty() {
+                w.push(format!(
+                    "secret {:?}: no rule inspects or terminates TLS for {}: a placeholder sent                      there travels in a raw tunnel and is never replaced; add a rule with                      tls = \"terminate\" (or inspect = \"http\" for plaintext) for those hosts",
+                    s.name(),
+                    raw.join(", ")
+                ));
+            }
+        }
+        w
     }
 }
 

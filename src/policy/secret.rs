@@ -110,6 +110,34 @@ impl Secret {
         })
     }
 
+    /// The hosts (as written) no inspecting allow rule covers: there a
+    /// placeholder travels inside a raw tunnel and cannot be replaced.
+    pub(crate) fn uninspected_hosts(&self, rules: &[super::rule::Rule]) -> Vec<&str> {
+        let inspecting = || {
+            rules
+                .iter()
+                .filter(|r| r.action == super::Action::Allow && r.inspect.is_some())
+        };
+        self.hosts
+            .iter()
+            .zip(&self.hosts_text)
+            .filter(|(d, _)| {
+                !inspecting().any(|r| match d {
+                    // A name the pattern covers stands for all of them.
+                    Dest::Name(HostPattern::Exact(n)) => r.host_matches(&Host::Domain(n.clone())),
+                    Dest::Name(HostPattern::Suffix(s)) => {
+                        r.host_matches(&Host::Domain(format!("x{s}")))
+                    }
+                    Dest::Name(HostPattern::Any) => r.hosts.contains(&HostPattern::Any),
+                    Dest::Addr(a) => {
+                        r.host_matches(&Host::Ip(*a)) || r.cidrs.iter().any(|c| c.contains(*a))
+                    }
+                })
+            })
+            .map(|(_, t)| t.as_str())
+            .collect()
+    }
+
     fn allows_header(&self, name: &str) -> bool {
         self.headers
             .as_ref()
