@@ -391,6 +391,14 @@ impl Policy {
         self.secrets = (!secrets.is_empty()).then(|| Arc::new(secrets));
     }
 
+    /// Keeps `from`'s secrets when this policy brings none (a policy
+    /// replaced over control is rules only: the file's secrets stay).
+    pub fn keep_secrets_of(&mut self, from: &Policy) {
+        if self.secrets.is_none() {
+            self.secrets.clone_from(&from.secrets);
+        }
+    }
+
     /// Turns policy-wide audit mode on or off: when on, every denial of a
     /// connection or a request becomes would-deny and is let through.
     pub fn set_audit(&mut self, on: bool) {

@@ -612,6 +612,18 @@ mod tests {
         assert_eq!(&*err.unwrap_err().secret, "B");
     }
 
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn protect_process_makes_it_non_dumpable() {
+        use nix::sys::prctl::{get_dumpable, set_dumpable};
+        protect_process();
+        let got = get_dumpable();
+        // The test binary's other tests read /proc/self freely either way;
+        // put it back all the same.
+        set_dumpable(true).unwrap();
+        assert_eq!(got, Ok(false));
+    }
+
     #[test]
     fn bad_tables_name_their_key() {
         let err = |c: SecretConfig, v: &str| {
