@@ -821,8 +821,8 @@ fn env_prints_the_proxys_placeholders_and_a_reload_rereads_the_value() {
     );
 
     let proxy = start(&cfg);
-    let authorized = |proxy: &ChildProxy| {
-        let proxy_url = format!("http://{}", proxy.addr);
+    let authorized = |proxy: &ChildProxy, via: &str| {
+        let proxy_url = format!("{via}://{}", proxy.addr);
         let out = curl(&[
             "-sS",
             "--cacert",
@@ -836,11 +836,14 @@ fn env_prints_the_proxys_placeholders_and_a_reload_rereads_the_value() {
         ]);
         text(&out)
     };
-    let first = authorized(&proxy);
-    assert!(
-        first.contains("Authorization: Bearer first-v4lue"),
-        "{first}"
-    );
+    // CONNECT and SOCKS5 alike.
+    for via in ["http", "socks5h"] {
+        let first = authorized(&proxy, via);
+        assert!(
+            first.contains("Authorization: Bearer first-v4lue"),
+            "{via}: {first}"
+        );
+    }
 
     std::fs::write(&key, "second-v4lue").unwrap();
     nix::sys::signal::kill(
@@ -849,7 +852,7 @@ fn env_prints_the_proxys_placeholders_and_a_reload_rereads_the_value() {
     )
     .unwrap();
     proxy.wait_for_line("the reload", |l| l.contains("policy reloaded"));
-    let second = authorized(&proxy);
+    let second = authorized(&proxy, "http");
     assert!(
         second.contains("Authorization: Bearer second-v4lue"),
         "{second}"
