@@ -924,6 +924,10 @@ fn check_warns_about_secrets_no_rule_inspects_and_never_prints_a_value() {
         "FINE's hosts are all terminated: {all}"
     );
     assert!(
+        out.contains("secret: KEY (file; value not shown) to api.test, raw.test; CMD gets portcullis-secret-KEY-"),
+        "{out}"
+    );
+    assert!(
         !all.contains("s3cr3t"),
         "a value in --check's output: {all}"
     );
