@@ -969,7 +969,10 @@ print(r.status_code, r.text)'
             .args(["--admin", &admin.to_string()])
             .args(["--", "sh", "-c", &script]);
         let running = Running::start(cmd);
-        running.wait_stdout("done");
+        // Three clients start up first: bounded like a whole run.
+        wait_for("`done` on CMD's stdout", RUN_LIMIT, || {
+            running.stdout.lock().unwrap().iter().any(|l| l == "done")
+        });
         let pages = admin_page(admin, "/stats") + &admin_page(admin, "/metrics");
         std::fs::write(&marker, "").unwrap();
         let out = running.finish();
