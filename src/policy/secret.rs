@@ -74,6 +74,13 @@ impl fmt::Debug for Secret {
     }
 }
 
+impl Drop for Secret {
+    fn drop(&mut self) {
+        // A reload drops the old values: leave no copy in freed memory.
+        self.value.fill(0);
+    }
+}
+
 impl Secret {
     /// The secret's name (CMD's variable).
     pub fn name(&self) -> &str {
