@@ -60,6 +60,11 @@ impl Proxy {
 
     /// Binds the listeners in `config` and adds the already-bound `adopted` ones after them.
     fn with_listeners(config: Config, adopted: Vec<Listener>, hooks: Hooks) -> io::Result<Proxy> {
+        if config.policy.secrets().is_some() {
+            // It holds secret values from here on: no core dumps, no ptrace,
+            // no /proc/PID/mem or environ for processes of the same uid.
+            crate::policy::secret::protect_process();
+        }
         let (workers, shared) = Workers::new(config, adopted, hooks)?;
         Ok(Proxy {
             workers,
@@ -313,6 +318,9 @@ impl ProxyHandle {
     /// longer allows are closed (reason `policy-reload`), the rest carry on.
     /// Returns at once; [`replace_policy`](Self::replace_policy) waits.
     pub fn reload(&self, policy: Policy) {
+        if policy.secrets().is_some() {
+            crate::policy::secret::protect_process();
+        }
         self.shared.send(Control::Reload(policy));
     }
     /// Reads the upstream trust roots again (the platform's store, which

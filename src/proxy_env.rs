@@ -141,7 +141,9 @@ impl ProxyEnv {
             listener.protocol,
             config.auth.as_ref(),
         );
-        Ok(env.with_extra(tls_ca_vars(config)))
+        Ok(env
+            .with_extra(tls_ca_vars(config))
+            .with_extra(secret_vars(config)))
     }
 
     /// Adds (or replaces) variables: the hook for whatever else a program
@@ -203,6 +205,39 @@ fn java_trust_store(ca: &CertAuthority, dir: &std::path::Path) -> std::io::Resul
     // A fixed stamp: the same roots make the same file.
     let store = portcullis::tls::jks::trust_store(&certs, "portcullis", 0);
     write_by_hash(dir, "java-trust", "jks", &store)
+}
+
+/// Each `[[secrets]]` name with its placeholder: what CMD holds instead of
+/// the value.
+pub fn secret_vars(config: &Config) -> Vec<Var> {
+    config
+        .policy
+        .secrets()
+        .map(|s| s.placeholder_vars())
+        .unwrap_or_default()
+}
+
+/// The variables of this process that must not reach CMD: every secret's
+/// `env` source, and any variable whose value holds a secret's value.
+pub fn secret_scrub(config: &Config) -> Vec<std::ffi::OsString> {
+    let Some(secrets) = config.policy.secrets() else {
+        return Vec::new();
+    };
+    let mut out: Vec<std::ffi::OsString> = secrets
+        .iter()
+        .filter_map(|s| s.env_source().map(Into::into))
+        .collect();
+    for (name, value) in std::env::vars_os() {
+        let value = value.as_encoded_bytes();
+        let holds = secrets.iter().any(|s| {
+            let v = s.value();
+            value.windows(v.len()).any(|w| w == v)
+        });
+        if holds && !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    out
 }
 
 /// When a rule terminates TLS: the variables that make programs trust the

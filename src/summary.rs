@@ -110,6 +110,20 @@ pub fn render(setup: &Setup, args: &Args, warnings: &[String]) -> String {
         Some(p) => writeln!(s, "upstream_proxy: {p} (rules may say direct)"),
         None => writeln!(s, "upstream_proxy: none (every tunnel is dialled directly)"),
     };
+    // Names, sources and hosts: never a value.
+    for secret in c.policy.secrets().iter().flat_map(|s| s.iter()) {
+        let source = match secret.env_source() {
+            Some(var) => format!("env {var}"),
+            None => "file".into(),
+        };
+        let _ = writeln!(
+            s,
+            "secret: {} ({source}; value not shown) to {}; CMD gets {}",
+            secret.name(),
+            secret.hosts().join(", "),
+            secret.placeholder(),
+        );
+    }
     let t = &c.timeouts;
     let idle = t.idle.map_or_else(|| "off".into(), format_duration);
     let _ = writeln!(

@@ -16,6 +16,7 @@ use super::{
     Timeouts, TlsConfig, UnixAccess, UnixGroup,
 };
 use crate::auth::{HashedUser, PhcHash};
+use crate::policy::secret::{placeholder_key, SecretConfig, Secrets};
 use crate::policy::{builtin_default_rule, Policy, PolicyError, RuleConfig, RuleMode};
 
 #[derive(Debug, Default, Deserialize)]
@@ -45,6 +46,8 @@ struct RawFile {
     /// srt's settings JSON, whose `network` section adds rules.
     #[serde(default)]
     srt_settings: Option<PathBuf>,
+    #[serde(default)]
+    secrets: Vec<SecretConfig>,
 }
 
 /// `[admin]`: the admin endpoint.
@@ -358,6 +361,11 @@ pub struct ConfigFile {
     /// `srt_settings`: srt's settings JSON (relative to the file), whose
     /// `network` section the front end adds as rules (`config::srt`).
     pub srt_settings: Option<PathBuf>,
+    /// `[[secrets]]` as written; their values are read when the
+    /// configuration is compiled (so every reload reads them again).
+    pub secrets: Vec<SecretConfig>,
+    /// The directory relative `file` paths of secrets start from.
+    base: Option<PathBuf>,
     /// The text parsed, to point errors at line and column.
     source: Option<Source>,
     /// How many of `rules` came from the file (the rest were appended).
@@ -549,6 +557,8 @@ impl ConfigFile {
             admin,
             log_format,
             srt_settings: raw.srt_settings,
+            secrets: raw.secrets,
+            base: base.map(Path::to_path_buf),
             source: None,
             file_rules,
         })
@@ -605,7 +615,13 @@ impl ConfigFile {
 
     /// Builds and validates a [`Config`] with `policy` instead of compiling
     /// [`rules`](ConfigFile::rules) (which are ignored).
-    pub fn with_policy(self, policy: Policy) -> Result<Config, ConfigError> {
+    pub fn with_policy(self, mut policy: Policy) -> Result<Config, ConfigError> {
+        if !self.secrets.is_empty() {
+            let key = placeholder_key(self.tls.state_dir.as_deref());
+            let secrets = Secrets::load(&self.secrets, self.base.as_deref(), key)
+                .map_err(|(k, e)| self.attach(ConfigError::key(k, e)))?;
+            policy.set_secrets(secrets);
+        }
         let config = Config {
             listeners: self
                 .listeners

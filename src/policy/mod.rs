@@ -20,6 +20,7 @@ mod memory;
 mod path;
 mod request;
 mod rule;
+pub mod secret;
 mod spec;
 #[cfg(test)]
 mod tests;
@@ -203,6 +204,8 @@ pub struct Policy {
     /// Policy-wide audit mode: every denial becomes would-deny.
     audit: bool,
     memory: InspectedMemory,
+    /// `[[secrets]]`: placeholders inspected exchanges replace (or refuse).
+    secrets: Option<Arc<secret::Secrets>>,
 }
 
 /// Why a target was refused (or, in audit mode, would have been).
@@ -456,6 +459,24 @@ impl Policy {
         true
     }
 
+    /// The secrets inspected exchanges inject (`None`: none).
+    pub fn secrets(&self) -> Option<&Arc<secret::Secrets>> {
+        self.secrets.as_ref()
+    }
+
+    /// Sets the secrets (an empty set is none).
+    pub fn set_secrets(&mut self, secrets: secret::Secrets) {
+        self.secrets = (!secrets.is_empty()).then(|| Arc::new(secrets));
+    }
+
+    /// Keeps `from`'s secrets when this policy brings none (a policy
+    /// replaced over control is rules only: the file's secrets stay).
+    pub fn keep_secrets_of(&mut self, from: &Policy) {
+        if self.secrets.is_none() {
+            self.secrets.clone_from(&from.secrets);
+        }
+    }
+
     /// Turns policy-wide audit mode on or off: when on, every denial of a
     /// connection or a request becomes would-deny and is let through.
     pub fn set_audit(&mut self, on: bool) {
@@ -650,9 +671,22 @@ impl Policy {
 
     /// Legal but probably unintended settings, one sentence each: a plaintext
     /// inspect rule covering port 443, audit mode, `mode = "audit"` on a rule
-    /// that can deny nothing.
+    /// that can deny nothing, a secret whose hosts no rule inspects.
     pub fn warnings(&self) -> Vec<String> {
-        describe::warnings(&self.rules, self.audit)
+        let mut w = describe::warnings(&self.rules, self.audit);
+        for s in self.secrets.iter().flat_map(|s| s.iter()) {
+            let raw = s.uninspected_hosts(&self.rules);
+            if !raw.is_empty() {
+                w.push(format!(
+                    "secret {:?}: no rule inspects or terminates TLS for {}: a placeholder sent \
+                     there travels in a raw tunnel and is never replaced; add a rule with \
+                     tls = \"terminate\" (or inspect = \"http\" for plaintext) for those hosts",
+                    s.name(),
+                    raw.join(", ")
+                ));
+            }
+        }
+        w
     }
 }
 

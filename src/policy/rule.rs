@@ -25,7 +25,7 @@ pub(crate) enum HostPattern {
 
 impl HostPattern {
     /// Whether the pattern matches the name `d`.
-    fn matches_name(&self, d: &str) -> bool {
+    pub(crate) fn matches_name(&self, d: &str) -> bool {
         match self {
             HostPattern::Any => true,
             HostPattern::Exact(p) => p == d,
@@ -388,14 +388,14 @@ fn compile_inspection(
 }
 
 /// A host pattern is either a name pattern or an address literal (a CIDR).
-enum Pattern {
+pub(crate) enum Pattern {
     Host(HostPattern),
     Addr(IpAddr),
 }
 
 /// Canonicalises a host pattern exactly as targets are canonicalised, so
 /// `EXAMPLE.com.` and `bücher.example` match what clients send.
-fn parse_host_pattern(p: &str) -> Result<Pattern, String> {
+pub(crate) fn parse_host_pattern(p: &str) -> Result<Pattern, String> {
     let p = p.trim();
     if let Some(hint) = url_hint(p) {
         // The table form: `pypi.org:443` would be refused here too (a host

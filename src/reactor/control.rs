@@ -112,7 +112,8 @@ impl Reactor {
     /// several, the other workers: see `workers`). An error changes nothing.
     pub(super) fn execute(&mut self, cmd: Command) -> Result<Reply, String> {
         match cmd {
-            Command::ReplacePolicy(policy) => {
+            Command::ReplacePolicy(mut policy) => {
+                policy.keep_secrets_of(&self.env.policy);
                 self.check_users(&policy)?;
                 self.put_in_force(policy, "replaced over control");
                 Ok(self.policy_reply())

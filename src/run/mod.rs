@@ -43,7 +43,7 @@ use portcullis::{
 };
 
 use crate::args::Args;
-use crate::proxy_env::{tls_ca_vars, Endpoint, ProxyEnv, Var};
+use crate::proxy_env::{secret_scrub, secret_vars, tls_ca_vars, Endpoint, ProxyEnv, Var};
 
 const RUN_AFTER_HELP: &str = "\
 CMD runs in new user, network and PID namespaces (a plain network and PID
@@ -120,6 +120,12 @@ pub fn main(run: RunArgs) -> ExitCode {
     if let Err(e) = signals.thread_block() {
         fatal!("cannot block signals: {e}");
         return ExitCode::FAILURE;
+    }
+    if setup.config.policy.secrets().is_some() {
+        // Before the namespace child forks: it and the proxy both hold the
+        // values (and the environment they came from), CMD only placeholders.
+        portcullis::policy::secret::protect_process();
+        let _ = SCRUB.set(secret_scrub(&setup.config));
     }
     crate::raise_nofile_limit(true);
     crate::log_policy(&run.proxy, setup.rules.as_deref(), &setup.config.policy);
@@ -206,7 +212,8 @@ fn isolated(
         fatal!("run takes at most {} listeners", fdpass::MAX_FDS);
         return ExitCode::from(2);
     }
-    let extra_env = tls_ca_vars(&config);
+    let mut extra_env = tls_ca_vars(&config);
+    extra_env.extend(secret_vars(&config));
     let plan = namespace::Plan {
         listeners: &config.listeners,
         auth: config.auth.as_ref(),
@@ -357,7 +364,8 @@ fn on_host(
             ListenerProtocol::Auto,
         )];
     }
-    let extra_env = tls_ca_vars(&config);
+    let mut extra_env = tls_ca_vars(&config);
+    extra_env.extend(secret_vars(&config));
     let auth = config.auth.clone();
     let protocols: Vec<ListenerProtocol> = config.listeners.iter().map(|l| l.protocol).collect();
     let proxy = match counting(config, tally).build() {
@@ -406,6 +414,9 @@ fn cmd_command(argv: &[OsString], die_with_run: bool) -> std::process::Command {
     use std::os::unix::process::CommandExt;
     let mut cmd = std::process::Command::new(&argv[0]);
     cmd.args(&argv[1..]);
+    for name in SCRUB.get().into_iter().flatten() {
+        cmd.env_remove(name);
+    }
     #[cfg(target_os = "linux")]
     let run_pid = nix::unistd::getpid();
     #[cfg(not(target_os = "linux"))]
@@ -441,6 +452,10 @@ fn cmd_command(argv: &[OsString], die_with_run: bool) -> std::process::Command {
     }
     cmd
 }
+
+/// Variables of `run`'s environment CMD must not inherit (the sources of
+/// secrets' values), set once in [`main`] before anything forks.
+static SCRUB: std::sync::OnceLock<Vec<OsString>> = std::sync::OnceLock::new();
 
 /// The listener the variables point at: the first TCP one, else the first.
 fn primary(

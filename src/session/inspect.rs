@@ -174,6 +174,7 @@ impl Inspect {
         cin.extend(early);
         let config = ExchangeConfig {
             rules,
+            secrets: ctx.policy.secrets().cloned(),
             max_head_bytes: ctx.settings.limits.max_head_bytes,
             ..ExchangeConfig::new(mode)
         };
@@ -229,6 +230,11 @@ impl Inspect {
     /// New request rules after a policy reload (`None`: every request allowed).
     pub(crate) fn set_rules(&mut self, rules: Option<Arc<RequestRules>>) {
         self.ex.set_rules(rules);
+    }
+
+    /// The secrets of a reloaded policy.
+    pub(crate) fn set_secrets(&mut self, secrets: Option<Arc<crate::policy::secret::Secrets>>) {
+        self.ex.set_secrets(secrets);
     }
 
     pub(crate) fn drive(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
@@ -468,6 +474,16 @@ impl Inspect {
     /// Counts and logs each finished request.
     fn records(&mut self, conn: &mut Conn, ctx: &Ctx) {
         for record in self.ex.take_records() {
+            if let Decision::Refused { cause, reason, .. } = &record.decision {
+                if cause == "secret-not-allowed" {
+                    // The reason names the secret and where it was bound,
+                    // never its value.
+                    log::warn!(
+                        "conn={} secret exfiltration attempt refused: {reason}",
+                        conn.id
+                    );
+                }
+            }
             conn.log.requests += 1;
             conn.request(&record, ctx);
             ctx.stats.request(matches!(

@@ -227,6 +227,7 @@ impl Session {
                 let kept = match &mut self.state {
                     State::Inspect(inspect) => {
                         inspect.set_rules(allowed.inspect.clone());
+                        inspect.set_secrets(ctx.policy.secrets().cloned());
                         true
                     }
                     State::Connecting(c) => {

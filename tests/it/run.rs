@@ -1024,3 +1024,186 @@ fn a_tcp_admin_on_the_hosts_loopback_is_out_of_cmds_reach() {
         out.stderr
     );
 }
+
+/// CMD's node client: CONNECT through the proxy by hand (node 20 ignores
+/// the proxy variables), then HTTPS over the tunnel, trusting the CA
+/// bundle `run` points NODE_EXTRA_CA_CERTS at.
+const NODE_SECRET_CLIENT: &str = r#"
+const http = require("http"), https = require("https"), tls = require("tls");
+const proxy = new URL(process.env.HTTPS_PROXY), port = Number(process.argv[1]);
+const req = http.request({ host: proxy.hostname, port: proxy.port, method: "CONNECT", path: `localhost:${port}` });
+req.on("connect", (res, socket) => {
+  if (res.statusCode !== 200) { console.log("node connect " + res.statusCode); process.exit(1); }
+  https.get({ host: "localhost", port, path: "/echo-headers/node", agent: false, socket,
+      servername: "localhost", headers: { Authorization: "Bearer " + process.env.API_TOKEN } }, (r) => {
+    let body = ""; r.on("data", (d) => body += d); r.on("end", () => { console.log(body); process.exit(0); });
+  });
+});
+req.end();
+"#;
+
+/// Reads one admin page (`/stats`, `/metrics`) whole.
+fn admin_page(addr: SocketAddr, path: &str) -> String {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).unwrap();
+    assert!(all.starts_with("HTTP/1.1 200"), "{path}: {all}");
+    all
+}
+
+#[test]
+fn secrets_reach_their_hosts_only_and_cmd_holds_placeholders() {
+    use support::tls::{https_origin, terminate_rule, Cas};
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
+    let port = origin.port();
+    let dir = TempDir::new("run-secrets");
+    // Values no test input could contain by chance.
+    let value = format!("sk-live-{:x}{:x}", std::process::id(), port as u64 * 7919);
+    let file_value = format!("filekey-{value}");
+    std::fs::write(dir.path().join("key.txt"), format!("{file_value}\n")).unwrap();
+    let cfg = dir.path().join("portcullis.toml");
+    // `rules.hosts` covers localhost and 127.0.0.1; the secrets go to
+    // localhost only, so 127.0.0.1 is the allowed host they may not reach.
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}state_dir = \"{}\"\n\n{}\n\
+             [[secrets]]\nname = \"API_TOKEN\"\nenv = \"PORTCULLIS_TEST_SECRET\"\nhosts = [\"localhost\"]\n\n\
+             [[secrets]]\nname = \"FILE_TOKEN\"\nfile = \"key.txt\"\nhosts = [\"localhost\"]\nheaders = [\"X-Api-Key\"]\n",
+            cas.tls_table(),
+            dir.path().join("state").display(),
+            terminate_rule(port, ""),
+        ),
+    )
+    .unwrap();
+    let marker = dir.path().join("go-on");
+    let curl = "curl -sS --max-time 20 --noproxy ''";
+    let script = format!(
+        r#"env > {env_dump}
+        echo "token=$API_TOKEN"
+        {curl} -H "Authorization: Bearer $API_TOKEN" -H "X-Api-Key: $FILE_TOKEN" https://localhost:{port}/echo-headers/curl
+        {curl} -i -H "Authorization: Bearer $API_TOKEN" https://127.0.0.1:{port}/echo-headers/elsewhere
+        {curl} -i -H "Authorization: $FILE_TOKEN" https://localhost:{port}/echo-headers/wrong-header
+        {curl} -i "https://localhost:{port}/echo-headers/in-path?key=$API_TOKEN"
+        python3 -c '
+import os, requests
+s = requests.Session()
+s.trust_env = False
+r = s.get("https://localhost:{port}/echo-headers/python", headers={{"Authorization": "Bearer " + os.environ["API_TOKEN"]}},
+          proxies={{"https": os.environ["HTTPS_PROXY"]}}, verify=os.environ["REQUESTS_CA_BUNDLE"], timeout=20)
+print(r.status_code, r.text)'
+        node -e '{node}' {port}
+        echo done
+        while [ ! -e {marker} ]; do sleep 0.05; done"#,
+        env_dump = dir.path().join("cmd-env").display(),
+        node = NODE_SECRET_CLIENT.replace('\'', "'\\''"),
+        marker = marker.display(),
+    );
+    let isolate = namespaces_expected();
+    for flags in [&[][..], &["--no-isolate"][..]] {
+        if flags.is_empty() && !isolate {
+            continue;
+        }
+        let _ = std::fs::remove_file(&marker);
+        // `run` does not log the admin address: a port free a moment ago.
+        let admin = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let mut cmd = portcullis();
+        cmd.env("PORTCULLIS_TEST_SECRET", &value)
+            // An inherited variable holding the value is scrubbed too.
+            .env("PORTCULLIS_TEST_COPY", format!("x{value}x"))
+            .arg("run")
+            .args(flags)
+            .args(["--config", cfg.to_str().unwrap()])
+            .args(["--admin", &admin.to_string()])
+            .args(["--", "sh", "-c", &script]);
+        let running = Running::start(cmd);
+        // Three clients start up first: bounded like a whole run.
+        wait_for("`done` on CMD's stdout", RUN_LIMIT, || {
+            running.stdout.lock().unwrap().iter().any(|l| l == "done")
+        });
+        let pages = admin_page(admin, "/stats") + &admin_page(admin, "/metrics");
+        std::fs::write(&marker, "").unwrap();
+        let out = running.finish();
+        assert_eq!(out.code(), Some(0), "{flags:?}: {}", out.stderr);
+        let so = &out.stdout;
+
+        let token = so
+            .lines()
+            .find_map(|l| l.strip_prefix("token="))
+            .expect("the token line");
+        assert!(
+            token.starts_with("portcullis-secret-API_TOKEN-") && token.len() == 28 + 32,
+            "{flags:?}: CMD holds a placeholder: {token:?}"
+        );
+        let env_dump = std::fs::read_to_string(dir.path().join("cmd-env")).unwrap();
+        assert!(
+            env_dump.contains(&format!("API_TOKEN={token}")),
+            "{env_dump}"
+        );
+        assert!(env_dump.contains("FILE_TOKEN=portcullis-secret-FILE_TOKEN-"));
+        assert!(
+            !env_dump.contains(&value) && !env_dump.contains("PORTCULLIS_TEST_SECRET"),
+            "{flags:?}: the value or its source reached CMD: {env_dump}"
+        );
+
+        // The origin saw the values, for every client.
+        for client in ["curl", "python", "node"] {
+            let echoed = so
+                .split(&format!("GET /echo-headers/{client}\n"))
+                .nth(1)
+                .unwrap_or_else(|| panic!("{flags:?}: {client} got no echo: {so}"));
+            let head = &echoed[..echoed.find("\n\n").expect("the echoed head")];
+            assert!(
+                head.contains(&format!("Bearer {value}")) && !head.contains(token),
+                "{flags:?}: {client}: the origin got the value: {head}"
+            );
+            if client == "curl" {
+                assert!(head.contains(&format!("X-Api-Key: {file_value}")), "{head}");
+            }
+        }
+        // Refused: another host, a header not listed, the request line.
+        for (what, why) in [
+            ("elsewhere", "may not be sent to 127.0.0.1"),
+            (
+                "wrong-header",
+                "may not be sent in the Authorization header",
+            ),
+            ("in-path", "in the request line"),
+        ] {
+            let answer = so
+                .split("HTTP/1.1 403")
+                .find(|a| a.contains(why))
+                .unwrap_or_else(|| panic!("{flags:?}: {what}: no 403 saying {why:?}: {so}"));
+            assert!(
+                answer.contains("X-Proxy-Error: secret-not-allowed"),
+                "{flags:?}: {what}: {answer}"
+            );
+        }
+        assert!(!so.contains("GET /echo-headers/elsewhere"), "{so}");
+        assert!(
+            out.stderr.contains("secret exfiltration attempt refused")
+                && out
+                    .stderr
+                    .contains("secret API_TOKEN may not be sent to 127.0.0.1"),
+            "{flags:?}: logged, naming the secret: {}",
+            out.stderr
+        );
+        // Nothing the proxy said holds a value.
+        for (what, text) in [("log", &out.stderr), ("admin", &pages)] {
+            assert!(
+                !text.contains(&value) && !text.contains("filekey-"),
+                "{flags:?}: a secret value in the {what}: {text}"
+            );
+        }
+    }
+}

@@ -1299,3 +1299,82 @@ public class Get {
     );
     assert!(log.contains("path=/secure"), "{log}");
 }
+
+#[test]
+fn env_prints_the_proxys_placeholders_and_a_reload_rereads_the_value() {
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
+    let port = origin.port();
+    let dir = TempDir::new("tls-secrets");
+    let key = dir.0.join("token");
+    std::fs::write(&key, "first-v4lue\n").unwrap();
+    let cfg = dir.0.join("portcullis.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}state_dir = \"{}\"\n\n{}\n[[secrets]]\nname = \"TOKEN\"\nfile = \"token\"\nhosts = [\"localhost\"]\n",
+            cas.tls_table(),
+            dir.0.join("state").display(),
+            terminate_rule(port, ""),
+        ),
+    )
+    .unwrap();
+    // `portcullis env` and the proxy draw the same placeholder (the key
+    // file in the state directory), never the value.
+    let env = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["env", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let env = String::from_utf8_lossy(&env.stdout).into_owned();
+    assert!(!env.contains("v4lue"), "{env}");
+    let placeholder = env
+        .lines()
+        .find_map(|l| l.strip_prefix("export TOKEN="))
+        .unwrap_or_else(|| panic!("no TOKEN in env's output: {env}"))
+        .trim_matches('\'')
+        .to_string();
+    assert!(
+        placeholder.starts_with("portcullis-secret-TOKEN-"),
+        "{placeholder}"
+    );
+
+    let proxy = start(&cfg);
+    let authorized = |proxy: &ChildProxy, via: &str| {
+        let proxy_url = format!("{via}://{}", proxy.addr);
+        let out = curl(&[
+            "-sS",
+            "--cacert",
+            cas.proxy.cert_path.to_str().unwrap(),
+            "-p",
+            "-x",
+            &proxy_url,
+            "-H",
+            &format!("Authorization: Bearer {placeholder}"),
+            &format!("https://localhost:{port}/echo-headers/x"),
+        ]);
+        text(&out)
+    };
+    // CONNECT and SOCKS5 alike.
+    for via in ["http", "socks5h"] {
+        let first = authorized(&proxy, via);
+        assert!(
+            first.contains("Authorization: Bearer first-v4lue"),
+            "{via}: {first}"
+        );
+    }
+
+    std::fs::write(&key, "second-v4lue").unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(proxy.pid() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    proxy.wait_for_line("the reload", |l| l.contains("policy reloaded"));
+    let second = authorized(&proxy, "http");
+    assert!(
+        second.contains("Authorization: Bearer second-v4lue"),
+        "{second}"
+    );
+    let log = proxy.log().join("\n");
+    assert!(!log.contains("v4lue"), "a value in the log: {log}");
+}

@@ -1083,3 +1083,67 @@ fn srt_settings_drop_in_with_curl() {
         assert_eq!(local.accepted(), 0, "nothing reached loopback");
     });
 }
+
+#[test]
+fn check_warns_about_secrets_no_rule_inspects_and_never_prints_a_value() {
+    let dir = TempDir::new("policy-secrets");
+    std::fs::write(dir.path().join("key"), "s3cr3t-v4lue-in-a-file\n").unwrap();
+    let text = format!(
+        "[tls]\nstate_dir = \"{}\"\n\n\
+         [[rules]]\nname = \"api\"\naction = \"allow\"\nhost = \"api.test\"\nport = 443\ntls = \"terminate\"\n\n\
+         [[rules]]\nname = \"raw\"\naction = \"allow\"\nhost = \"raw.test\"\nport = 443\n\n\
+         [[secrets]]\nname = \"KEY\"\nfile = \"key\"\nhosts = [\"api.test\", \"raw.test\"]\n\n\
+         [[secrets]]\nname = \"FINE\"\nfile = \"key\"\nhosts = [\"api.test\"]\n",
+        dir.path().join("state").display()
+    );
+    let cfg = write(&dir, "secrets.toml", &text);
+    let (code, out, err) = check(&cfg, &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let all = format!("{out}{err}");
+    assert!(
+        all.contains("secret \"KEY\": no rule inspects or terminates TLS for raw.test:")
+            && all.contains("tls = \"terminate\""),
+        "{all}"
+    );
+    assert!(
+        !all.contains("\"FINE\""),
+        "FINE's hosts are all terminated: {all}"
+    );
+    assert!(
+        out.contains("secret: KEY (file; value not shown) to api.test, raw.test; CMD gets portcullis-secret-KEY-"),
+        "{out}"
+    );
+    assert!(
+        !all.contains("s3cr3t"),
+        "a value in --check's output: {all}"
+    );
+
+    // Mistakes name their key, and never quote the value.
+    for (table, want) in [
+        (
+            "name = \"KEY\"\nfile = \"missing\"\nhosts = [\"api.test\"]",
+            ("secrets[0].file:", "cannot read"),
+        ),
+        (
+            "name = \"KEY\"\nenv = \"PORTCULLIS_TEST_UNSET_VAR\"\nhosts = [\"api.test\"]",
+            ("secrets[0].env:", "PORTCULLIS_TEST_UNSET_VAR is not set"),
+        ),
+        (
+            "name = \"KEY\"\nfile = \"key\"\nhosts = [\"https://api.test\"]",
+            ("secrets[0].hosts[0]", "a rule takes a host, not a URL"),
+        ),
+        (
+            "name = \"KEY-1\"\nfile = \"key\"\nhosts = [\"api.test\"]",
+            ("secrets[0].name", "letters, digits and '_'"),
+        ),
+    ] {
+        let cfg = write(&dir, "bad.toml", &format!("[[secrets]]\n{table}\n"));
+        let (code, out, err) = check(&cfg, &[]);
+        assert_eq!(code, Some(2), "{table}: {out}{err}");
+        assert!(
+            err.contains(want.0) && err.contains(want.1),
+            "{table}: {err}"
+        );
+        assert!(!err.contains("s3cr3t"), "{err}");
+    }
+}

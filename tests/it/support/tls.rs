@@ -314,9 +314,16 @@ fn serve(tls: &mut Tls) -> io::Result<()> {
             .conn
             .alpn_protocol()
             .map_or("-".to_owned(), |p| String::from_utf8_lossy(p).into_owned());
-        // npm's registry endpoints (`npm ping`: /-/ping) answer JSON.
+        // npm's registry endpoints (`npm ping`: /-/ping) answer JSON;
+        // `/echo-headers...`: the head as received follows (what a proxy
+        // injected into it shows there).
         let (kind, body) = if path.starts_with("/-/") {
             ("application/json", "{}\n".to_owned())
+        } else if path.starts_with("/echo-headers") {
+            (
+                "text/plain",
+                format!("{method} {path}\n{}", String::from_utf8_lossy(&head)),
+            )
         } else {
             ("text/plain", format!("{method} {path}\n"))
         };

@@ -84,6 +84,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use crate::policy::secret::Secrets;
 use crate::policy::{RequestRules, Target};
 use crate::protocol::http1::Body;
 
@@ -178,6 +179,10 @@ pub struct ExchangeConfig {
     /// reconnects to log in as someone else). A request without the header
     /// stays the connection's user, as inside a tunnel.
     pub login: Option<SameLogin>,
+    /// `[[secrets]]`: placeholders in request headers are replaced by the
+    /// value when the request goes to one of the secret's hosts, and the
+    /// request is refused (`403 secret-not-allowed`) otherwise.
+    pub secrets: Option<Arc<Secrets>>,
 }
 
 impl ExchangeConfig {
@@ -189,6 +194,7 @@ impl ExchangeConfig {
             max_head_bytes: 32 * 1024,
             upgrades: vec!["websocket".into()],
             login: None,
+            secrets: None,
         }
     }
 }
@@ -571,6 +577,11 @@ impl Exchange {
     /// allowed); they judge the next request parsed.
     pub fn set_rules(&mut self, rules: Option<Arc<RequestRules>>) {
         self.config.rules = rules;
+    }
+
+    /// New secrets after a reload; they apply from the next request parsed.
+    pub fn set_secrets(&mut self, secrets: Option<Arc<Secrets>>) {
+        self.config.secrets = secrets;
     }
 
     /// Holds later requests to this login (see [`ExchangeConfig::login`]).

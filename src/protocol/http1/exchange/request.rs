@@ -268,12 +268,32 @@ impl Exchange {
             Err(refusal) => return self.refuse(n, &judged, refusal),
         };
 
-        // Allowed: forward the head, verbatim in a tunnel, rewritten for the
-        // forward proxy.
+        // Placeholders of secrets: replaced for their hosts, refused elsewhere.
+        let mut head = head;
+        let injected = match self.inject(&head, uri.as_ref()) {
+            Ok(Some(headers)) => {
+                head.headers = headers;
+                true
+            }
+            Ok(None) => false,
+            Err(r) => {
+                let cause = format!("secret-not-allowed; secret={}", r.secret);
+                let refusal = Refusal::proxy(403, "secret-not-allowed", r.why, cause);
+                return self.refuse(n, &judged, refusal);
+            }
+        };
+
+        // Allowed: forward the head, verbatim in a tunnel (but for injected
+        // secrets), rewritten for the forward proxy.
         let out = match (&self.config.mode, &uri) {
             (Mode::Forward { .. }, Some(named)) => {
                 let mut out = Vec::with_capacity(n + 128);
                 rewrite_request(&head, &target, named, &judged, &mut out);
+                Some(out)
+            }
+            _ if injected => {
+                let mut out = Vec::with_capacity(n + 128);
+                http1::write_request_head(&head, &head.target, &HeadEdit::default(), &mut out);
                 Some(out)
             }
             _ => None,
@@ -316,6 +336,27 @@ impl Exchange {
                 ClientAction::Forward(n)
             }
         }
+    }
+
+    /// The head's headers with the placeholders of secrets replaced
+    /// (`None`: none in it), or why it may not go: see
+    /// [`Secrets::inject`](crate::policy::secret::Secrets::inject). The
+    /// destination is the tunnel's (`Host` was checked against it) or the
+    /// absolute URI's.
+    fn inject(
+        &self,
+        head: &RequestHead,
+        uri: Option<&Named>,
+    ) -> Result<Option<crate::policy::secret::Headers>, crate::policy::secret::SecretRefusal> {
+        let Some(secrets) = &self.config.secrets else {
+            return Ok(None);
+        };
+        let dest = match (&self.config.mode, uri) {
+            (Mode::Forward { .. }, Some(named)) => &named.target,
+            (Mode::Forward { upstream, .. }, None) => upstream,
+            (Mode::Tunnel { target, .. }, _) => target,
+        };
+        secrets.inject(&head.target, &head.headers, dest)
     }
 
     /// The request's path-and-query, and the authority of an absolute URI

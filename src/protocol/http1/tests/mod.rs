@@ -5,6 +5,7 @@ mod exchange_bounds;
 mod exchange_flow;
 mod exchange_refusals;
 mod exchange_runs;
+mod exchange_secrets;
 mod exchange_sim;
 mod exchange_upstream;
 mod framing;
