@@ -9,10 +9,17 @@
 # Builds the release binary, starts it on loopback with a policy allowing the
 # loopback upstreams the load generator (examples/soak.rs) starts, runs the
 # load (long WebSockets, short tunnels, denied requests, clients killed
-# mid-stream; every payload hashed and checked at the other end), then prints
+# mid-stream; inspected HTTP tunnels with requests allowed and refused by a
+# request rule; terminated TLS to an in-process origin with its own CA, with
+# WebSockets after the 101 and a [[secrets]] placeholder injected for
+# localhost and refused (secret-not-allowed) for 127.0.0.1; a SIGHUP reload
+# every 3 s; every payload hashed and checked at the other end), then prints
 # sessions, bytes, close reasons from the proxy's SIGUSR1 stats, and the
-# proxy's fd and RSS high-water marks. The last line is `lost: N`; the exit
-# status is non-zero when N > 0 (or anything else failed).
+# proxy's fd and RSS high-water marks. Memory must be flat: the RSS
+# high-water mark of the run's last third may exceed the first third's by
+# at most the larger of 4 MiB and 25% (examples/soak.rs --rss-slack-kib). The last line is `lost: N`; the exit status is non-zero
+# when N > 0 (or anything else failed: wrong refusals, a secret not
+# injected or its value in the proxy's log, reloads not applied, RSS grew).
 set -euo pipefail
 
 minutes=10
@@ -51,6 +58,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# CAs, the origins' ports and the inspecting/terminating rules + secret.
+"$target/$outdir/examples/soak" --prepare "$work"
+
 cat >"$work/soak.toml" <<'TOML'
 [timeouts]
 handshake = "10s"
@@ -66,6 +76,18 @@ action = "allow"
 cidr = "127.0.0.1/32"
 ports = ["1024-65535"]
 TOML
+cat "$work/inspect.toml" >>"$work/soak.toml"
+
+# The secret's value: in the proxy's environment only; the load generator
+# gets it to check what the origin received, and sends the placeholder.
+SOAK_SECRET="soak-value-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+export SOAK_SECRET
+placeholder="$("$target/$outdir/portcullis" env --config "$work/soak.toml" |
+    sed -n "s/^export SOAK_TOKEN='\{0,1\}\([^']*\)'\{0,1\}$/\1/p")"
+case "$placeholder" in
+    portcullis-secret-SOAK_TOKEN-*) ;;
+    *) echo "== no placeholder from portcullis env: '$placeholder'" >&2; exit 1 ;;
+esac
 
 "$target/$outdir/portcullis" --config "$work/soak.toml" --listen 127.0.0.1:0 \
     2>"$work/proxy.log" &
@@ -88,6 +110,7 @@ echo "== proxy pid $proxy_pid on $addr; load for $minutes minute(s)" >&2
 set +e
 cargo run --profile "$profile" --example soak -- \
     --proxy "$addr" --minutes "$minutes" --pid "$proxy_pid" --log "$work/proxy.log" \
+    --work "$work" --placeholder "$placeholder" \
     2> >(sed 's/^/[soak] /' >&2) > "$work/report.txt"
 rc=$?
 set -e
@@ -103,6 +126,11 @@ if kill -0 "$proxy_pid" 2>/dev/null; then
     rc=1
 fi
 grep -E ' (WARN|ERROR) ' "$work/proxy.log" | tail -n 20 >&2 || true
+# The secret's value must appear in no log line.
+if grep -qF "$SOAK_SECRET" "$work/proxy.log"; then
+    echo "== the secret's value appears in the proxy's log" >&2
+    rc=1
+fi
 
 # The report last, so that its final line (`lost: N`) is the script's last line.
 cat "$work/report.txt"
