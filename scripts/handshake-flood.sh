@@ -32,6 +32,7 @@ FLOODERS=${FLOODERS:-16}
 VICTIM_RATE=${VICTIM_RATE:-20}
 SCENARIOS=${SCENARIOS:-"idle tls-flood-off tls-flood plain-flood"}
 WORK=${WORK:-$(mktemp -d /tmp/portcullis-flood.XXXXXX)}
+mkdir -p "$WORK"
 chmod 755 "$WORK"
 
 log() { printf '[flood] %s\n' "$*" >&2; }
@@ -233,7 +234,13 @@ stop_proxy() { # prints the counters the proxy logged at SIGUSR1
 }
 
 victim() { python3 "$WORK/clients.py" victim "$PROXY_PORT" "localhost:$PLAIN_PORT" "$DURATION" "$VICTIM_RATE"; }
-as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups python3 "$WORK/clients.py" "$@"; }
+# A python3 that nobody can run (a root-only pyenv shim will not do).
+NOBODY_PY=""
+for py in /usr/bin/python3 /usr/local/bin/python3 "$(command -v python3)"; do
+    if setpriv --reuid=65534 --regid=65534 --clear-groups "$py" -c '' 2>/dev/null; then NOBODY_PY=$py; break; fi
+done
+[ -n "$NOBODY_PY" ] || { log "no python3 that nobody (uid 65534) can run"; exit 2; }
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$NOBODY_PY" "$WORK/clients.py" "$@"; }
 
 field() { python3 -c "import json,sys; v=json.loads(sys.argv[1]); print(${2})" "$1"; }
 
