@@ -18,8 +18,8 @@
 
 mod admin;
 pub(crate) mod admission;
-pub(crate) mod handshake_rate;
 mod control;
+pub(crate) mod handshake_rate;
 pub(crate) mod listener;
 mod pins;
 mod remote;
