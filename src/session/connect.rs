@@ -136,8 +136,10 @@ fn decide(
             let terminate = allowed.terminates_tls();
             // A terminated handshake costs the loop about half a
             // millisecond: charge the client's budget before dialing, so a
-            // client over it costs a refusal, not a handshake.
-            if terminate && !take_handshake(conn, ctx) {
+            // client over it costs a refusal, not a handshake. (Forward
+            // requests never have the proxy as their TLS server.)
+            let tunnel = matches!(request.dialect, Dialect::Http | Dialect::Socks5);
+            if terminate && tunnel && !take_handshake(conn, ctx) {
                 let who = describe_client(conn.log.peer.key());
                 ctx.stats.handshake_rate_refused();
                 log::debug!(
