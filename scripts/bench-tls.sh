@@ -191,6 +191,10 @@ start_tls_peer() {
                 # -rw: the read/write path (no splice): what a relay that
                 # copies every byte through user space pays without TLS.
                 [ "$label" = portcullis-passthrough-rw ] && printf '[limits]\nsplice = false\n\n'
+                # The setup row opens hundreds of terminated tunnels a second
+                # from one client: past the per-client handshake budget (a
+                # flood defence; scripts/handshake-flood.sh measures it).
+                [ "$label" = portcullis-terminate ] && printf '[limits]\nhandshakes_per_client_per_sec = 0\n\n'
                 printf '[tls]\nca_cert = "%s"\nca_key = "%s"\nupstream_ca = ["%s"]\nstate_dir = "%s"\n\n' \
                     "$WORK/pki/proxy-ca.pem" "$WORK/pki/proxy-ca.key" "$WORK/pki/origin-ca.pem" "$WORK/state"
                 printf '[[rules]]\nname = "bench"\naction = "allow"\nhosts = ["*.bench.test"]\n'

@@ -242,6 +242,13 @@ pub struct Limits {
     pub max_pending_handshakes: usize,
     /// Sessions still in their handshake, per client address (or uid).
     pub max_pending_handshakes_per_client: usize,
+    /// TLS handshakes a client may start per second, on rules that
+    /// terminate TLS (a token bucket per client, charged at CONNECT); 0
+    /// switches the budget off. Past it, the CONNECT gets `429`.
+    pub handshakes_per_client_per_sec: u32,
+    /// How many terminated handshakes a client may start at once before the
+    /// per-second rate applies (the bucket's size).
+    pub handshake_burst_per_client: u32,
     /// Move bulk tunnels through kernel pipes with `splice(2)` (Linux; the
     /// default there when built with the `splice` feature). Off: the
     /// portable read/write path, the one other platforms run.
@@ -286,6 +293,8 @@ impl Limits {
             splice: cfg!(all(target_os = "linux", feature = "splice")),
             max_pending_handshakes: handshakes,
             max_pending_handshakes_per_client: (handshakes / 4).max(1),
+            handshakes_per_client_per_sec: 50,
+            handshake_burst_per_client: 100,
         }
     }
 }
@@ -490,6 +499,12 @@ impl Config {
             if n == 0 {
                 return Err(ConfigError::key(key, "must be at least 1"));
             }
+        }
+        if l.handshakes_per_client_per_sec > 0 && l.handshake_burst_per_client == 0 {
+            return Err(ConfigError::key(
+                "limits.handshake_burst_per_client",
+                "must be at least 1 (to switch the budget off, set limits.handshakes_per_client_per_sec = 0)",
+            ));
         }
         if self.listeners.is_empty() {
             return Err(ConfigError::key(

@@ -38,6 +38,8 @@ pub struct Stats {
     auth_verifications: AtomicU64,
     /// Logins refused because the verifier's queue was full.
     auth_busy: AtomicU64,
+    /// CONNECTs to terminating rules refused at the per-client handshake rate.
+    handshake_rate_refused: AtomicU64,
     /// Decisions by rule.
     pub(crate) rules: RuleStats,
     /// Each worker's own counters (empty when built with `default()`).
@@ -80,6 +82,11 @@ impl Stats {
     }
     pub(crate) fn allowed(&self) {
         self.allowed.fetch_add(1, Relaxed);
+    }
+    /// A CONNECT to a terminating rule was refused: its client's
+    /// handshake budget was spent.
+    pub(crate) fn handshake_rate_refused(&self) {
+        self.handshake_rate_refused.fetch_add(1, Relaxed);
     }
     pub(crate) fn denied(&self) {
         self.denied.fetch_add(1, Relaxed);
@@ -195,6 +202,7 @@ impl Stats {
             auth_failures: self.auth_failures.load(Relaxed),
             auth_verifications: self.auth_verifications.load(Relaxed),
             auth_busy: self.auth_busy.load(Relaxed),
+            handshake_rate_refused: self.handshake_rate_refused.load(Relaxed),
         }
     }
 }
@@ -284,6 +292,9 @@ pub struct StatsSnapshot {
     pub auth_verifications: u64,
     /// Logins refused unverified because the verifier's queue was full.
     pub auth_busy: u64,
+    /// CONNECTs to terminating rules refused because their client's
+    /// handshake budget (`limits.handshakes_per_client_per_sec`) was spent.
+    pub handshake_rate_refused: u64,
 }
 
 impl fmt::Display for StatsSnapshot {
@@ -291,12 +302,12 @@ impl fmt::Display for StatsSnapshot {
         let o = &self.open;
         write!(
             f,
-            "accepted={} allowed={} denied={} open={} (handshake={} resolving={} connecting={} established={} closing={}) bytes_up={} bytes_down={} wakeups={} events={} accept_pauses={} requests={} requests_allowed={} requests_denied={} upgrades={} auth_failures={} auth_verifications={} auth_busy={} closed:",
+            "accepted={} allowed={} denied={} open={} (handshake={} resolving={} connecting={} established={} closing={}) bytes_up={} bytes_down={} wakeups={} events={} accept_pauses={} requests={} requests_allowed={} requests_denied={} upgrades={} auth_failures={} auth_verifications={} auth_busy={} handshake_rate_refused={} closed:",
             self.accepted, self.allowed, self.denied, o.total(), o.handshake, o.resolving,
             o.connecting, o.established, o.closing, self.bytes_up, self.bytes_down,
             self.wakeups, self.events, self.accept_pauses, self.requests,
             self.requests_allowed, self.requests_denied, self.upgrades, self.auth_failures,
-            self.auth_verifications, self.auth_busy
+            self.auth_verifications, self.auth_busy, self.handshake_rate_refused
         )?;
         for (r, n) in self.closed.iter() {
             write!(f, " {r}={n}")?;

@@ -53,6 +53,12 @@ pub(crate) fn render(
         "Sessions whose target policy refused.",
         s.denied,
     );
+    m.single(
+        "portcullis_handshake_rate_refused_total",
+        "counter",
+        "CONNECTs to terminating rules refused at the per-client handshake rate.",
+        s.handshake_rate_refused,
+    );
     m.family(
         "portcullis_rule_sessions_total",
         "counter",

@@ -323,6 +323,10 @@ struct RawLimits {
     max_pending_handshakes: Option<usize>,
     #[serde(default)]
     max_pending_handshakes_per_client: Option<usize>,
+    #[serde(default)]
+    handshakes_per_client_per_sec: Option<u32>,
+    #[serde(default)]
+    handshake_burst_per_client: Option<u32>,
 }
 
 /// A configuration file parsed but not yet compiled: the policy is still a
@@ -496,6 +500,14 @@ impl ConfigFile {
                 .limits
                 .max_pending_handshakes_per_client
                 .unwrap_or(d.max_pending_handshakes_per_client),
+            handshakes_per_client_per_sec: raw
+                .limits
+                .handshakes_per_client_per_sec
+                .unwrap_or(d.handshakes_per_client_per_sec),
+            handshake_burst_per_client: raw
+                .limits
+                .handshake_burst_per_client
+                .unwrap_or(d.handshake_burst_per_client),
         };
 
         let path_of = |key: &str, v: String| {

@@ -19,6 +19,7 @@
 mod admin;
 pub(crate) mod admission;
 mod control;
+pub(crate) mod handshake_rate;
 pub(crate) mod listener;
 mod pins;
 mod remote;
@@ -149,6 +150,7 @@ impl Env {
             policy: &self.policy,
             logins: &self.logins,
             stats: &self.remote.stats,
+            handshake_rates: &self.remote.handshake_rates,
             events: &self.events,
             pins_settled: self.pins_settled,
             now,
@@ -533,8 +535,14 @@ impl Reactor {
         };
         // A loopback client's uid costs two netlink calls; it is asked at once
         // when something will read it (an access line or event, a login's
-        // per-client share), else only when admission needs it.
-        let eager = self.env.events.wants() || self.env.settings.auth.is_some();
+        // per-client share, a handshake budget), else only when admission
+        // needs it.
+        // The handshake-rate budget keys a terminating rule's clients by
+        // uid too (else every local client would share one bucket).
+        let eager = self.env.events.wants()
+            || self.env.settings.auth.is_some()
+            || (self.env.settings.limits.handshakes_per_client_per_sec > 0
+                && self.env.policy.terminates_any());
         let mut pooled = false;
         let mut client = if identifiable && eager {
             if let Some((client, ours)) = tuple(self, &peer) {

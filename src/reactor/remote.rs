@@ -87,6 +87,9 @@ pub(crate) struct Remote {
     doors: Vec<Door>,
     /// The upstream-facing TLS config every worker uses (reloaded on SIGHUP).
     pub(crate) upstream: Arc<crate::session::UpstreamTrust>,
+    /// Every client's terminated-handshake budget, shared by the workers
+    /// (locked once per CONNECT a terminating rule allows).
+    pub(crate) handshake_rates: Mutex<super::handshake_rate::HandshakeRates>,
 }
 
 impl Remote {
@@ -103,6 +106,7 @@ impl Remote {
             admin_addr,
             reactor_threads: Mutex::new(Vec::new()),
             doors,
+            handshake_rates: Mutex::default(),
         }
     }
 

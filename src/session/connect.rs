@@ -18,6 +18,7 @@ use super::refusal::{Dialect, Refusal};
 use super::securing::Securing;
 use super::state::State;
 use super::vetting::Vetting;
+use crate::client::ClientKey;
 use crate::config::ListenAddr;
 use crate::io::Io;
 use crate::io::Stream;
@@ -26,6 +27,7 @@ use crate::policy::{Allowed, Denial, Host, NameVerdict, RequestRules, Route, Tar
 use crate::protocol::http1::SameLogin;
 use crate::protocol::parent::{ParentHandshake, ParentProxy, Progress};
 use crate::protocol::{http, socks5};
+use crate::reactor::handshake_rate::Budget;
 
 /// What the handshake hands on: where to, how to answer, the client's
 /// first payload bytes, and the login later forward-proxy requests are held
@@ -163,6 +165,23 @@ fn decide(
                 );
                 return refuse_request(refusal, &request, client, conn, ctx);
             }
+            let terminate = allowed.terminates_tls();
+            // A terminated handshake costs the loop about half a
+            // millisecond: charge the client's budget before dialing, so a
+            // client over it costs a refusal, not a handshake. (Forward
+            // requests never have the proxy as their TLS server.)
+            let tunnel = matches!(request.dialect, Dialect::Http | Dialect::Socks5);
+            if terminate && tunnel && !take_handshake(conn, ctx) {
+                let who = describe_client(conn.log.peer.key());
+                ctx.stats.handshake_rate_refused();
+                log::debug!(
+                    "conn={} refuse {}: client {who} over its handshake rate",
+                    conn.id,
+                    request.target
+                );
+                let refusal = Refusal::HandshakeRate(who);
+                return refuse_request(refusal, &request, client, conn, ctx);
+            }
             ctx.stats.allowed();
             log::debug!(
                 "conn={} allow {} by rule {}",
@@ -170,7 +189,6 @@ fn decide(
                 request.target,
                 allowed.rule
             );
-            let terminate = allowed.terminates_tls();
             let parent = match &allowed.route {
                 Some(Route::Direct) => None,
                 Some(Route::Parent(p)) => Some(p.clone()),
@@ -194,6 +212,30 @@ fn decide(
             };
             plan.attempt(client, conn, ctx)
         }
+    }
+}
+
+/// Charges the client's terminated-handshake budget: `false` when spent.
+fn take_handshake(conn: &Conn, ctx: &Ctx) -> bool {
+    let limits = &ctx.settings.limits;
+    let budget = Budget {
+        per_sec: limits.handshakes_per_client_per_sec,
+        burst: limits.handshake_burst_per_client,
+    };
+    let mut rates = ctx
+        .handshake_rates
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    rates.take(conn.log.peer.key(), budget, ctx.now)
+}
+
+/// A client key as a refusal names it.
+fn describe_client(key: ClientKey) -> String {
+    match key {
+        ClientKey::Uid(uid) => format!("uid {uid}"),
+        ClientKey::Ip(ip) => ip.to_string(),
+        ClientKey::Unix => "unix-socket peer".into(),
+        ClientKey::Loopback => "loopback".into(),
     }
 }
 

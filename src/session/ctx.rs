@@ -54,6 +54,9 @@ pub(crate) struct Ctx<'a> {
     /// Logins verified already (the reactor fills it from the verifier's answers).
     pub(crate) logins: &'a LoginCache,
     pub(crate) stats: &'a Stats,
+    /// Every client's terminated-handshake budget (shared by the workers).
+    pub(crate) handshake_rates:
+        &'a std::sync::Mutex<crate::reactor::handshake_rate::HandshakeRates>,
     /// Where session and request events go (`Conn::access_line`, `Conn::request`).
     pub(crate) events: &'a EventSink,
     /// The inspected names of the policy in force have been resolved, so

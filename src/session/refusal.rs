@@ -54,6 +54,9 @@ pub(crate) enum Refusal {
     Parent(String),
     /// The proxy is at a limit (named) and takes no new sessions.
     Limit(&'static str),
+    /// The client's terminated-handshake budget is spent (its key, as
+    /// admission names clients).
+    HandshakeRate(String),
 }
 
 impl Refusal {
@@ -70,7 +73,7 @@ impl Refusal {
             Refusal::Resolve(_) => CloseReason::ResolveFailed,
             Refusal::Connect(_) | Refusal::Parent(_) => CloseReason::ConnectFailed,
             Refusal::Timeout => CloseReason::ConnectTimeout,
-            Refusal::Limit(_) => CloseReason::Limit,
+            Refusal::Limit(_) | Refusal::HandshakeRate(_) => CloseReason::Limit,
         }
     }
 
@@ -93,6 +96,10 @@ impl Refusal {
             Refusal::Timeout => "timed out connecting to the target".into(),
             Refusal::Parent(why) => format!("through the parent proxy: {why}"),
             Refusal::Limit(which) => format!("the proxy is at its {which} limit; try again later"),
+            Refusal::HandshakeRate(client) => format!(
+                "client {client} is starting TLS handshakes faster than limits.handshakes_per_client_per_sec allows \
+                 (burst limits.handshake_burst_per_client); slow down, or raise those keys"
+            ),
         }
     }
 
@@ -131,6 +138,9 @@ impl Refusal {
             Refusal::Timeout => "connect-timeout".into(),
             Refusal::Parent(_) => "parent-proxy".into(),
             Refusal::Limit(which) => format!("limit; {which}"),
+            Refusal::HandshakeRate(_) => {
+                "limit; handshake-rate; fix=limits.handshakes_per_client_per_sec".into()
+            }
         }
     }
 
@@ -156,6 +166,7 @@ impl Refusal {
             Refusal::Resolve(_) | Refusal::Connect(_) | Refusal::Parent(_) => 502,
             Refusal::Timeout => 504,
             Refusal::Limit(_) => 503,
+            Refusal::HandshakeRate(_) => 429,
         }
     }
 
@@ -163,7 +174,7 @@ impl Refusal {
         let extra: &[(&str, &str)] = match self {
             Refusal::Method(_) => &[("Allow", "CONNECT")],
             Refusal::AuthRequired => &[("Proxy-Authenticate", "Basic realm=\"portcullis\"")],
-            Refusal::Limit(_) => &[("Retry-After", "1")],
+            Refusal::Limit(_) | Refusal::HandshakeRate(_) => &[("Retry-After", "1")],
             _ => &[],
         };
         http::error_response(self.status(), &self.cause(), &self.describe(), extra)
@@ -188,7 +199,7 @@ impl Refusal {
                 _ => Reply::HostUnreachable,
             },
             Refusal::Timeout => Reply::TtlExpired,
-            Refusal::Parent(_) => Reply::GeneralFailure,
+            Refusal::Parent(_) | Refusal::HandshakeRate(_) => Reply::GeneralFailure,
             // After the greeting's method selection: the request is answered
             // before it is read, so the client is told at its first read.
             Refusal::Limit(_) => {

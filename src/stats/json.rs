@@ -62,6 +62,7 @@ pub(crate) fn stats_value(
         "auth_failures": s.auth_failures,
         "auth_verifications": s.auth_verifications,
         "auth_busy": s.auth_busy,
+        "handshake_rate_refused": s.handshake_rate_refused,
         "rules": by_rule,
     });
     if let (false, Value::Object(m)) = (workers.is_empty(), &mut v) {

@@ -1378,3 +1378,106 @@ fn env_prints_the_proxys_placeholders_and_a_reload_rereads_the_value() {
     let log = proxy.log().join("\n");
     assert!(!log.contains("v4lue"), "a value in the log: {log}");
 }
+
+/// Opens `n` CONNECTs to `target` one after another, reads each answer's
+/// head, closes it, and prints one JSON line: the statuses, the
+/// `X-Proxy-Error` values, and one refusal's body.
+const CONNECTS: &str = r#"
+import socket, sys, json, collections
+host, port, target, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+statuses, errors, body = collections.Counter(), collections.Counter(), ""
+for i in range(n):
+    s = socket.create_connection((host, port))
+    s.settimeout(20)
+    s.sendall(b"CONNECT " + target.encode() + b" HTTP/1.1\r\nHost: " + target.encode() + b"\r\n\r\n")
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    head = data.split(b"\r\n\r\n")[0].decode()
+    lines = head.split("\r\n")
+    statuses[lines[0]] += 1
+    for l in lines[1:]:
+        if l.lower().startswith("x-proxy-error:"):
+            errors[l.split(":", 1)[1].strip()] += 1
+    if b" 429 " in data.split(b"\r\n")[0] and not body:
+        s.settimeout(5)
+        try:
+            while True:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError:
+            pass
+        body = data.split(b"\r\n\r\n", 1)[1].decode(errors="replace")
+    s.close()
+print(json.dumps({"statuses": statuses, "errors": errors, "body": body}), flush=True)
+"#;
+
+/// The per-client handshake-rate budget: `nobody` opening terminated
+/// tunnels faster than `handshakes_per_client_per_sec` allows is refused
+/// at CONNECT (429, naming the key to raise) once its burst is spent,
+/// while root, at the same moment, is still served end to end; the
+/// refusals are counted.
+#[test]
+fn a_client_over_its_handshake_rate_is_refused_and_another_is_served() {
+    const BURST: u64 = 3;
+    const ATTEMPTS: u64 = 12;
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
+    let limits = format!(
+        "\n[limits]\nhandshakes_per_client_per_sec = 1\nhandshake_burst_per_client = {BURST}\n"
+    );
+    let (_dir, cfg) = config(&cas, origin.port(), &limits);
+    let proxy = start(&cfg);
+    let target = format!("localhost:{}", origin.port());
+    let mut flood = crate::load::spawn_python_as(
+        crate::load::NOBODY,
+        CONNECTS,
+        &[
+            proxy.addr.ip().to_string(),
+            proxy.addr.port().to_string(),
+            target,
+            ATTEMPTS.to_string(),
+        ],
+    );
+    let lines = crate::load::Lines::of(&mut flood);
+    let summary = lines.next("nobody's summary", std::time::Duration::from_secs(60));
+    eprintln!("nobody: {summary}");
+    let v: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    let count = |k: &str, key: &str| v[k][key].as_u64().unwrap_or(0);
+    let served = count("statuses", "HTTP/1.1 200 Connection established");
+    let refused = count("statuses", "HTTP/1.1 429 Too Many Requests");
+    assert_eq!(served + refused, ATTEMPTS, "{summary}");
+    // The burst, then (at 1/s) at most one more per second the loop took.
+    assert!(served >= BURST, "{summary}");
+    assert!(refused >= 1, "{summary}");
+    assert_eq!(
+        count(
+            "errors",
+            "limit; handshake-rate; fix=limits.handshakes_per_client_per_sec"
+        ),
+        refused,
+        "{summary}"
+    );
+    let body = v["body"].as_str().unwrap();
+    assert!(body.contains("client uid 65534"), "{body}");
+    assert!(
+        body.contains("limits.handshakes_per_client_per_sec"),
+        "{body}"
+    );
+
+    // Root has a bucket of its own: served through the terminated tunnel.
+    let url = format!("https://localhost:{}/v1/hello", origin.port());
+    let o = curl_https(&proxy, "http", &cas.proxy, &url);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("GET /v1/hello"), "{out}");
+
+    let st = proxy.stats();
+    assert_eq!(stat(&st, "handshake_rate_refused"), refused, "{st:?}");
+    assert_eq!(stat(&st, "closed.limit"), refused, "{st:?}");
+}

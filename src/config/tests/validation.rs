@@ -124,3 +124,27 @@ fn workers_is_a_count_or_auto() {
     c.limits.workers = 0;
     assert_eq!(invalid_key(&c), "limits.workers");
 }
+
+#[test]
+fn the_handshake_budget_parses_defaults_and_refuses_an_empty_bucket() {
+    let d = Limits::default();
+    assert_eq!(
+        (
+            d.handshakes_per_client_per_sec,
+            d.handshake_burst_per_client
+        ),
+        (50, 100)
+    );
+    let text = "[limits]\nhandshakes_per_client_per_sec = 7\nhandshake_burst_per_client = 9\n";
+    let f = ConfigFile::parse(text).unwrap();
+    assert_eq!(f.limits.handshakes_per_client_per_sec, 7);
+    assert_eq!(f.limits.handshake_burst_per_client, 9);
+
+    let mut c = valid();
+    c.limits.handshake_burst_per_client = 0;
+    assert_eq!(invalid_key(&c), "limits.handshake_burst_per_client");
+    // Off: the burst is not read.
+    c.limits.handshakes_per_client_per_sec = 0;
+    assert_eq!(c.validate(), Ok(()));
+    assert!(ConfigFile::parse("[limits]\nhandshakes_per_client_per_sec = -1\n").is_err());
+}

@@ -43,6 +43,7 @@ struct Harness {
     policy: Policy,
     logins: crate::auth::cache::LoginCache,
     stats: Stats,
+    handshake_rates: std::sync::Mutex<crate::reactor::handshake_rate::HandshakeRates>,
     /// Where the session's events go: `seen`.
     sink: EventSink,
     seen: Arc<Mutex<Vec<Event>>>,
@@ -80,6 +81,7 @@ impl Harness {
             policy,
             logins: crate::auth::cache::LoginCache::new(16),
             stats: Stats::default(),
+            handshake_rates: Default::default(),
             sink: EventSink::default(),
             seen: Arc::default(),
             now: Instant::now(),
@@ -118,6 +120,7 @@ impl Harness {
             policy: &self.policy,
             logins: &self.logins,
             stats: &self.stats,
+            handshake_rates: &self.handshake_rates,
             events: &self.sink,
             pins_settled: self.pins_settled,
             now: self.now,
