@@ -157,42 +157,16 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// character, misplaced or wrong padding, impossible length, or non-zero
 /// unused bits, so each credential has exactly one encoding per padding style).
 fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
-    fn sextet(c: u8) -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    }
-    let unpadded = match text {
-        [rest @ .., b'=', b'='] if text.len() % 4 == 0 => rest,
-        [rest @ .., b'='] if text.len() % 4 == 0 => rest,
-        _ => text,
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
+    use base64::Engine;
+    // A length that is a multiple of four is the padded form (or needs no
+    // padding); anything else is the unpadded form.
+    let engine = if text.len() % 4 == 0 {
+        &STANDARD
+    } else {
+        &STANDARD_NO_PAD
     };
-    if unpadded.len() % 4 == 1 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(unpadded.len() / 4 * 3 + 2);
-    for chunk in unpadded.chunks(4) {
-        let mut acc = 0u32;
-        for &c in chunk {
-            acc = (acc << 6) | sextet(c)?;
-        }
-        let bits = 6 * chunk.len();
-        let bytes = bits / 8;
-        let spare = bits % 8;
-        if acc & ((1 << spare) - 1) != 0 {
-            return None;
-        }
-        let acc = acc >> spare;
-        for i in (0..bytes).rev() {
-            out.push((acc >> (8 * i)) as u8);
-        }
-    }
-    Some(out)
+    engine.decode(text).ok()
 }
 
 /// The answer to a successful CONNECT.
