@@ -1,6 +1,7 @@
 //! Escaping for log lines: JSON strings and logfmt values. Whatever a client
 //! controls (a path, a host, a header) goes through here, so it can neither
-//! break a line nor pass for a key.
+//! break a line nor pass for a key. Not serde_json's escaper: it leaves C1
+//! controls and U+2028/U+2029 raw, and logfmt shares this quoting.
 
 use std::fmt::Write;
 
