@@ -56,6 +56,8 @@ pub struct Secret {
     placeholder: String,
     value: Vec<u8>,
     env: Option<String>,
+    /// The file the value came from, if any (as opened).
+    file: Option<PathBuf>,
     hosts: Vec<Dest>,
     /// The hosts as written, for messages.
     hosts_text: Vec<String>,
@@ -96,6 +98,12 @@ impl Secret {
     /// environment).
     pub fn env_source(&self) -> Option<&str> {
         self.env.as_deref()
+    }
+
+    /// The file the value was read from, if any: `run` refuses it, since
+    /// CMD runs with the proxy's uid and files and could read it there.
+    pub fn file_source(&self) -> Option<&Path> {
+        self.file.as_deref()
     }
 
     /// The value: for scrubbing it out of CMD's environment only.
@@ -180,6 +188,7 @@ impl Secrets {
         let mut list: Vec<Secret> = Vec::with_capacity(configs.len());
         for (i, c) in configs.iter().enumerate() {
             let at = |k: &str| format!("secrets[{i}].{k}");
+            let mut source = None;
             let value = match (&c.env, &c.file) {
                 (Some(var), None) => match std::env::var_os(var) {
                     Some(v) => v.into_encoded_bytes(),
@@ -197,6 +206,7 @@ impl Secrets {
                     };
                     match std::fs::read(&path) {
                         Ok(mut v) => {
+                            source = Some(path);
                             while v.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
                                 v.pop();
                             }
@@ -215,7 +225,9 @@ impl Secrets {
                     ))
                 }
             };
-            list.push(Secret::compile(i, c, value, key, &list)?);
+            let mut secret = Secret::compile(i, c, value, key, &list)?;
+            secret.file = source;
+            list.push(secret);
         }
         Ok(Secrets { list })
     }
@@ -391,6 +403,7 @@ impl Secret {
             placeholder: placeholder(key, &c.name),
             value,
             env: c.env.clone(),
+            file: None,
             hosts,
             hosts_text: c.hosts.clone(),
             headers,
