@@ -239,7 +239,12 @@ fn isolated(
         // Second line behind `admin_reachable`: the admin endpoint refuses
         // CMD (a metrics-only Unix socket is reachable through the files).
         match netns_of(child.pid) {
-            Ok(ns) => admin.refuse_netns = Some(ns),
+            Ok(ns) => {
+                admin.refuse_netns = Some(ns);
+                // CMD may leave its network namespace (unshare -Urn) but
+                // not its ancestry.
+                admin.refuse_descendants_of = Some(child.pid.as_raw());
+            }
             Err(e) => {
                 fatal!("cannot read CMD's network namespace: {e}");
                 return ExitCode::FAILURE;

@@ -988,6 +988,49 @@ fn cmd_is_refused_on_a_metrics_only_unix_admin_socket() {
     );
 }
 
+/// CMD leaves its network namespace for a new one of its own (`unshare
+/// -Urn`: a user namespace nested in the sandbox's) and connects to the
+/// metrics-only admin socket from there: the peer's network namespace is
+/// no longer CMD's, but it is still CMD's process (a descendant of the
+/// sandbox), and refused.
+#[test]
+fn cmd_in_a_nested_namespace_is_refused_on_a_unix_admin_socket() {
+    if !namespaces_expected() {
+        return;
+    }
+    let nested = Command::new("unshare")
+        .args(["-Urn", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !nested {
+        eprintln!("unshare -Urn unavailable: nothing to nest");
+        return;
+    }
+    let origin = http_server(BODY);
+    let dir = TempDir::new("run-admin-nested");
+    let sock = dir.path().join("admin.sock");
+    let script = steer_script(
+        &sock,
+        "GET /stats HTTP/1.1\r\nHost: x\r\n\r\n",
+        origin.port(),
+    )
+    .replacen("python3 - <<'PY'", "unshare -Urn python3 - <<'PY'", 1);
+    let admin = format!("unix:{}", sock.display());
+    let port = origin.port().to_string();
+    let out = run_sh(
+        &["--admin", &admin, "--allow", &format!("127.0.0.1:{port}")],
+        &script,
+    );
+    assert_isolated(&out);
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines.contains(&"admin=HTTP/1.1 403 Forbidden"),
+        "CMD's admin request from a nested namespace must be refused: {lines:?} {}",
+        out.stderr
+    );
+}
+
 #[test]
 fn a_tcp_admin_on_the_hosts_loopback_is_out_of_cmds_reach() {
     if !namespaces_expected() {
