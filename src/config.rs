@@ -162,6 +162,11 @@ pub struct AdminConfig {
     /// with `SO_PEERCRED` on Unix-socket connections (Linux): `portcullis
     /// run` sets it to CMD's, so CMD cannot use the endpoint.
     pub refuse_netns: Option<(u64, u64)>,
+    /// Refuse every admin connection from this process or any descendant
+    /// of it (Linux, `SO_PEERCRED` and `/proc/PID/stat`): `portcullis run`
+    /// sets it to CMD's namespace child, so CMD cannot use the endpoint
+    /// from a network namespace of its own (`unshare -Urn`) either.
+    pub refuse_descendants_of: Option<i32>,
 }
 
 impl AdminConfig {
@@ -171,6 +176,7 @@ impl AdminConfig {
             listen,
             control: false,
             refuse_netns: None,
+            refuse_descendants_of: None,
         }
     }
 }

@@ -67,6 +67,7 @@ impl RawAdmin {
             listen,
             control: self.control,
             refuse_netns: None,
+            refuse_descendants_of: None,
         })
     }
 }

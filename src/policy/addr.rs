@@ -84,9 +84,18 @@ fn embedded(a: Ipv6Addr, offset: u8) -> Option<Special> {
     Some(Special { name, range })
 }
 
+/// Whether `addr` reaches one of the addresses `own` says are this host's:
+/// the address itself, or an IPv4 one of them spelled as IPv6 (mapped,
+/// NAT64 `64:ff9b::/96`, 6to4 `2002::/16`), which a translator or relay
+/// delivers to that same IPv4 address.
+fn names_this_host(addr: IpAddr, own: impl Fn(IpAddr) -> bool) -> bool {
+    let canonical = addr.to_canonical();
+    own(addr) || own(canonical) || embedded_v4(canonical).is_some_and(|v4| own(IpAddr::V4(v4)))
+}
+
 /// The special range `addr` belongs to, if any.
 pub(crate) fn special(addr: IpAddr) -> Option<Special> {
-    if super::this_host::contains(addr) {
+    if names_this_host(addr, super::this_host::contains) {
         return Some(Special {
             name: "this-host",
             range: Cidr::new(addr, if addr.is_ipv4() { 32 } else { 128 })?,
@@ -158,6 +167,26 @@ pub(crate) fn ranges_inside(block: Cidr) -> Option<(Cidr, &'static str)> {
 #[cfg(test)]
 mod metadata_tests {
     use super::*;
+
+    #[test]
+    fn this_hosts_ipv4_address_is_recognised_in_its_ipv6_spellings() {
+        let own = |a: IpAddr| a == IpAddr::V4(Ipv4Addr::new(81, 2, 69, 142));
+        for (a, want) in [
+            ("81.2.69.142", true),
+            ("::ffff:81.2.69.142", true),
+            ("64:ff9b::81.2.69.142", true),
+            ("64:ff9b::5102:458e", true),
+            ("2002:5102:458e::1", true),
+            ("2002:5102:458e:ffff::", true),
+            ("81.2.69.143", false),
+            ("64:ff9b::81.2.69.143", false),
+            ("2002:5102:458f::", false),
+            ("2001:db8::81.2.69.142", false),
+        ] {
+            let addr: IpAddr = a.parse().unwrap();
+            assert_eq!(names_this_host(addr, own), want, "{a}");
+        }
+    }
 
     #[test]
     fn metadata_endpoints_outside_link_local_are_single_named_addresses() {

@@ -679,8 +679,9 @@ impl Policy {
             if !raw.is_empty() {
                 w.push(format!(
                     "secret {:?}: no rule inspects or terminates TLS for {}: a placeholder sent \
-                     there travels in a raw tunnel and is never replaced; add a rule with \
-                     tls = \"terminate\" (or inspect = \"http\" for plaintext) for those hosts",
+                     there travels in a raw tunnel (or plaintext HTTP, which a secret without \
+                     plaintext = true is never sent over) and is never replaced; add a rule with \
+                     tls = \"terminate\" for those hosts",
                     s.name(),
                     raw.join(", ")
                 ));

@@ -40,6 +40,12 @@ pub struct SecretConfig {
     /// The request headers it may be sent in (any case); absent: any header.
     #[serde(default)]
     pub headers: Option<Vec<String>>,
+    /// Whether it may also be sent over plaintext HTTP (`http://`, a
+    /// plaintext inspected tunnel). Off by default: there anyone on the path
+    /// reads it, and nothing authenticated the host it goes to, so `hosts`
+    /// would bind it to whoever answers for the name.
+    #[serde(default)]
+    pub plaintext: bool,
 }
 
 /// Where a secret may go.
@@ -56,11 +62,15 @@ pub struct Secret {
     placeholder: String,
     value: Vec<u8>,
     env: Option<String>,
+    /// The file the value came from, if any (as opened).
+    file: Option<PathBuf>,
     hosts: Vec<Dest>,
     /// The hosts as written, for messages.
     hosts_text: Vec<String>,
     /// Lower-case header names; `None`: any header.
     headers: Option<Vec<String>>,
+    /// May go over plaintext HTTP too.
+    plaintext: bool,
 }
 
 impl fmt::Debug for Secret {
@@ -98,6 +108,12 @@ impl Secret {
         self.env.as_deref()
     }
 
+    /// The file the value was read from, if any: `run` refuses it, since
+    /// CMD runs with the proxy's uid and files and could read it there.
+    pub fn file_source(&self) -> Option<&Path> {
+        self.file.as_deref()
+    }
+
     /// The value: for scrubbing it out of CMD's environment only.
     pub fn value(&self) -> &[u8] {
         &self.value
@@ -118,12 +134,16 @@ impl Secret {
     }
 
     /// The hosts (as written) no inspecting allow rule covers: there a
-    /// placeholder travels inside a raw tunnel and cannot be replaced.
+    /// placeholder travels inside a raw tunnel and cannot be replaced. A
+    /// secret without `plaintext = true` counts terminating rules only.
     pub(crate) fn uninspected_hosts(&self, rules: &[super::rule::Rule]) -> Vec<&str> {
         let inspecting = || {
-            rules
-                .iter()
-                .filter(|r| r.action == super::Action::Allow && r.inspect.is_some())
+            rules.iter().filter(|r| {
+                r.action == super::Action::Allow
+                    && r.inspect
+                        .as_ref()
+                        .is_some_and(|i| self.plaintext || i.tls == super::TlsMode::Terminate)
+            })
         };
         self.hosts
             .iter()
@@ -180,6 +200,7 @@ impl Secrets {
         let mut list: Vec<Secret> = Vec::with_capacity(configs.len());
         for (i, c) in configs.iter().enumerate() {
             let at = |k: &str| format!("secrets[{i}].{k}");
+            let mut source = None;
             let value = match (&c.env, &c.file) {
                 (Some(var), None) => match std::env::var_os(var) {
                     Some(v) => v.into_encoded_bytes(),
@@ -197,6 +218,7 @@ impl Secrets {
                     };
                     match std::fs::read(&path) {
                         Ok(mut v) => {
+                            source = Some(path);
                             while v.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
                                 v.pop();
                             }
@@ -215,7 +237,9 @@ impl Secrets {
                     ))
                 }
             };
-            list.push(Secret::compile(i, c, value, key, &list)?);
+            let mut secret = Secret::compile(i, c, value, key, &list)?;
+            secret.file = source;
+            list.push(secret);
         }
         Ok(Secrets { list })
     }
@@ -249,17 +273,20 @@ impl Secrets {
     }
 
     /// The request line `target` and `headers` of a request bound for
-    /// `dest` (only its host counts): `Ok(None)` when no placeholder is in them, `Ok(Some(headers))`
+    /// `dest` (only its host counts), sent inside TLS to it or not (`tls`):
+    /// `Ok(None)` when no placeholder is in them, `Ok(Some(headers))`
     /// with every placeholder replaced by its value when all may go there,
     /// else why not. The first refusal found wins: a header the secret may
-    /// not travel in, a host it may not go to, or a placeholder in the
-    /// request line (never substituted: URLs end up in logs, `Referer`s and
-    /// histories, and a credential there would leak beyond the request).
+    /// not travel in, a host it may not go to, plaintext HTTP for a secret
+    /// without `plaintext = true`, or a placeholder in the request line
+    /// (never substituted: URLs end up in logs, `Referer`s and histories,
+    /// and a credential there would leak beyond the request).
     pub fn inject(
         &self,
         target: &str,
         headers: &[(String, Vec<u8>)],
         dest: &Target,
+        tls: bool,
     ) -> Result<Option<Headers>, SecretRefusal> {
         if self.list.is_empty() {
             return Ok(None);
@@ -305,6 +332,17 @@ impl Secrets {
                              exfiltration attempt refused; add the host to the secret's hosts if it is meant to get it",
                             s.name,
                             s.hosts_text.join(", ")
+                        ),
+                    });
+                }
+                if !tls && !s.plaintext {
+                    return Err(SecretRefusal {
+                        secret: s.name.clone(),
+                        why: format!(
+                            "secret {} is only sent inside TLS, and this request to {dest} is \
+                             plaintext HTTP (anyone on the path could read it): use https://, \
+                             or set plaintext = true on the secret",
+                            s.name
                         ),
                     });
                 }
@@ -391,9 +429,11 @@ impl Secret {
             placeholder: placeholder(key, &c.name),
             value,
             env: c.env.clone(),
+            file: None,
             hosts,
             hosts_text: c.hosts.clone(),
             headers,
+            plaintext: c.plaintext,
         })
     }
 }
@@ -570,7 +610,7 @@ mod tests {
             ("192.0.2.8", false),
             ("api.test.evil", false),
         ] {
-            let got = s.inject("/", &header(&format!("Bearer {p}")), &to(host));
+            let got = s.inject("/", &header(&format!("Bearer {p}")), &to(host), true);
             assert_eq!(got.is_ok(), ok, "{host}: {got:?}");
             if ok {
                 assert_eq!(got.unwrap().unwrap(), header("Bearer v4lue"));
@@ -585,8 +625,10 @@ mod tests {
         let s = Secrets::with_values(&[(c, "v4lue")], &KEY);
         let p = placeholder(&KEY, "TOKEN");
         let ok = vec![("X-Api-Key".to_string(), p.clone().into_bytes())];
-        assert!(s.inject("/", &ok, &to("api.test")).unwrap().is_some());
-        let err = s.inject("/", &header(&p), &to("api.test")).unwrap_err();
+        assert!(s.inject("/", &ok, &to("api.test"), true).unwrap().is_some());
+        let err = s
+            .inject("/", &header(&p), &to("api.test"), true)
+            .unwrap_err();
         assert_eq!(&*err.secret, "TOKEN");
         assert!(err.why.contains("Authorization header"), "{}", err.why);
         assert!(!err.why.contains("v4lue"));
@@ -602,11 +644,14 @@ mod tests {
             &KEY,
         );
         let (a, b) = (placeholder(&KEY, "A"), placeholder(&KEY, "B"));
-        let got = s.inject("/", &header(&format!("{a}:{b}")), &to("api.test"));
+        let got = s.inject("/", &header(&format!("{a}:{b}")), &to("api.test"), true);
         assert_eq!(got.unwrap().unwrap(), header("va:vb"));
         // A truncated or foreign placeholder is just text.
         let near = a[..a.len() - 1].to_string();
-        assert_eq!(s.inject("/", &header(&near), &to("api.test")), Ok(None));
+        assert_eq!(
+            s.inject("/", &header(&near), &to("api.test"), true),
+            Ok(None)
+        );
         // One of them may not go: the whole request is refused.
         let s = Secrets::with_values(
             &[
@@ -615,8 +660,32 @@ mod tests {
             ],
             &KEY,
         );
-        let err = s.inject("/", &header(&format!("{a}:{b}")), &to("api.test"));
+        let err = s.inject("/", &header(&format!("{a}:{b}")), &to("api.test"), true);
         assert_eq!(&*err.unwrap_err().secret, "B");
+    }
+
+    #[test]
+    fn plaintext_http_gets_the_value_only_when_the_secret_says_so() {
+        let p = placeholder(&KEY, "TOKEN");
+        let err = one(&["api.test"])
+            .inject("/", &header(&p), &to("api.test"), false)
+            .unwrap_err();
+        assert_eq!(&*err.secret, "TOKEN");
+        assert!(
+            err.why.contains("only sent inside TLS") && err.why.contains("plaintext = true"),
+            "{}",
+            err.why
+        );
+        let mut c = config("TOKEN", &["api.test"]);
+        c.plaintext = true;
+        let s = Secrets::with_values(&[(c, "v4lue")], &KEY);
+        let got = s.inject("/", &header(&p), &to("api.test"), false);
+        assert_eq!(got.unwrap().unwrap(), header("v4lue"));
+        // Elsewhere is still elsewhere.
+        let err = s
+            .inject("/", &header(&p), &to("x.test"), false)
+            .unwrap_err();
+        assert!(err.why.contains("may not be sent to x.test"), "{}", err.why);
     }
 
     #[cfg(target_os = "linux")]

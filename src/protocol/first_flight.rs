@@ -81,15 +81,58 @@ fn parse_prefix(buf: &[u8]) -> FirstFlight {
         }
         return match sniff(&buf[start..]) {
             Sniff::Http | Sniff::NeedMore => http(buf, start),
-            _ => FirstFlight::Other,
+            _ => other_or_http(buf, start),
         };
     }
     match sniff(buf) {
         Sniff::NeedMore => FirstFlight::NeedMore,
         Sniff::Tls => tls(buf),
         Sniff::Http => http(buf, 0),
-        Sniff::Other => FirstFlight::Other,
+        Sniff::Other => other_or_http(buf, 0),
     }
+}
+
+/// What the sniffer took for neither TLS nor HTTP (it knows methods as
+/// upper-case tokens): still a request if its first line is one, whatever
+/// the method's case or characters (`get /admin HTTP/1.1`: Go's server,
+/// among others, takes any token as a method and routes by `Host`), else
+/// [`FirstFlight::Other`]. A first token and a space with no line end yet
+/// waits for the line (the client decides where segments end).
+fn other_or_http(buf: &[u8], start: usize) -> FirstFlight {
+    let rest = &buf[start..];
+    let token = rest.iter().take_while(|b| is_tchar(**b)).count();
+    if token == 0 || rest.get(token) != Some(&b' ') {
+        return match (token, rest.get(token)) {
+            // Only token bytes so far: the space may come.
+            (1.., None) if rest.len() < MAX_HEAD => FirstFlight::NeedMore,
+            _ => FirstFlight::Other,
+        };
+    }
+    let Some(end) = rest.iter().position(|b| *b == b'\n') else {
+        return if rest.len() > MAX_HEAD {
+            FirstFlight::TooLarge
+        } else {
+            FirstFlight::NeedMore
+        };
+    };
+    let line = rest[..end].strip_suffix(b"\r").unwrap_or(&rest[..end]);
+    let mut words = line.split(|b| *b == b' ');
+    let request_line = words.next().is_some()
+        && words.next().is_some_and(|t| !t.is_empty())
+        && words
+            .next()
+            .is_some_and(|v| v.len() >= 5 && v[..5].eq_ignore_ascii_case(b"HTTP/"))
+        && words.next().is_none();
+    if request_line {
+        http(buf, start)
+    } else {
+        FirstFlight::Other
+    }
+}
+
+/// A `tchar` of RFC 9110 5.6.2 (what a method token is made of).
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 fn http(buf: &[u8], start: usize) -> FirstFlight {
@@ -519,6 +562,34 @@ mod tests {
         assert_eq!(parse(none), FirstFlight::Http { hosts: vec![] });
     }
 
+    /// Methods the sniffer does not know as such (lower case, digits,
+    /// long) still make a request whose `Host` is read, at every split: a
+    /// server such as Go's takes any token as a method.
+    #[test]
+    fn requests_with_unusual_methods_name_their_hosts() {
+        for req in [
+            &b"get /admin/x HTTP/1.1\r\nHost: good.test\r\n\r\n"[..],
+            b"Get /admin/x HTTP/1.1\r\nHost: good.test\r\n\r\n",
+            b"X2 /admin/x HTTP/1.1\r\nHost: good.test\r\n\r\n",
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZ /admin HTTP/1.1\r\nHost: good.test\r\n\r\n",
+            b"\r\nget /admin/x HTTP/1.1\r\nHost: good.test\r\n\r\n",
+        ] {
+            split_everywhere(
+                req,
+                FirstFlight::Http {
+                    hosts: vec!["good.test".into()],
+                },
+            );
+        }
+        // A lower-case version is no HTTP/1.1 a server takes: refused.
+        let v = b"get / http/1.1\r\nHost: good.test\r\n\r\n";
+        assert!(
+            matches!(parse(v), FirstFlight::Malformed(_)),
+            "{:?}",
+            parse(v)
+        );
+    }
+
     #[test]
     fn ambiguous_or_huge_requests_are_refused() {
         let two = b"GET / HTTP/1.1\r\nHost: other.test\r\nHost: good.test\r\n\r\n";
@@ -529,6 +600,8 @@ mod tests {
         let lines = vec![b'\n'; MAX_HEAD + 1];
         assert_eq!(parse(&lines), FirstFlight::TooLarge);
         assert_eq!(parse(b"SSH-2.0-x\r\n"), FirstFlight::Other);
+        let ssh = b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n";
+        assert_eq!(parse(ssh), FirstFlight::Other);
         assert_eq!(parse(&[0x05, 0x01, 0x00]), FirstFlight::Other);
     }
 }

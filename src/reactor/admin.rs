@@ -87,9 +87,9 @@ pub(crate) struct Admin {
     listener: Option<Listener>,
     /// `[admin] control = true`: control lines on the admin socket.
     control: bool,
-    /// Connections from a process in this network namespace are refused
-    /// (`run`: CMD's; see [`from_sandbox`]).
-    refuse_netns: Option<(u64, u64)>,
+    /// Connections from inside this sandbox are refused (`run`: CMD's;
+    /// see [`from_sandbox`]).
+    refuse_netns: Option<Sandbox>,
     conns: Slab<AdminConn>,
     next_gen: u64,
     remote: Arc<Remote>,
@@ -101,7 +101,7 @@ impl Admin {
     pub(crate) fn new(
         listener: Option<Listener>,
         control: bool,
-        refuse_netns: Option<(u64, u64)>,
+        refuse_netns: Option<Sandbox>,
         remote: Arc<Remote>,
     ) -> Admin {
         Admin {
@@ -365,15 +365,49 @@ impl AdminConn {
     }
 }
 
+/// `run`'s sandbox, as the admin endpoint recognises its processes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sandbox {
+    /// CMD's network namespace (device, inode of `/proc/PID/ns/net`).
+    pub(crate) netns: (u64, u64),
+    /// CMD's namespace child: it and its descendants are inside, whatever
+    /// network namespace they moved to.
+    pub(crate) root: Option<i32>,
+}
+
+/// Whether `pid` is `root` or descends from it, by the parent links in
+/// `/proc/PID/stat`; `None` when a link cannot be read (the process or
+/// an ancestor exited meanwhile).
+#[cfg(target_os = "linux")]
+fn descends_from(pid: i32, root: i32) -> Option<bool> {
+    let mut at = pid;
+    // Bounded: a pid chain is never this deep, and a loop must not spin.
+    for _ in 0..4096 {
+        if at == root {
+            return Some(true);
+        }
+        if at <= 1 {
+            return Some(false);
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{at}/stat")).ok()?;
+        // `PID (COMM) STATE PPID ...`: COMM may hold spaces and parentheses.
+        let after = &stat[stat.rfind(')')? + 1..];
+        at = after.split_whitespace().nth(1)?.parse().ok()?;
+    }
+    None
+}
+
 /// The peer's pid when `stream` comes from a process that may be inside
-/// the sandbox whose network namespace is `ns`: a Unix-socket peer (by
-/// `SO_PEERCRED`) with this process's uid whose `/proc/PID/ns/net` is `ns`
-/// or cannot be read (fail closed: CMD keeps the uid, so a peer of another
-/// uid is not CMD). A TCP peer is never inside: the sandbox's network has
+/// `sandbox`: a Unix-socket peer (by `SO_PEERCRED`) with this process's
+/// uid whose `/proc/PID/ns/net` is CMD's, or that descends from CMD's
+/// namespace child (CMD may move to a network namespace of its own), or
+/// that cannot be read (fail closed: CMD keeps the uid, so a peer of
+/// another uid is not CMD). A TCP peer is never inside: the sandbox's network has
 /// no route to any of this process's TCP sockets.
 #[cfg(target_os = "linux")]
-fn from_sandbox(stream: &Stream, ns: (u64, u64)) -> Option<i32> {
+fn from_sandbox(stream: &Stream, sandbox: Sandbox) -> Option<i32> {
     use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let ns = sandbox.netns;
     use std::os::unix::fs::MetadataExt;
     let Stream::Unix(s) = stream else {
         return None;
@@ -386,13 +420,17 @@ fn from_sandbox(stream: &Stream, ns: (u64, u64)) -> Option<i32> {
     }
     let pid = cred.pid();
     match std::fs::metadata(format!("/proc/{pid}/ns/net")) {
-        Ok(m) if (m.dev(), m.ino()) != ns => None,
+        Ok(m) if (m.dev(), m.ino()) != ns => match sandbox.root.map(|r| descends_from(pid, r)) {
+            None | Some(Some(false)) => None,
+            // CMD's, from a namespace of its own; or unknown: closed.
+            Some(Some(true)) | Some(None) => Some(pid),
+        },
         _ => Some(pid),
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn from_sandbox(_: &Stream, _: (u64, u64)) -> Option<i32> {
+fn from_sandbox(_: &Stream, _: Sandbox) -> Option<i32> {
     None
 }
 
@@ -421,5 +459,20 @@ fn answer(route: Route, remote: &Remote) -> Vec<u8> {
         }
         Route::NotFound => http::error(404, "not found: try GET /metrics or GET /stats"),
         Route::MethodNotAllowed => http::error(405, "method not allowed: use GET"),
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::descends_from;
+
+    #[test]
+    fn descent_follows_parent_links_both_ways() {
+        let me = std::process::id() as i32;
+        let parent = nix::unistd::getppid().as_raw();
+        assert_eq!(descends_from(me, me), Some(true));
+        assert_eq!(descends_from(me, parent), Some(true));
+        assert_eq!(descends_from(parent, me), Some(false));
+        assert_eq!(descends_from(1, me), Some(false));
     }
 }

@@ -68,6 +68,22 @@ impl Bucket {
     }
 }
 
+/// The bucket a client is charged to: its own key, but an IPv6 address by
+/// its /64. A host is routinely given a whole /64 (SLAAC, privacy
+/// addresses, a prefix routed to it), so a client keyed by its full
+/// address could open each connection from a new one: a fresh burst each
+/// time, and soon every bucket taken so that the clients that come next
+/// share the overflow bucket with it.
+fn bucket_key(client: ClientKey) -> ClientKey {
+    match client {
+        ClientKey::Ip(std::net::IpAddr::V6(v6)) => {
+            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+            ClientKey::Ip(std::net::Ipv6Addr::from(prefix).into())
+        }
+        other => other,
+    }
+}
+
 /// Every client's bucket.
 #[derive(Debug)]
 pub(crate) struct HandshakeRates {
@@ -95,6 +111,7 @@ impl HandshakeRates {
         if budget.per_sec == 0 {
             return true;
         }
+        let client = bucket_key(client);
         if self.buckets.len() >= self.sweep_at {
             self.sweep(budget, now);
         }
@@ -172,6 +189,23 @@ mod tests {
         let ip = ClientKey::Ip("192.0.2.7".parse().unwrap());
         assert!(r.take(ip, B, t0), "an address is another client");
         assert!(!r.take(uid(1), B, t0));
+    }
+
+    #[test]
+    fn an_ipv6_client_cannot_evade_by_rotating_addresses_in_its_64() {
+        let t0 = Instant::now();
+        let mut r = HandshakeRates::default();
+        let v6 = |s: &str| ClientKey::Ip(s.parse().unwrap());
+        // One address per handshake, all in 2001:db8:1:2::/64.
+        let granted = (0..1_000u32)
+            .filter(|n| r.take(v6(&format!("2001:db8:1:2::{n:x}")), B, t0))
+            .count();
+        assert_eq!(granted, 100, "one burst for the whole /64");
+        assert_eq!(r.len(), 1, "one bucket for the whole /64");
+        assert!(r.take(v6("2001:db8:1:3::1"), B, t0), "another /64");
+        // IPv4 stays per address.
+        assert!(r.take(ClientKey::Ip("192.0.2.1".parse().unwrap()), B, t0));
+        assert!(r.take(ClientKey::Ip("192.0.2.2".parse().unwrap()), B, t0));
     }
 
     #[test]

@@ -28,7 +28,7 @@ use std::time::Instant;
 use mio::{Events, Poll, Waker};
 use slab::Slab;
 
-use super::admin::Admin;
+use super::admin::{Admin, Sandbox};
 use super::admission::Admission;
 use super::listener::Listener;
 use super::remote::Door;
@@ -137,7 +137,12 @@ impl Workers {
             (None, None) => None,
             (listener, _) => {
                 let control = config.admin.as_ref().is_some_and(|a| a.control);
-                let refuse = config.admin.as_ref().and_then(|a| a.refuse_netns);
+                let refuse = config.admin.as_ref().and_then(|a| {
+                    a.refuse_netns.map(|netns| Sandbox {
+                        netns,
+                        root: a.refuse_descendants_of,
+                    })
+                });
                 Some(Admin::new(listener, control, refuse, Arc::clone(&remote)))
             }
         };

@@ -114,6 +114,10 @@ pub fn main(run: RunArgs) -> ExitCode {
         fatal!("{reason}");
         return ExitCode::from(2);
     }
+    if let Some(reason) = secret_file_readable(&setup.config) {
+        fatal!("{reason}");
+        return ExitCode::from(2);
+    }
     // Before any thread exists: every thread, the namespace child and its
     // init inherit the mask, and only sigwait takes these signals.
     let signals = supervise::signals();
@@ -235,7 +239,12 @@ fn isolated(
         // Second line behind `admin_reachable`: the admin endpoint refuses
         // CMD (a metrics-only Unix socket is reachable through the files).
         match netns_of(child.pid) {
-            Ok(ns) => admin.refuse_netns = Some(ns),
+            Ok(ns) => {
+                admin.refuse_netns = Some(ns);
+                // CMD may leave its network namespace (unshare -Urn) but
+                // not its ancestry.
+                admin.refuse_descendants_of = Some(child.pid.as_raw());
+            }
             Err(e) => {
                 fatal!("cannot read CMD's network namespace: {e}");
                 return ExitCode::FAILURE;
@@ -346,6 +355,27 @@ fn admin_reachable(config: &Config, no_isolate: bool) -> Option<String> {
         ));
     }
     None
+}
+
+/// Why `run` refuses the configuration's secrets, if it does: a value read
+/// from a file is readable by CMD, which runs with this uid and sees these
+/// files (`run` isolates the network only), so CMD would not need the
+/// placeholder at all. A value from the proxy's environment is taken out
+/// of CMD's, and the proxy is non-dumpable, so that form is safe.
+fn secret_file_readable(config: &Config) -> Option<String> {
+    let secrets = config.policy.secrets()?;
+    let (i, secret, path) = secrets
+        .iter()
+        .enumerate()
+        .find_map(|(i, s)| s.file_source().map(|p| (i, s, p)))?;
+    Some(format!(
+        "run with secret {name} read from a file (secrets[{i}].file = {path}) is refused: \
+         CMD runs as your uid and sees your files, so it could read the value there; \
+         give it in the proxy's environment instead (env = \"VAR\": run takes VAR out of CMD's environment), \
+         or keep the file where CMD cannot read it and run the proxy apart from the sandbox (portcullis env)",
+        name = secret.name(),
+        path = path.display(),
+    ))
 }
 
 /// CMD on the host's network, with the proxy variables set (and, on macOS,

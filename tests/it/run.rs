@@ -988,6 +988,49 @@ fn cmd_is_refused_on_a_metrics_only_unix_admin_socket() {
     );
 }
 
+/// CMD leaves its network namespace for a new one of its own (`unshare
+/// -Urn`: a user namespace nested in the sandbox's) and connects to the
+/// metrics-only admin socket from there: the peer's network namespace is
+/// no longer CMD's, but it is still CMD's process (a descendant of the
+/// sandbox), and refused.
+#[test]
+fn cmd_in_a_nested_namespace_is_refused_on_a_unix_admin_socket() {
+    if !namespaces_expected() {
+        return;
+    }
+    let nested = Command::new("unshare")
+        .args(["-Urn", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !nested {
+        eprintln!("unshare -Urn unavailable: nothing to nest");
+        return;
+    }
+    let origin = http_server(BODY);
+    let dir = TempDir::new("run-admin-nested");
+    let sock = dir.path().join("admin.sock");
+    let script = steer_script(
+        &sock,
+        "GET /stats HTTP/1.1\r\nHost: x\r\n\r\n",
+        origin.port(),
+    )
+    .replacen("python3 - <<'PY'", "unshare -Urn python3 - <<'PY'", 1);
+    let admin = format!("unix:{}", sock.display());
+    let port = origin.port().to_string();
+    let out = run_sh(
+        &["--admin", &admin, "--allow", &format!("127.0.0.1:{port}")],
+        &script,
+    );
+    assert_isolated(&out);
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines.contains(&"admin=HTTP/1.1 403 Forbidden"),
+        "CMD's admin request from a nested namespace must be refused: {lines:?} {}",
+        out.stderr
+    );
+}
+
 #[test]
 fn a_tcp_admin_on_the_hosts_loopback_is_out_of_cmds_reach() {
     if !namespaces_expected() {
@@ -1066,8 +1109,9 @@ fn secrets_reach_their_hosts_only_and_cmd_holds_placeholders() {
     let dir = TempDir::new("run-secrets");
     // Values no test input could contain by chance.
     let value = format!("sk-live-{:x}{:x}", std::process::id(), port as u64 * 7919);
+    // A second secret, limited to one header. (Not `file = ...`: `run`
+    // refuses that, since CMD could read the file.)
     let file_value = format!("filekey-{value}");
-    std::fs::write(dir.path().join("key.txt"), format!("{file_value}\n")).unwrap();
     let cfg = dir.path().join("portcullis.toml");
     // `rules.hosts` covers localhost and 127.0.0.1; the secrets go to
     // localhost only, so 127.0.0.1 is the allowed host they may not reach.
@@ -1076,7 +1120,7 @@ fn secrets_reach_their_hosts_only_and_cmd_holds_placeholders() {
         format!(
             "{}state_dir = \"{}\"\n\n{}\n\
              [[secrets]]\nname = \"API_TOKEN\"\nenv = \"PORTCULLIS_TEST_SECRET\"\nhosts = [\"localhost\"]\n\n\
-             [[secrets]]\nname = \"FILE_TOKEN\"\nfile = \"key.txt\"\nhosts = [\"localhost\"]\nheaders = [\"X-Api-Key\"]\n",
+             [[secrets]]\nname = \"FILE_TOKEN\"\nenv = \"PORTCULLIS_TEST_SECRET_2\"\nhosts = [\"localhost\"]\nheaders = [\"X-Api-Key\"]\n",
             cas.tls_table(),
             dir.path().join("state").display(),
             terminate_rule(port, ""),
@@ -1119,6 +1163,7 @@ print(r.status_code, r.text)'
             .unwrap();
         let mut cmd = portcullis();
         cmd.env("PORTCULLIS_TEST_SECRET", &value)
+            .env("PORTCULLIS_TEST_SECRET_2", &file_value)
             // An inherited variable holding the value is scrubbed too.
             .env("PORTCULLIS_TEST_COPY", format!("x{value}x"))
             .arg("run")
@@ -1205,5 +1250,49 @@ print(r.status_code, r.text)'
                 "{flags:?}: a secret value in the {what}: {text}"
             );
         }
+    }
+}
+
+/// A secret read from a file under `run`: CMD runs as the same uid with the
+/// same files, so it could simply read the value (`cat key.txt`) and never
+/// need the placeholder. Refused at start, with and without isolation,
+/// naming the safe form; CMD never runs.
+#[test]
+fn a_secret_read_from_a_file_is_refused_under_run() {
+    let dir = TempDir::new("run-secret-file");
+    let value = format!("filekey-{:x}", std::process::id() as u64 * 7919);
+    let key = dir.path().join("key.txt");
+    std::fs::write(&key, format!("{value}\n")).unwrap();
+    let cfg = dir.path().join("portcullis.toml");
+    std::fs::write(
+        &cfg,
+        "[[rules]]\nname = \"api\"\naction = \"allow\"\nhosts = [\"localhost\"]\n\n\
+         [[secrets]]\nname = \"API_TOKEN\"\nfile = \"key.txt\"\nhosts = [\"localhost\"]\n",
+    )
+    .unwrap();
+    let script = format!("echo \"read=$(cat {})\"", key.display());
+    for flags in [&[][..], &["--no-isolate"][..]] {
+        if flags.is_empty() && !namespaces_expected() {
+            continue;
+        }
+        let out = portcullis()
+            .arg("run")
+            .args(flags)
+            .args(["--config", cfg.to_str().unwrap()])
+            .args(["--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let (so, se) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(!so.contains(&value), "{flags:?}: CMD read the value: {so}");
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {so}{se}");
+        assert!(
+            se.contains("secret API_TOKEN read from a file (secrets[0].file")
+                && se.contains("env = \"VAR\"")
+                && !se.contains(&value),
+            "{flags:?}: the reason names the key and the fix: {se}"
+        );
     }
 }

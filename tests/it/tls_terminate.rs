@@ -1481,3 +1481,82 @@ fn a_client_over_its_handshake_rate_is_refused_and_another_is_served() {
     assert_eq!(stat(&st, "handshake_rate_refused"), refused, "{st:?}");
     assert_eq!(stat(&st, "closed.limit"), refused, "{st:?}");
 }
+
+/// A secret goes only inside TLS unless it says `plaintext = true`: a
+/// plaintext inspected request (the forward proxy's `http://`, a CONNECT
+/// tunnel with `inspect = "http"`) carrying the placeholder to one of its
+/// hosts is refused, where anyone on the path could read the value and
+/// nothing authenticated the host. With `plaintext = true` (after a
+/// reload), the origin gets it.
+#[test]
+fn a_secret_is_not_sent_over_plaintext_http_unless_it_says_so() {
+    let origin = Origin::start(|r| ok(r.header("Authorization").unwrap_or("-")));
+    let port = origin.port();
+    let dir = TempDir::new("plain-secrets");
+    std::fs::write(dir.0.join("token"), "plain-v4lue\n").unwrap();
+    let cfg = dir.0.join("portcullis.toml");
+    let write = |more: &str| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "[tls]\nstate_dir = \"{}\"\n\n[[rules]]\nname = \"plain\"\naction = \"allow\"\n\
+                 host = \"127.0.0.1\"\nports = [{port}]\ninspect = \"http\"\n\n\
+                 [[secrets]]\nname = \"TOKEN\"\nfile = \"token\"\nhosts = [\"127.0.0.1\"]\n{more}",
+                dir.0.join("state").display()
+            ),
+        )
+        .unwrap()
+    };
+    write("");
+    let env = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["env", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let env = String::from_utf8_lossy(&env.stdout).into_owned();
+    let placeholder = env
+        .lines()
+        .find_map(|l| l.strip_prefix("export TOKEN="))
+        .unwrap_or_else(|| panic!("no TOKEN in env's output: {env}"))
+        .trim_matches('\'')
+        .to_string();
+    let proxy = start(&cfg);
+    let get = |tunnel: bool| {
+        let proxy_url = format!("http://{}", proxy.addr);
+        let mut args = vec!["-sS", "-i", "-x", &proxy_url];
+        if tunnel {
+            args.push("-p");
+        }
+        let auth = format!("Authorization: Bearer {placeholder}");
+        let url = format!("http://127.0.0.1:{port}/x");
+        args.extend(["-H", &auth, &url]);
+        text(&curl(&args))
+    };
+    for tunnel in [false, true] {
+        let out = get(tunnel);
+        assert!(
+            out.contains("HTTP/1.1 403")
+                && out.contains("X-Proxy-Error: secret-not-allowed; secret=TOKEN")
+                && out.contains("only sent inside TLS")
+                && out.contains("plaintext = true"),
+            "tunnel={tunnel}: {out}"
+        );
+    }
+    assert!(origin.requests().is_empty(), "nothing reached the origin");
+
+    write("plaintext = true\n");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(proxy.pid() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    proxy.wait_for_line("the reload", |l| l.contains("policy reloaded"));
+    for tunnel in [false, true] {
+        let out = get(tunnel);
+        assert!(
+            out.contains("HTTP/1.1 200") && out.contains("Bearer plain-v4lue"),
+            "tunnel={tunnel}: {out}"
+        );
+    }
+    let log = proxy.log().join("\n");
+    assert!(!log.contains("v4lue"), "a value in the log: {log}");
+}

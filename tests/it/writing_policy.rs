@@ -1093,7 +1093,10 @@ fn check_warns_about_secrets_no_rule_inspects_and_never_prints_a_value() {
          [[rules]]\nname = \"api\"\naction = \"allow\"\nhost = \"api.test\"\nport = 443\ntls = \"terminate\"\n\n\
          [[rules]]\nname = \"raw\"\naction = \"allow\"\nhost = \"raw.test\"\nport = 443\n\n\
          [[secrets]]\nname = \"KEY\"\nfile = \"key\"\nhosts = [\"api.test\", \"raw.test\"]\n\n\
-         [[secrets]]\nname = \"FINE\"\nfile = \"key\"\nhosts = [\"api.test\"]\n",
+         [[secrets]]\nname = \"FINE\"\nfile = \"key\"\nhosts = [\"api.test\"]\n\n\
+         [[rules]]\nname = \"plain\"\naction = \"allow\"\nhost = \"plain.test\"\nport = 80\ninspect = \"http\"\n\n\
+         [[secrets]]\nname = \"PLAIN\"\nfile = \"key\"\nhosts = [\"plain.test\"]\n\n\
+         [[secrets]]\nname = \"PLAIN_OK\"\nfile = \"key\"\nhosts = [\"plain.test\"]\nplaintext = true\n",
         dir.path().join("state").display()
     );
     let cfg = write(&dir, "secrets.toml", &text);
@@ -1108,6 +1111,12 @@ fn check_warns_about_secrets_no_rule_inspects_and_never_prints_a_value() {
     assert!(
         !all.contains("\"FINE\""),
         "FINE's hosts are all terminated: {all}"
+    );
+    // Inspected plaintext only: never sent there without plaintext = true.
+    assert!(
+        all.contains("secret \"PLAIN\": no rule inspects or terminates TLS for plain.test:")
+            && !all.contains("\"PLAIN_OK\""),
+        "{all}"
     );
     assert!(
         out.contains("secret: KEY (file; value not shown) to api.test, raw.test; CMD gets portcullis-secret-KEY-"),

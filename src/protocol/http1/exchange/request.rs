@@ -351,12 +351,14 @@ impl Exchange {
         let Some(secrets) = &self.config.secrets else {
             return Ok(None);
         };
-        let dest = match (&self.config.mode, uri) {
-            (Mode::Forward { .. }, Some(named)) => &named.target,
-            (Mode::Forward { upstream, .. }, None) => upstream,
-            (Mode::Tunnel { target, .. }, _) => target,
+        // Inside TLS to the destination: a terminated tunnel (the proxy
+        // speaks TLS on to the origin), or the forward proxy's `https://`.
+        let (dest, tls) = match (&self.config.mode, uri) {
+            (Mode::Forward { .. }, Some(named)) => (&named.target, named.tls),
+            (Mode::Forward { upstream, tls }, None) => (upstream, *tls),
+            (Mode::Tunnel { target, tls }, _) => (target, *tls),
         };
-        secrets.inject(&head.target, &head.headers, dest)
+        secrets.inject(&head.target, &head.headers, dest, tls)
     }
 
     /// The request's path-and-query, and the authority of an absolute URI

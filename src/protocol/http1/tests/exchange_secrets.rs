@@ -16,15 +16,66 @@ fn ph() -> String {
     placeholder(&KEY, "TOKEN")
 }
 
+/// A secret for `hosts` (and `headers`), allowed over plaintext HTTP: the
+/// simulated exchanges here are plaintext.
 fn secrets(hosts: &[&str], headers: Option<&[&str]>) -> Arc<Secrets> {
+    secrets_tls_only(hosts, headers, true)
+}
+
+fn secrets_tls_only(hosts: &[&str], headers: Option<&[&str]>, plaintext: bool) -> Arc<Secrets> {
     let c = SecretConfig {
         name: "TOKEN".into(),
         env: Some("UNUSED".into()),
         hosts: hosts.iter().map(|h| h.to_string()).collect(),
         headers: headers.map(|hs| hs.iter().map(|h| h.to_string()).collect()),
+        plaintext,
         ..SecretConfig::default()
     };
     Arc::new(Secrets::with_values(&[(c, VALUE)], &KEY))
+}
+
+/// Without `plaintext = true` the value goes only inside TLS: a plaintext
+/// tunnel and the forward proxy's `http://` are refused (anyone on the
+/// path would read it, and nothing authenticated the host), the forward
+/// proxy's `https://` gets it.
+#[test]
+fn plaintext_http_is_refused_unless_the_secret_allows_it() {
+    let ph = ph();
+    let s = secrets_tls_only(&["origin.test"], None, false);
+    let plain_tunnel =
+        format!("GET /a HTTP/1.1\r\nHost: origin.test\r\nAuthorization: Bearer {ph}\r\n\r\n");
+    let plain_forward = format!(
+        "GET http://origin.test/a HTTP/1.1\r\nHost: origin.test\r\nAuthorization: Bearer {ph}\r\n\r\n"
+    );
+    for (c, sent) in [(tunnel(), plain_tunnel), (forward(), plain_forward)] {
+        let out = run_split(&with(c, s.clone()), &Script::new(&sent, vec![]));
+        assert_eq!(out.upstream_text(), "", "{sent}");
+        let r = responses(&out.to_client, &["GET"]);
+        assert_eq!(r[0].status, 403, "{sent}");
+        assert_eq!(
+            r[0].header("X-Proxy-Error").unwrap(),
+            "secret-not-allowed; secret=TOKEN"
+        );
+        assert!(
+            r[0].text().contains("only sent inside TLS") && !r[0].text().contains(VALUE),
+            "{}",
+            r[0].text()
+        );
+    }
+    let mut c = with(forward(), s);
+    c.mode = Mode::Forward {
+        upstream: Target::new("origin.test", 443).unwrap(),
+        tls: true,
+    };
+    let sent = format!(
+        "GET https://origin.test/a HTTP/1.1\r\nHost: origin.test\r\nAuthorization: Bearer {ph}\r\n\r\n"
+    );
+    let out = run_split(&c, &Script::new(&sent, vec![Reply::on("GET /a", ok("ok"))]));
+    let up = out.upstream_text();
+    assert!(
+        up.contains(&format!("Authorization: Bearer {VALUE}\r\n")),
+        "{up}"
+    );
 }
 
 fn with(mut c: ExchangeConfig, s: Arc<Secrets>) -> ExchangeConfig {
