@@ -159,6 +159,13 @@ impl Inspect {
         s
     }
 
+    /// A raw tunnel's vetted first request named `host`: every request
+    /// must name it ([`crate::protocol::http1::exchange::ExchangeConfig::vetted_host`]).
+    pub(crate) fn vetted_host(mut self, host: Target) -> Inspect {
+        self.ex.set_vetted_host(Some(host));
+        self
+    }
+
     fn new(
         client: Channel,
         upstream: Channel,

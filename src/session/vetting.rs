@@ -10,7 +10,11 @@
 //! timeout, until [`first_flight::parse`] has a ClientHello or a request
 //! head. What it names is checked by [`crate::policy::Policy::fronting`]:
 //!
-//! - nothing stricter: the buffered bytes go first into a Passthrough;
+//! - nothing stricter: the buffered bytes go first into a Passthrough, or,
+//!   for plaintext HTTP, into an [`super::inspect::Inspect`] with no request
+//!   rules, so that no later request on the connection names another host
+//!   than the first one did (`421`: a keep-alive or pipelined request could
+//!   front too);
 //! - a name a rule refuses: the session closes (a TLS `access_denied`
 //!   alert, or an HTTP `403` `X-Proxy-Error: fronting`);
 //! - a name a rule inspects or terminates: the strictest treatment, that
@@ -31,6 +35,7 @@ use super::closing::answer;
 use super::conn::{Conn, Decision, Reasoned};
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
+use super::inspect::Inspect;
 use super::passthrough::{Passthrough, Preload};
 use super::refusal::Dialect;
 use super::state::State;
@@ -182,6 +187,7 @@ impl Vetting {
         };
         let user = conn.log.user.clone();
         let mut switch_to: Option<(Target, String)> = None;
+        let mut first_named: Option<Target> = None;
         for name in names {
             let named = match named_target(&name, port) {
                 Some(t) => t,
@@ -195,6 +201,7 @@ impl Vetting {
                 }
             };
             let host = named_host(&named);
+            first_named.get_or_insert_with(|| named.clone());
             match ctx
                 .policy
                 .fronting(&self.target, user.as_deref(), &named, ctx.now)
@@ -241,6 +248,32 @@ impl Vetting {
                     ..
                 } = self;
                 super::connect::switch(client, named, dialect, first, conn, ctx)
+            }
+            // Plaintext HTTP: every later request on the connection could
+            // name another host, so the exchange reads them all, with no
+            // request rules: each must name the host the first one did
+            // (421 otherwise).
+            None if !tls && self.from_upstream.is_empty() && first_named.is_some() => {
+                let Vetting {
+                    client,
+                    upstream,
+                    first,
+                    target,
+                    idle,
+                    ..
+                } = self;
+                let inspect = Inspect::tunnel(
+                    Channel::Plain(client),
+                    Channel::Plain(upstream),
+                    target,
+                    &[],
+                    &first,
+                    None,
+                    idle,
+                    ctx,
+                );
+                let host = first_named.expect("checked above");
+                State::Inspect(Box::new(inspect.vetted_host(host)))
             }
             None => self.relay(ctx),
         }

@@ -338,6 +338,90 @@ fn a_host_naming_an_inspected_host_cannot_ride_a_raw_plaintext_tunnel() {
     });
 }
 
+/// A plaintext front that keeps each connection open, answering every
+/// request on it (as origins do) with its request line and Host.
+fn keep_alive_front() -> (Vec<Server>, u16, Seen) {
+    let seen: Seen = Arc::new(Mutex::new(Vec::new()));
+    let mut servers = Vec::new();
+    let mut port = 0;
+    for ip in [GOOD_ADDR, OTHER_ADDR] {
+        let seen = seen.clone();
+        let server = Server::start_on(format!("{ip}:{port}").parse().unwrap(), move |mut tcp| {
+            while let Ok(head) = read_until_blank_line(&mut tcp) {
+                let text = String::from_utf8_lossy(&head).into_owned();
+                let line = text.lines().next().unwrap_or_default().to_owned();
+                let host = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Host: "))
+                    .unwrap_or("-")
+                    .to_owned();
+                seen.lock()
+                    .unwrap()
+                    .push(format!("{line} host={host} at={ip}"));
+                let body = format!("the page at {line} for {host}\n");
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                if tcp.write_all(resp.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        });
+        port = server.port();
+        servers.push(server);
+    }
+    (servers, port, seen)
+}
+
+/// Not only the first request: a keep-alive or pipelined request on a raw
+/// plaintext tunnel that names an inspected host is refused (421), and
+/// never reaches the front; requests naming the first request's host go on.
+#[test]
+fn a_later_request_on_a_raw_plaintext_tunnel_cannot_front_either() {
+    in_netns(&[GOOD_ADDR, OTHER_ADDR], || {
+        let (_front, port, seen) = keep_alive_front();
+        let (_dir, proxy) = proxy("fronting-later", &rules(port, ""));
+        let other = format!("other.test:{port}");
+        let good = format!("good.test:{port}");
+
+        // Keep-alive: the second request names good.test.
+        let mut s = connect_via_http(proxy.addr, &other);
+        s.set_read_timeout(Some(PROMPTLY)).unwrap();
+        write!(s, "GET /first HTTP/1.1\r\nHost: {other}\r\n\r\n").unwrap();
+        let (head, body) = read_response(&mut s);
+        assert_eq!(head.status, 200, "{}{body}", head.raw);
+        write!(s, "GET /same HTTP/1.1\r\nHost: {other}\r\n\r\n").unwrap();
+        let (head, body) = read_response(&mut s);
+        assert_eq!(head.status, 200, "{}{body}", head.raw);
+        write!(s, "GET /admin/page HTTP/1.1\r\nHost: {good}\r\n\r\n").unwrap();
+        let (head, body) = read_response(&mut s);
+        assert_eq!(head.status, 421, "{}{body}", head.raw);
+        assert!(body.contains("good.test"), "{body}");
+
+        // Pipelined, in one write: the same.
+        let mut s = connect_via_http(proxy.addr, &other);
+        s.set_read_timeout(Some(PROMPTLY)).unwrap();
+        write!(
+            s,
+            "GET /pipelined HTTP/1.1\r\nHost: {other}\r\n\r\n\
+             GET /admin/page HTTP/1.1\r\nHost: {good}\r\n\r\n"
+        )
+        .unwrap();
+        let (head, body) = read_response(&mut s);
+        assert_eq!(head.status, 200, "{}{body}", head.raw);
+        let (head, body) = read_response(&mut s);
+        assert_eq!(head.status, 421, "{}{body}", head.raw);
+
+        let served = seen.lock().unwrap().clone();
+        assert!(
+            served.iter().all(|l| !l.contains("/admin/")),
+            "the denied page reached the front: {served:?}"
+        );
+        assert_eq!(served.len(), 3, "{served:?}");
+    });
+}
+
 /// A port no inspecting rule covers is not vetted: a name there that an
 /// inspecting rule covers on another port is relayed, as before.
 #[test]

@@ -183,6 +183,11 @@ pub struct ExchangeConfig {
     /// value when the request goes to one of the secret's hosts, and the
     /// request is refused (`403 secret-not-allowed`) otherwise.
     pub secrets: Option<Arc<Secrets>>,
+    /// A raw tunnel on a port an inspecting rule covers: the host its first
+    /// request named, which the fronting check cleared. Every request must
+    /// name this host (`421` otherwise) instead of the tunnel's target (an
+    /// address, say), so a later request cannot front for another.
+    pub vetted_host: Option<Target>,
 }
 
 impl ExchangeConfig {
@@ -195,6 +200,7 @@ impl ExchangeConfig {
             upgrades: vec!["websocket".into()],
             login: None,
             secrets: None,
+            vetted_host: None,
         }
     }
 }
@@ -571,6 +577,12 @@ impl Exchange {
         let answer = crate::protocol::http::error_response(504, "response-timeout", why, &[]);
         self.close(End::ResponseTimeout, Some((504, answer)));
         true
+    }
+
+    /// The host every request must name, when not the tunnel's target: see
+    /// [`ExchangeConfig::vetted_host`].
+    pub fn set_vetted_host(&mut self, host: Option<Target>) {
+        self.config.vetted_host = host;
     }
 
     /// New request rules after a policy reload (`None`: every request

@@ -451,6 +451,7 @@ impl Exchange {
         uri: Option<&Named>,
     ) -> Result<Decision, Refusal> {
         if let Mode::Tunnel { target, .. } = &self.config.mode {
+            let target = self.config.vetted_host.as_ref().unwrap_or(target);
             let mismatch = uri
                 .and_then(|n| checks::mismatch("the URI", n, target))
                 .or_else(|| {
