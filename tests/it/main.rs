@@ -46,6 +46,7 @@ mod tls_origin;
 mod tls_terminate;
 mod unix_listener;
 mod upgrade;
+mod udp;
 mod users;
 mod websocket;
 mod workers;
