@@ -22,8 +22,8 @@ use super::request::RequestRules;
 use super::rule::{HostPattern, Rule};
 use super::spec::TlsMode;
 use super::{
-    Action, Allowed, Denial, Fix, Fronting, Host, MatchMode, NameVerdict, PortMiss, RuleRef, Target,
-    Verdict,
+    Action, Allowed, Denial, Fix, Fronting, Host, MatchMode, NameVerdict, PortMiss, RuleRef,
+    Target, Verdict,
 };
 
 /// Remembered names of an address (see `memory.rs`).

@@ -52,8 +52,7 @@ impl UdpError {
 
 /// Parses the header at the front of a whole datagram.
 pub fn parse_udp_header(dgram: &[u8]) -> Result<UdpHeader, UdpError> {
-    let (Some(rsv), Some(&frag), Some(&atyp)) = (dgram.get(..2), dgram.get(2), dgram.get(3))
-    else {
+    let (Some(rsv), Some(&frag), Some(&atyp)) = (dgram.get(..2), dgram.get(2), dgram.get(3)) else {
         return Err(UdpError::Truncated);
     };
     if rsv != [0, 0] {

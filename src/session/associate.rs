@@ -118,7 +118,12 @@ pub(crate) fn start(client: Endpoint, port: u16, conn: &mut Conn, ctx: &mut Ctx)
         }
     };
     let Some(local) = client.local_addr() else {
-        return fail(client, "UDP ASSOCIATE: the control connection's address is unknown".into(), conn, ctx);
+        return fail(
+            client,
+            "UDP ASSOCIATE: the control connection's address is unknown".into(),
+            conn,
+            ctx,
+        );
     };
     let local_ip = local.ip().to_canonical();
     let relay = match bind(SocketAddr::new(local_ip, 0))
@@ -132,7 +137,14 @@ pub(crate) fn start(client: Endpoint, port: u16, conn: &mut Conn, ctx: &mut Ctx)
     };
     let relay_addr = match relay.local_addr() {
         Ok(a) => a,
-        Err(e) => return fail(client, format!("UDP ASSOCIATE: relay address: {e}"), conn, ctx),
+        Err(e) => {
+            return fail(
+                client,
+                format!("UDP ASSOCIATE: relay address: {e}"),
+                conn,
+                ctx,
+            )
+        }
     };
     let mut owed = Vec::with_capacity(22);
     socks5::encode_reply(Reply::Succeeded, Some(relay_addr), &mut owed);
@@ -340,7 +352,11 @@ impl Associate {
             conn.deadline = Some(due);
             return State::Associate(self);
         }
-        log::info!("conn={} udp association idle for {:?}: closed", conn.id, self.idle);
+        log::info!(
+            "conn={} udp association idle for {:?}: closed",
+            conn.id,
+            self.idle
+        );
         self.sync(conn);
         State::Done(CloseReason::IdleTimeout)
     }
@@ -615,10 +631,7 @@ impl Associate {
             .map(|ip| SocketAddr::new(*ip, target.port))
             .find(|a| !ctx.settings.own.contains(*a) && *a != self.relay_addr);
         let Some(to) = to else {
-            return refuse(
-                "it is the proxy's own address".into(),
-                Some(&allowed.rule),
-            );
+            return refuse("it is the proxy's own address".into(), Some(&allowed.rule));
         };
         let outcome = if allowed.audit.is_some() {
             Outcome::WouldDeny
@@ -626,7 +639,11 @@ impl Associate {
             Outcome::Allowed
         };
         ctx.stats.rules.connection(Some(&allowed.rule), outcome);
-        log::debug!("conn={} udp allow {target} by rule {}", conn.id, allowed.rule);
+        log::debug!(
+            "conn={} udp allow {target} by rule {}",
+            conn.id,
+            allowed.rule
+        );
         Cached {
             send: Ok(to),
             until,
@@ -634,10 +651,7 @@ impl Associate {
     }
 
     fn verdict(&self, target: &Target, now: Instant) -> Option<Cached> {
-        self.verdicts
-            .get(target)
-            .filter(|c| c.until > now)
-            .copied()
+        self.verdicts.get(target).filter(|c| c.until > now).copied()
     }
 
     fn remember(&mut self, target: Target, cached: Cached, now: Instant) {
@@ -734,7 +748,10 @@ impl Associate {
                         }
                     }
                     _ => {
-                        log::debug!("conn={} udp reply from uncontacted {from}: dropped", conn.id);
+                        log::debug!(
+                            "conn={} udp reply from uncontacted {from}: dropped",
+                            conn.id
+                        );
                         self.drop_one(UdpDrop::Uncontacted, ctx);
                     }
                 }

@@ -108,7 +108,10 @@ mod tests {
         let closed = v["closed"].as_object().unwrap();
         assert_eq!(closed.len(), CloseReason::ALL.len());
         assert_eq!(v["udp"]["dropped"]["denied"], 0);
-        assert_eq!(v["udp"]["dropped"].as_object().unwrap().len(), UdpDrop::ALL.len());
+        assert_eq!(
+            v["udp"]["dropped"].as_object().unwrap().len(),
+            UdpDrop::ALL.len()
+        );
         assert!(stats_value(&StatsSnapshot::default(), &[], &[], None)
             .get("open_fds")
             .is_none());

@@ -209,7 +209,10 @@ fn udp_associate_dns_through_pysocks() {
     // The denied datagram never left (it was sent before the queries, on
     // the same association, and loopback delivery is immediate).
     let mut buf = [0u8; 64];
-    assert!(sink.recv_from(&mut buf).is_err(), "a denied datagram arrived");
+    assert!(
+        sink.recv_from(&mut buf).is_err(),
+        "a denied datagram arrived"
+    );
 
     let body = admin_get(admin, "/metrics");
     assert_eq!(metric(&body, "portcullis_udp_associations_total "), 1);
@@ -226,7 +229,10 @@ fn udp_associate_dns_through_pysocks() {
         1
     );
     assert_eq!(
-        metric(&body, "portcullis_udp_dropped_total{reason=\"uncontacted\"} "),
+        metric(
+            &body,
+            "portcullis_udp_dropped_total{reason=\"uncontacted\"} "
+        ),
         1
     );
     assert_eq!(
@@ -254,4 +260,127 @@ fn udp_associate_dns_through_pysocks() {
         assert!(line.contains(field), "{field} missing: {line}");
     }
     UdpSocket::bind(("127.0.0.1", relay_port)).expect("the relay socket is closed");
+}
+
+/// Opens an association on `proxy` for datagrams from `port`; the control
+/// connection and the relay's address.
+fn associate(proxy: SocketAddr, port: u16) -> (TcpStream, SocketAddr) {
+    let mut c = TcpStream::connect(proxy).unwrap();
+    c.set_read_timeout(Some(crate::support::wait::PROMPTLY))
+        .unwrap();
+    c.write_all(&[5, 1, 0]).unwrap();
+    let mut sel = [0u8; 2];
+    c.read_exact(&mut sel).unwrap();
+    assert_eq!(sel, [5, 0]);
+    let mut req = vec![5, 3, 0];
+    req.extend(crate::support::socks::socks_addr("0.0.0.0", port));
+    c.write_all(&req).unwrap();
+    let (rep, bound) = crate::support::socks::read_socks_reply(&mut c).unwrap();
+    assert_eq!(rep, 0, "UDP ASSOCIATE answered {rep:#04x}");
+    assert_eq!(bound.len(), 6, "an IPv4 relay address: {bound:?}");
+    let ip = std::net::Ipv4Addr::new(bound[0], bound[1], bound[2], bound[3]);
+    let relay = SocketAddr::from((ip, u16::from_be_bytes([bound[4], bound[5]])));
+    (c, relay)
+}
+
+/// A SOCKS UDP datagram to 127.0.0.1:`port` with `frag`.
+fn dgram(port: u16, frag: u8, payload: &[u8]) -> Vec<u8> {
+    let mut d = vec![0, 0, frag];
+    d.extend(crate::support::socks::socks_addr("127.0.0.1", port));
+    d.extend_from_slice(payload);
+    d
+}
+
+/// Bad input on the relay is dropped and counted by reason, and harms
+/// nothing: a datagram from another port than the one the client named, a
+/// malformed header, a fragment; then a good one is echoed. The
+/// association counts against the client's session limit, and idles out.
+#[test]
+fn udp_bad_datagrams_limits_and_idle() {
+    let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let echo_port = echo.local_addr().unwrap().port();
+    thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = echo.recv_from(&mut buf) {
+            let _ = echo.send_to(&buf[..n], from);
+        }
+    });
+    let dir = crate::support::temp_dir::TempDir::new("udp-limits");
+    let config = dir.path().join("p.toml");
+    std::fs::write(&config, "[limits]\nmax_sessions_per_client = 1\n").unwrap();
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let proxy = ChildProxy::start(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--log-format",
+        "json",
+        "--admin",
+        &free.to_string(),
+        "--idle-timeout",
+        "1s",
+        "--allow",
+        &format!("127.0.0.1:{echo_port}"),
+    ]);
+    proxy.wait_for_line("admin endpoint", |l| l.contains("admin endpoint on "));
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(crate::support::wait::PROMPTLY))
+        .unwrap();
+    let other = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (_control, relay) = associate(proxy.addr, client.local_addr().unwrap().port());
+
+    other
+        .send_to(&dgram(echo_port, 0, b"other"), relay)
+        .unwrap();
+    let mut bad = dgram(echo_port, 0, b"rsv");
+    bad[1] = 1;
+    client.send_to(&bad, relay).unwrap();
+    client.send_to(&[0, 0, 0, 9, 1], relay).unwrap();
+    client
+        .send_to(&dgram(echo_port, 1, b"frag"), relay)
+        .unwrap();
+    client
+        .send_to(&dgram(echo_port, 0, b"ping"), relay)
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, from) = client.recv_from(&mut buf).unwrap();
+    assert_eq!(from, relay);
+    assert_eq!(
+        &buf[..n],
+        &dgram(echo_port, 0, b"ping")[..],
+        "the echo, with its header"
+    );
+
+    let body = admin_get(free, "/metrics");
+    for (reason, n) in [
+        ("foreign-source", 1),
+        ("malformed", 2),
+        ("fragment", 1),
+        ("denied", 0),
+    ] {
+        let line = format!("portcullis_udp_dropped_total{{reason=\"{reason}\"}} ");
+        assert_eq!(metric(&body, &line), n, "{reason}");
+    }
+    assert_eq!(
+        metric(&body, "portcullis_udp_bytes_total{direction=\"up\"} "),
+        4
+    );
+    assert_eq!(
+        metric(&body, "portcullis_udp_bytes_total{direction=\"down\"} "),
+        4
+    );
+
+    // The association is this client's one session: another is refused.
+    assert!(
+        crate::support::socks::socks5_connect(proxy.addr, "127.0.0.1", echo_port, None).is_err(),
+        "a second session past max_sessions_per_client = 1"
+    );
+    // Quiet for the idle timeout: the association ends.
+    let line = proxy.wait_for_line("the association's idle close", |l| {
+        l.contains(r#""protocol":"socks5-udp""#) && l.contains(r#""close":"idle-timeout""#)
+    });
+    assert!(line.contains(r#""datagrams_dropped":4"#), "{line}");
 }
