@@ -81,8 +81,10 @@ impl Dgram {
         registry: &Registry,
     ) -> io::Result<Dgram> {
         registry.register(&mut socket, token, Interest::READABLE | Interest::WRITABLE)?;
-        let mut ready = Readiness::default();
-        ready.event = Ready::WRITABLE;
+        let ready = Readiness {
+            event: Ready::WRITABLE,
+            ..Readiness::default()
+        };
         Ok(Dgram { socket, ready })
     }
 

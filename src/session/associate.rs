@@ -283,7 +283,7 @@ impl Associate {
             if self.drain_waiting(conn, ctx) == Pass::Progress {
                 pass = Pass::Progress;
             }
-            match self.from_client(conn, ctx) {
+            match self.read_client(conn, ctx) {
                 Ok(Pass::Progress) => pass = Pass::Progress,
                 Ok(Pass::Idle) => {}
                 Err(reason) => {
@@ -291,7 +291,7 @@ impl Associate {
                     return State::Done(reason);
                 }
             }
-            match self.from_destinations(conn, ctx) {
+            match self.read_destinations(conn, ctx) {
                 Ok(Pass::Progress) => pass = Pass::Progress,
                 Ok(Pass::Idle) => {}
                 Err(reason) => {
@@ -487,7 +487,7 @@ impl Associate {
     }
 
     /// Reads one datagram from the relay and acts on it.
-    fn from_client(&mut self, conn: &mut Conn, ctx: &mut Ctx) -> Result<Pass, CloseReason> {
+    fn read_client(&mut self, conn: &mut Conn, ctx: &mut Ctx) -> Result<Pass, CloseReason> {
         if self.up_pending.is_some() || !self.relay.readable() {
             return Ok(Pass::Idle);
         }
@@ -700,7 +700,7 @@ impl Associate {
     }
 
     /// Reads one datagram from the outbound socket and relays it to the client.
-    fn from_destinations(&mut self, conn: &mut Conn, ctx: &mut Ctx) -> Result<Pass, CloseReason> {
+    fn read_destinations(&mut self, conn: &mut Conn, ctx: &mut Ctx) -> Result<Pass, CloseReason> {
         if self.down_pending.is_some() {
             return Ok(Pass::Idle);
         }
