@@ -132,5 +132,4 @@ frag="$WORK/bench-udp.md"
 cat "$frag"
 if [ -n "$WRITE" ]; then
     splice_fragment "$WRITE" scripts/bench-udp.sh "$frag"
-    log "wrote the figures into $WRITE"
 fi
