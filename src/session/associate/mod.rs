@@ -12,38 +12,34 @@
 //! destination ──out──> only from an address the client sent to ──> header ──relay──> client
 //! ```
 //!
-//! Verdicts are remembered per destination for [`VERDICT_TTL`] (and
+//! Verdicts are remembered per destination for 30 s ([`verdicts`]; and
 //! forgotten on a policy reload), so a steady flow costs one policy check,
 //! not one per datagram. One datagram waits per direction when a socket's
 //! send buffer is full (its source is not read meanwhile); datagrams to
 //! names being resolved wait in a bounded queue.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
+use std::collections::{HashSet, VecDeque};
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use super::closing::answer;
+mod open;
+mod verdicts;
+
+pub(crate) use open::start;
+
 use super::conn::Conn;
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
 use super::state::State;
-use crate::events::Protocol;
 use crate::io::dgram::{Dgram, DgramIo};
 use crate::io::Io;
 use crate::lifecycle::CloseReason;
-use crate::policy::{Host, NameVerdict, Route, Target, Verdict};
-use crate::protocol::socks5::{self, Address, Reply};
+use crate::policy::{Host, Target};
+use crate::protocol::socks5::Address;
 use crate::protocol::socks5_udp::{self, UdpError};
-use crate::rule_stats::Outcome;
 use crate::stats::UdpDrop;
+use verdicts::{Cached, Verdicts, RESOLVE_FAILED_TTL};
 
-/// How long a destination's verdict (and its resolved address) is reused.
-const VERDICT_TTL: Duration = Duration::from_secs(30);
-/// How long a name that did not resolve is not asked again.
-const RESOLVE_FAILED_TTL: Duration = Duration::from_secs(5);
-/// Destinations remembered at once (verdicts), per association.
-const MAX_VERDICTS: usize = 1024;
 /// Distinct destinations one association may send to.
 const MAX_DESTINATIONS: usize = 1024;
 /// Datagrams waiting for names to resolve, and their bytes.
@@ -55,13 +51,6 @@ const BUDGET: usize = 64;
 const DGRAM_MAX: usize = 65_535;
 /// The idle timeout of an association when `timeouts.idle` is off.
 pub(crate) const DEFAULT_IDLE: Duration = Duration::from_secs(300);
-
-/// A destination's verdict, until `until`.
-#[derive(Debug, Clone, Copy)]
-struct Cached {
-    send: Result<SocketAddr, UdpDrop>,
-    until: Instant,
-}
 
 pub(crate) struct Associate {
     control: Endpoint,
@@ -87,7 +76,7 @@ pub(crate) struct Associate {
     down_pending: Option<(Vec<u8>, usize)>,
     /// Where the client sent: the only sources replies are relayed from.
     contacted: HashSet<SocketAddr>,
-    verdicts: HashMap<Target, Cached>,
+    verdicts: Verdicts,
     /// The name the resolver is asked about (one at a time).
     resolving: Option<String>,
     /// Datagrams to names without a verdict yet.
@@ -100,120 +89,6 @@ pub(crate) struct Associate {
     dropped: u64,
     up_bytes: u64,
     down_bytes: u64,
-}
-
-/// Answers a UDP ASSOCIATE: binds the relay, owes the reply, and relays.
-/// `port`: the client's source port as the request gave it (0: unknown).
-pub(crate) fn start(client: Endpoint, port: u16, conn: &mut Conn, ctx: &mut Ctx) -> State {
-    conn.log.protocol = Some(Protocol::Socks5Udp);
-    let peer = match conn.log.peer.addr {
-        crate::client::PeerAddr::Tcp(addr) => addr,
-        crate::client::PeerAddr::Unix { .. } => {
-            return fail(
-                client,
-                "UDP ASSOCIATE needs a TCP client (its datagrams are told apart by IP address); connect to a TCP listener (--listen ADDR:PORT)".into(),
-                conn,
-                ctx,
-            );
-        }
-    };
-    let Some(local) = client.local_addr() else {
-        return fail(
-            client,
-            "UDP ASSOCIATE: the control connection's address is unknown".into(),
-            conn,
-            ctx,
-        );
-    };
-    let local_ip = local.ip().to_canonical();
-    let relay = match bind(SocketAddr::new(local_ip, 0))
-        .and_then(|s| Dgram::register(s, ctx.tokens.relay, ctx.registry))
-    {
-        Ok(r) => r,
-        Err(e) => {
-            let why = format!("UDP ASSOCIATE: cannot bind a relay socket on {local_ip}: {e}");
-            return fail(client, why, conn, ctx);
-        }
-    };
-    let relay_addr = match relay.local_addr() {
-        Ok(a) => a,
-        Err(e) => {
-            return fail(
-                client,
-                format!("UDP ASSOCIATE: relay address: {e}"),
-                conn,
-                ctx,
-            )
-        }
-    };
-    let mut owed = Vec::with_capacity(22);
-    socks5::encode_reply(Reply::Succeeded, Some(relay_addr), &mut owed);
-    ctx.stats.udp_associated();
-    let client_ip = peer.ip().to_canonical();
-    log::info!(
-        "conn={} udp associate: relay {relay_addr} for client {client_ip}{}",
-        conn.id,
-        match port {
-            0 => String::new(),
-            p => format!(":{p}"),
-        }
-    );
-    let idle = ctx.settings.timeouts.idle.unwrap_or(DEFAULT_IDLE);
-    conn.deadline = Some(ctx.now + idle);
-    State::Associate(Box::new(Associate {
-        control: client,
-        relay,
-        out: None,
-        out_v6: false,
-        client_ip,
-        client_port: (port != 0).then_some(port),
-        relay_addr,
-        owed,
-        buf: Vec::new(),
-        up_pending: None,
-        down_pending: None,
-        contacted: HashSet::new(),
-        verdicts: HashMap::new(),
-        resolving: None,
-        waiting: VecDeque::new(),
-        waiting_bytes: 0,
-        idle,
-        last_active: ctx.now,
-        dgrams_up: 0,
-        dgrams_down: 0,
-        dropped: 0,
-        up_bytes: 0,
-        down_bytes: 0,
-    }))
-}
-
-/// Refuses the association with a general failure (the reason logged).
-fn fail(client: Endpoint, why: String, conn: &mut Conn, ctx: &mut Ctx) -> State {
-    log::warn!("conn={} {why}", conn.id);
-    let mut bytes = Vec::with_capacity(10);
-    socks5::encode_reply(Reply::GeneralFailure, None, &mut bytes);
-    answer(&bytes, CloseReason::BadRequest, why, client, conn, ctx)
-}
-
-/// A non-blocking UDP socket bound to `addr`.
-fn bind(addr: SocketAddr) -> std::io::Result<mio::net::UdpSocket> {
-    mio::net::UdpSocket::bind(addr)
-}
-
-/// The outbound socket: dual-stack `[::]:0` where IPv6 works, else `0.0.0.0:0`.
-fn bind_out() -> std::io::Result<mio::net::UdpSocket> {
-    use socket2::{Domain, Protocol as P, Socket, Type};
-    let dual = (|| {
-        let s = Socket::new(Domain::IPV6, Type::DGRAM, Some(P::UDP))?;
-        s.set_only_v6(false)?;
-        s.set_nonblocking(true)?;
-        s.bind(&SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0).into())?;
-        Ok::<_, std::io::Error>(std::net::UdpSocket::from(s))
-    })();
-    match dual {
-        Ok(s) => Ok(mio::net::UdpSocket::from_std(s)),
-        Err(_) => bind(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0)),
-    }
 }
 
 /// What one pass over the sockets did.
@@ -326,7 +201,9 @@ impl Associate {
             .collect();
         for target in targets {
             let cached = match &result {
-                Ok(addrs) if !addrs.is_empty() => self.judge(&target, addrs, conn, ctx),
+                Ok(addrs) if !addrs.is_empty() => {
+                    verdicts::judge(&target, addrs, self.relay_addr, conn, ctx)
+                }
                 _ => {
                     log::info!(
                         "conn={} udp {target}: dropped: the name did not resolve",
@@ -338,7 +215,7 @@ impl Associate {
                     }
                 }
             };
-            self.remember(target, cached, ctx.now);
+            self.verdicts.remember(target, cached, ctx.now);
         }
         // The queue moves on in `drive`, which the session runs next.
         self.drive(conn, ctx)
@@ -464,13 +341,13 @@ impl Associate {
             let Some((target, _)) = self.waiting.front() else {
                 break;
             };
-            let Some(cached) = self.verdict(target, ctx.now) else {
+            let Some(cached) = self.verdicts.get(target, ctx.now) else {
                 if self.resolving.is_some() {
                     break;
                 }
                 let target = target.clone();
-                match self.judge_now(&target, conn, ctx) {
-                    Some(cached) => self.remember(target, cached, ctx.now),
+                match verdicts::judge_now(&target, self.relay_addr, conn, ctx) {
+                    Some(cached) => self.verdicts.remember(target, cached, ctx.now),
                     None => {
                         self.resolve(&target, ctx);
                         break;
@@ -540,11 +417,11 @@ impl Associate {
         };
         let payload = &dgram[header.payload..];
         self.last_active = ctx.now;
-        if let Some(cached) = self.verdict(&target, ctx.now) {
+        if let Some(cached) = self.verdicts.get(&target, ctx.now) {
             return self.deliver(cached, payload, conn, ctx);
         }
-        if let Some(cached) = self.judge_now(&target, conn, ctx) {
-            self.remember(target, cached, ctx.now);
+        if let Some(cached) = verdicts::judge_now(&target, self.relay_addr, conn, ctx) {
+            self.verdicts.remember(target, cached, ctx.now);
             return self.deliver(cached, payload, conn, ctx);
         }
         // A name to resolve: asked now if the resolver is free, else after
@@ -561,26 +438,6 @@ impl Associate {
         self.waiting.push_back((target, payload.to_vec()));
     }
 
-    /// Judges `target` without DNS where it can: an address literal, or a
-    /// name the policy refuses as such. `None`: its name must be resolved.
-    fn judge_now(&self, target: &Target, conn: &Conn, ctx: &mut Ctx) -> Option<Cached> {
-        let user = conn.log.user.as_deref();
-        match &target.host {
-            Host::Ip(ip) => Some(self.judge(target, &[*ip], conn, ctx)),
-            Host::Domain(_) => match ctx.policy.check_name_as(target, user) {
-                NameVerdict::Deny(denial) => {
-                    ctx.stats.rules.connection(denial.rule(), Outcome::Denied);
-                    log::info!("conn={} udp {target}: dropped: {denial}", conn.id);
-                    Some(Cached {
-                        send: Err(UdpDrop::Denied),
-                        until: ctx.now + VERDICT_TTL,
-                    })
-                }
-                NameVerdict::Resolve => None,
-            },
-        }
-    }
-
     /// Asks the resolver about `target`'s name (the verdict comes with
     /// [`Associate::on_resolved`]).
     fn resolve(&mut self, target: &Target, ctx: &mut Ctx) {
@@ -588,80 +445,6 @@ impl Associate {
             self.resolving = Some(name.clone());
             ctx.resolve(name.clone());
         }
-    }
-
-    /// The policy's verdict on `target` at `addrs`, as a datagram's fate.
-    fn judge(&self, target: &Target, addrs: &[IpAddr], conn: &Conn, ctx: &mut Ctx) -> Cached {
-        let user = conn.log.user.as_deref();
-        let until = ctx.now + VERDICT_TTL;
-        let refuse = |why: String, rule: Option<&Arc<str>>| {
-            ctx.stats.rules.connection(rule, Outcome::Denied);
-            log::info!("conn={} udp {target}: dropped: {why}", conn.id);
-            Cached {
-                send: Err(UdpDrop::Denied),
-                until,
-            }
-        };
-        let allowed = match ctx.policy.check_resolved_as(target, user, addrs, ctx.now) {
-            Verdict::Deny(denial) => return refuse(denial.to_string(), denial.rule()),
-            Verdict::Allow(a) => a,
-        };
-        if allowed.is_inspected() {
-            let why = format!(
-                "rule {} inspects {target}, and UDP cannot be inspected; allow it for UDP with a rule that does not inspect",
-                allowed.rule
-            );
-            return refuse(why, Some(&allowed.rule));
-        }
-        let parent = match &allowed.route {
-            Some(Route::Direct) => false,
-            Some(Route::Parent(_)) => true,
-            None => ctx.settings.upstream_proxy.is_some(),
-        };
-        if parent {
-            let why = format!(
-                "rule {} sends {target} through a parent proxy, which cannot carry UDP; give the rule upstream_proxy = \"direct\" to relay it",
-                allowed.rule
-            );
-            return refuse(why, Some(&allowed.rule));
-        }
-        let to = allowed
-            .addrs
-            .iter()
-            .map(|ip| SocketAddr::new(*ip, target.port))
-            .find(|a| !ctx.settings.own.contains(*a) && *a != self.relay_addr);
-        let Some(to) = to else {
-            return refuse("it is the proxy's own address".into(), Some(&allowed.rule));
-        };
-        let outcome = if allowed.audit.is_some() {
-            Outcome::WouldDeny
-        } else {
-            Outcome::Allowed
-        };
-        ctx.stats.rules.connection(Some(&allowed.rule), outcome);
-        log::debug!(
-            "conn={} udp allow {target} by rule {}",
-            conn.id,
-            allowed.rule
-        );
-        Cached {
-            send: Ok(to),
-            until,
-        }
-    }
-
-    fn verdict(&self, target: &Target, now: Instant) -> Option<Cached> {
-        self.verdicts.get(target).filter(|c| c.until > now).copied()
-    }
-
-    fn remember(&mut self, target: Target, cached: Cached, now: Instant) {
-        if self.verdicts.len() >= MAX_VERDICTS {
-            self.verdicts.retain(|_, c| c.until > now);
-            if self.verdicts.len() >= MAX_VERDICTS {
-                self.verdicts.clear();
-            }
-        }
-        self.verdicts.insert(target, cached);
     }
 
     /// Sends `payload` as `cached` says, or drops it.
@@ -674,7 +457,9 @@ impl Associate {
             return self.drop_one(UdpDrop::TooManyDestinations, ctx);
         }
         if self.out.is_none() {
-            match bind_out().and_then(|s| Dgram::register(s, ctx.tokens.upstream, ctx.registry)) {
+            match open::bind_out()
+                .and_then(|s| Dgram::register(s, ctx.tokens.upstream, ctx.registry))
+            {
                 Ok(out) => {
                     self.out_v6 = out.local_addr().is_ok_and(|a| a.is_ipv6());
                     self.out = Some(out);
