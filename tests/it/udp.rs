@@ -384,3 +384,40 @@ fn udp_bad_datagrams_limits_and_idle() {
     });
     assert!(line.contains(r#""datagrams_dropped":4"#), "{line}");
 }
+
+/// An open, quiet association costs no wakeups: the reactor sleeps until
+/// its idle deadline (here: none is due for minutes). The library's
+/// counters are read without waking it.
+#[test]
+fn an_idle_association_does_not_wake_the_proxy() {
+    use crate::support::proxy::{allow_ports, proxy_addr, start_proxy};
+    use crate::support::wait::{wait_for, PROMPTLY};
+    use std::time::Duration;
+    let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let echo_port = echo.local_addr().unwrap().port();
+    let proxy = start_proxy(allow_ports(&[echo_port]));
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.set_read_timeout(Some(PROMPTLY)).unwrap();
+    let (_control, relay) = associate(proxy_addr(&proxy), client.local_addr().unwrap().port());
+    client.send_to(&dgram(echo_port, 0, b"one"), relay).unwrap();
+    let mut buf = [0u8; 64];
+    let (n, from) = echo.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"one");
+    echo.send_to(b"back", from).unwrap();
+    let (n, _) = client.recv_from(&mut buf).unwrap();
+    assert!(buf[..n].ends_with(b"back"));
+    // Counted just after the send that the client saw.
+    wait_for("the reply counted", PROMPTLY, || {
+        proxy.stats().udp.datagrams_down == 1
+    });
+    wait_for("the wakeup counter to settle", PROMPTLY, || {
+        let before = proxy.stats().wakeups;
+        thread::sleep(Duration::from_millis(200));
+        proxy.stats().wakeups == before
+    });
+    let s1 = proxy.stats();
+    thread::sleep(Duration::from_millis(1100));
+    let s2 = proxy.stats();
+    assert_eq!(s1.wakeups, s2.wakeups, "an idle association woke the proxy");
+    assert_eq!(s2.open.established, 1, "the association is still open");
+}
