@@ -67,8 +67,6 @@ pub(crate) struct Associate {
     relay_addr: SocketAddr,
     /// The SOCKS reply, flushed on the control connection first.
     owed: Vec<u8>,
-    /// One datagram's worth, reused.
-    buf: Vec<u8>,
     /// A payload the outbound socket could not take yet, and where to.
     up_pending: Option<(SocketAddr, Vec<u8>)>,
     /// A header and payload the relay could not take yet, and the
@@ -141,46 +139,56 @@ impl Associate {
     }
 
     fn pump(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        if let Some(end) = self.control_io(conn) {
+        if let Some(end) = self.control_io(ctx) {
             self.sync(conn);
             return State::Done(end);
         }
-        if self.buf.len() < DGRAM_MAX {
-            self.buf = vec![0; DGRAM_MAX];
+        // A relay buffer from the pool for this call only: a quiet
+        // association holds none.
+        let mut pooled = ctx.pool.take_at_least(DGRAM_MAX);
+        let end = self.relay_loop(pooled.space(), conn, ctx);
+        ctx.pool.give(pooled);
+        if let Some(reason) = end {
+            self.sync(conn);
+            return State::Done(reason);
         }
+        self.interest();
+        State::Associate(self)
+    }
+
+    /// Moves datagrams until nothing moves or the budget is spent; `buf`
+    /// holds one datagram at a time. `Some`: the association ended.
+    fn relay_loop(
+        &mut self,
+        buf: &mut [u8],
+        conn: &mut Conn,
+        ctx: &mut Ctx,
+    ) -> Option<CloseReason> {
         let mut moved = 0;
         loop {
             if moved >= BUDGET {
                 ctx.again();
-                break;
+                return None;
             }
             let mut pass = self.flush(conn, ctx);
             if self.drain_waiting(conn, ctx) == Pass::Progress {
                 pass = Pass::Progress;
             }
-            match self.read_client(conn, ctx) {
+            match self.read_client(buf, conn, ctx) {
                 Ok(Pass::Progress) => pass = Pass::Progress,
                 Ok(Pass::Idle) => {}
-                Err(reason) => {
-                    self.sync(conn);
-                    return State::Done(reason);
-                }
+                Err(reason) => return Some(reason),
             }
-            match self.read_destinations(conn, ctx) {
+            match self.read_destinations(buf, conn, ctx) {
                 Ok(Pass::Progress) => pass = Pass::Progress,
                 Ok(Pass::Idle) => {}
-                Err(reason) => {
-                    self.sync(conn);
-                    return State::Done(reason);
-                }
+                Err(reason) => return Some(reason),
             }
             if pass == Pass::Idle {
-                break;
+                return None;
             }
             moved += 1;
         }
-        self.interest();
-        State::Associate(self)
     }
 
     /// The resolver answered for the name in flight.
@@ -248,7 +256,7 @@ impl Associate {
 
     /// The control connection: the reply out, anything read discarded (a
     /// client has nothing to say on it), its end ends the association.
-    fn control_io(&mut self, _conn: &mut Conn) -> Option<CloseReason> {
+    fn control_io(&mut self, ctx: &mut Ctx) -> Option<CloseReason> {
         if self.control.failed() && self.owed.is_empty() {
             return Some(CloseReason::ClientGone);
         }
@@ -274,6 +282,9 @@ impl Associate {
                 Io::PeerGone(_) => return Some(CloseReason::ClientGone),
             }
         }
+        // Still readable (a client writing on and on): more next round,
+        // since the edge will not be reported again.
+        ctx.again();
         None
     }
 
@@ -364,12 +375,16 @@ impl Associate {
     }
 
     /// Reads one datagram from the relay and acts on it.
-    fn read_client(&mut self, conn: &mut Conn, ctx: &mut Ctx) -> Result<Pass, CloseReason> {
+    fn read_client(
+        &mut self,
+        buf: &mut [u8],
+        conn: &mut Conn,
+        ctx: &mut Ctx,
+    ) -> Result<Pass, CloseReason> {
         if self.up_pending.is_some() || !self.relay.readable() {
             return Ok(Pass::Idle);
         }
-        let mut buf = std::mem::take(&mut self.buf);
-        let io = self.relay.recv_from(&mut buf);
+        let io = self.relay.recv_from(buf);
         let result = match io {
             DgramIo::WouldBlock => Ok(Pass::Idle),
             DgramIo::Dropped(_) => Ok(Pass::Progress),
@@ -383,7 +398,6 @@ impl Associate {
                 Ok(Pass::Progress)
             }
         };
-        self.buf = buf;
         result
     }
 
@@ -485,7 +499,12 @@ impl Associate {
     }
 
     /// Reads one datagram from the outbound socket and relays it to the client.
-    fn read_destinations(&mut self, conn: &mut Conn, ctx: &mut Ctx) -> Result<Pass, CloseReason> {
+    fn read_destinations(
+        &mut self,
+        buf: &mut [u8],
+        conn: &mut Conn,
+        ctx: &mut Ctx,
+    ) -> Result<Pass, CloseReason> {
         if self.down_pending.is_some() {
             return Ok(Pass::Idle);
         }
@@ -498,7 +517,6 @@ impl Associate {
         // Room for the largest header in front: the payload is received
         // after it, so the reply goes out in one send without a copy.
         const HEAD: usize = 22;
-        let mut buf = std::mem::take(&mut self.buf);
         let io = out.recv_from(&mut buf[HEAD..]);
         let result = match io {
             DgramIo::WouldBlock => Ok(Pass::Idle),
@@ -543,7 +561,6 @@ impl Associate {
                 Ok(Pass::Progress)
             }
         };
-        self.buf = buf;
         result
     }
 

@@ -84,7 +84,6 @@ pub(crate) fn start(client: Endpoint, port: u16, conn: &mut Conn, ctx: &mut Ctx)
         client_port: (port != 0).then_some(port),
         relay_addr,
         owed,
-        buf: Vec::new(),
         up_pending: None,
         down_pending: None,
         contacted: HashSet::new(),
