@@ -52,15 +52,19 @@ pub enum Protocol {
     Socks5,
     /// The plain-HTTP forward proxy (`GET http://host/path`).
     Forward,
+    /// A SOCKS5 UDP association (`UDP ASSOCIATE`): the session is its
+    /// TCP control connection, its bytes are the datagrams' payloads.
+    Socks5Udp,
 }
 
 impl Protocol {
-    /// `connect`, `socks5` or `forward`.
+    /// `connect`, `socks5`, `forward` or `socks5-udp`.
     pub fn as_str(self) -> &'static str {
         match self {
             Protocol::Connect => "connect",
             Protocol::Socks5 => "socks5",
             Protocol::Forward => "forward",
+            Protocol::Socks5Udp => "socks5-udp",
         }
     }
 }
@@ -140,6 +144,13 @@ pub struct Event {
     pub bytes_up: Option<u64>,
     /// A session's payload bytes, upstream to client.
     pub bytes_down: Option<u64>,
+    /// A UDP association's datagrams relayed, client to destinations.
+    pub datagrams_up: Option<u64>,
+    /// A UDP association's datagrams relayed, destinations to client.
+    pub datagrams_down: Option<u64>,
+    /// A UDP association's datagrams dropped (refused by policy, malformed,
+    /// from a source it may not hear from, ...); never relayed.
+    pub datagrams_dropped: Option<u64>,
     /// A session's lifetime.
     pub duration: Option<Duration>,
     /// Why a session closed.
@@ -171,6 +182,9 @@ impl Event {
             upgraded: None,
             bytes_up: None,
             bytes_down: None,
+            datagrams_up: None,
+            datagrams_down: None,
+            datagrams_dropped: None,
             duration: None,
             close: None,
         }
@@ -186,7 +200,7 @@ impl Event {
         f("event", Str(self.kind.as_str()))?;
         f("conn", Num(self.conn))?;
         let opt_str = |v: &'a Option<String>| v.as_deref().map(Str);
-        let fields: [(&'static str, Option<Field<'a>>); 19] = [
+        let fields: [(&'static str, Option<Field<'a>>); 22] = [
             ("protocol", self.protocol.map(|p| Str(p.as_str()))),
             ("client", Some(Str(&self.client))),
             ("client_uid", self.client_uid.map(|n| Num(n.into()))),
@@ -204,6 +218,9 @@ impl Event {
             ("upgraded", self.upgraded.map(Bool)),
             ("bytes_up", self.bytes_up.map(Num)),
             ("bytes_down", self.bytes_down.map(Num)),
+            ("datagrams_up", self.datagrams_up.map(Num)),
+            ("datagrams_down", self.datagrams_down.map(Num)),
+            ("datagrams_dropped", self.datagrams_dropped.map(Num)),
             (
                 "duration_ms",
                 self.duration

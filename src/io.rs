@@ -5,6 +5,7 @@
 //! an [`Io`] outcome. Callers then have exactly four cases to handle, and a
 //! dead peer is always [`Io::PeerGone`], whatever errno said it.
 
+pub(crate) mod dgram;
 pub(crate) mod readiness;
 mod std_listener;
 

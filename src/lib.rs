@@ -97,4 +97,4 @@ pub use config::{
 pub use control::{ControlError, SessionInfo};
 pub use events::Event;
 pub use policy::Policy;
-pub use stats::{CloseReason, StatsSnapshot, WorkerStats};
+pub use stats::{CloseReason, StatsSnapshot, UdpDrop, UdpStats, WorkerStats};

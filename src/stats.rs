@@ -40,6 +40,8 @@ pub struct Stats {
     auth_busy: AtomicU64,
     /// CONNECTs to terminating rules refused at the per-client handshake rate.
     handshake_rate_refused: AtomicU64,
+    /// SOCKS5 UDP associations and their datagrams.
+    udp: UdpCounters,
     /// Decisions by rule.
     pub(crate) rules: RuleStats,
     /// Each worker's own counters (empty when built with `default()`).
@@ -134,6 +136,25 @@ impl Stats {
         self.upgrades.fetch_add(1, Relaxed);
     }
 
+    /// A SOCKS5 UDP association was opened.
+    pub(crate) fn udp_associated(&self) {
+        self.udp.associations.fetch_add(1, Relaxed);
+    }
+    /// A datagram of `n` payload bytes was relayed client -> destination.
+    pub(crate) fn udp_up(&self, n: usize) {
+        self.udp.datagrams_up.fetch_add(1, Relaxed);
+        self.udp.bytes_up.fetch_add(n as u64, Relaxed);
+    }
+    /// A datagram of `n` payload bytes was relayed destination -> client.
+    pub(crate) fn udp_down(&self, n: usize) {
+        self.udp.datagrams_down.fetch_add(1, Relaxed);
+        self.udp.bytes_down.fetch_add(n as u64, Relaxed);
+    }
+    /// A datagram was dropped, never relayed.
+    pub(crate) fn udp_dropped(&self, why: UdpDrop) {
+        self.udp.dropped[why as usize].fetch_add(1, Relaxed);
+    }
+
     /// A name was handed to the resolver pool.
     pub(crate) fn resolve_queued(&self) {
         self.resolver_queue.fetch_add(1, Relaxed);
@@ -203,6 +224,14 @@ impl Stats {
             auth_verifications: self.auth_verifications.load(Relaxed),
             auth_busy: self.auth_busy.load(Relaxed),
             handshake_rate_refused: self.handshake_rate_refused.load(Relaxed),
+            udp: UdpStats {
+                associations: self.udp.associations.load(Relaxed),
+                datagrams_up: self.udp.datagrams_up.load(Relaxed),
+                datagrams_down: self.udp.datagrams_down.load(Relaxed),
+                bytes_up: self.udp.bytes_up.load(Relaxed),
+                bytes_down: self.udp.bytes_down.load(Relaxed),
+                dropped: std::array::from_fn(|i| self.udp.dropped[i].load(Relaxed)),
+            },
         }
     }
 }
@@ -295,6 +324,101 @@ pub struct StatsSnapshot {
     /// CONNECTs to terminating rules refused because their client's
     /// handshake budget (`limits.handshakes_per_client_per_sec`) was spent.
     pub handshake_rate_refused: u64,
+    /// SOCKS5 UDP associations and their datagrams.
+    pub udp: UdpStats,
+}
+
+#[derive(Debug, Default)]
+struct UdpCounters {
+    associations: AtomicU64,
+    datagrams_up: AtomicU64,
+    datagrams_down: AtomicU64,
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
+    dropped: [AtomicU64; UdpDrop::ALL.len()],
+}
+
+/// Why a SOCKS5 UDP datagram was dropped instead of relayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UdpDrop {
+    /// The policy refused its destination (deny wins, no rule, a special
+    /// address, a port, a user; or an allowing rule that inspects or routes
+    /// through a parent proxy, neither of which UDP can honour).
+    Denied,
+    /// Its SOCKS UDP header was malformed.
+    Malformed,
+    /// FRAG was not 0: fragmentation is not supported.
+    Fragment,
+    /// It came to the relay from an address other than the client's.
+    ForeignSource,
+    /// A reply from an address the client never sent to.
+    Uncontacted,
+    /// Its destination name did not resolve.
+    ResolveFailed,
+    /// Too many datagrams were waiting for names to resolve.
+    QueueFull,
+    /// The kernel refused to send it (unreachable, refused, too large).
+    SendFailed,
+    /// The association already sent to as many destinations as it may.
+    TooManyDestinations,
+}
+
+impl UdpDrop {
+    /// Every reason, in the order of the tallies.
+    pub const ALL: [UdpDrop; 9] = [
+        UdpDrop::Denied,
+        UdpDrop::Malformed,
+        UdpDrop::Fragment,
+        UdpDrop::ForeignSource,
+        UdpDrop::Uncontacted,
+        UdpDrop::ResolveFailed,
+        UdpDrop::QueueFull,
+        UdpDrop::SendFailed,
+        UdpDrop::TooManyDestinations,
+    ];
+
+    /// The name in logs, stats and metrics labels, e.g. `denied`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UdpDrop::Denied => "denied",
+            UdpDrop::Malformed => "malformed",
+            UdpDrop::Fragment => "fragment",
+            UdpDrop::ForeignSource => "foreign-source",
+            UdpDrop::Uncontacted => "uncontacted",
+            UdpDrop::ResolveFailed => "resolve-failed",
+            UdpDrop::QueueFull => "queue-full",
+            UdpDrop::SendFailed => "send-failed",
+            UdpDrop::TooManyDestinations => "too-many-destinations",
+        }
+    }
+}
+
+/// SOCKS5 UDP counters, as [`StatsSnapshot::udp`] copies them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UdpStats {
+    /// Associations opened (UDP ASSOCIATE answered with a relay).
+    pub associations: u64,
+    /// Datagrams relayed client -> destination.
+    pub datagrams_up: u64,
+    /// Datagrams relayed destination -> client.
+    pub datagrams_down: u64,
+    /// Payload bytes relayed client -> destination (SOCKS headers not counted).
+    pub bytes_up: u64,
+    /// Payload bytes relayed destination -> client.
+    pub bytes_down: u64,
+    dropped: [u64; UdpDrop::ALL.len()],
+}
+
+impl UdpStats {
+    /// Datagrams dropped for `why`.
+    pub fn dropped(&self, why: UdpDrop) -> u64 {
+        self.dropped[why as usize]
+    }
+    /// Datagrams dropped for any reason.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped.iter().sum()
+    }
 }
 
 impl fmt::Display for StatsSnapshot {
@@ -302,12 +426,14 @@ impl fmt::Display for StatsSnapshot {
         let o = &self.open;
         write!(
             f,
-            "accepted={} allowed={} denied={} open={} (handshake={} resolving={} connecting={} established={} closing={}) bytes_up={} bytes_down={} wakeups={} events={} accept_pauses={} requests={} requests_allowed={} requests_denied={} upgrades={} auth_failures={} auth_verifications={} auth_busy={} handshake_rate_refused={} closed:",
+            "accepted={} allowed={} denied={} open={} (handshake={} resolving={} connecting={} established={} closing={}) bytes_up={} bytes_down={} wakeups={} events={} accept_pauses={} requests={} requests_allowed={} requests_denied={} upgrades={} auth_failures={} auth_verifications={} auth_busy={} handshake_rate_refused={} udp_associations={} udp_datagrams_up={} udp_datagrams_down={} udp_dropped={} closed:",
             self.accepted, self.allowed, self.denied, o.total(), o.handshake, o.resolving,
             o.connecting, o.established, o.closing, self.bytes_up, self.bytes_down,
             self.wakeups, self.events, self.accept_pauses, self.requests,
             self.requests_allowed, self.requests_denied, self.upgrades, self.auth_failures,
-            self.auth_verifications, self.auth_busy, self.handshake_rate_refused
+            self.auth_verifications, self.auth_busy, self.handshake_rate_refused,
+            self.udp.associations, self.udp.datagrams_up, self.udp.datagrams_down,
+            self.udp.dropped_total()
         )?;
         for (r, n) in self.closed.iter() {
             write!(f, " {r}={n}")?;

@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use crate::lifecycle::CloseReason;
-use crate::stats::{RuleCounts, StatsSnapshot, WorkerStats};
+use crate::stats::{RuleCounts, StatsSnapshot, UdpDrop, WorkerStats};
 
 /// The content type of the exposition format.
 pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -59,6 +59,54 @@ pub(crate) fn render(
         "CONNECTs to terminating rules refused at the per-client handshake rate.",
         s.handshake_rate_refused,
     );
+    m.single(
+        "portcullis_udp_associations_total",
+        "counter",
+        "SOCKS5 UDP associations opened.",
+        s.udp.associations,
+    );
+    m.family(
+        "portcullis_udp_datagrams_total",
+        "counter",
+        "SOCKS5 UDP datagrams relayed (up: client to destination, down: back).",
+    );
+    m.sample(
+        "portcullis_udp_datagrams_total",
+        &[("direction", "up")],
+        s.udp.datagrams_up,
+    );
+    m.sample(
+        "portcullis_udp_datagrams_total",
+        &[("direction", "down")],
+        s.udp.datagrams_down,
+    );
+    m.family(
+        "portcullis_udp_bytes_total",
+        "counter",
+        "SOCKS5 UDP payload bytes relayed (headers not counted).",
+    );
+    m.sample(
+        "portcullis_udp_bytes_total",
+        &[("direction", "up")],
+        s.udp.bytes_up,
+    );
+    m.sample(
+        "portcullis_udp_bytes_total",
+        &[("direction", "down")],
+        s.udp.bytes_down,
+    );
+    m.family(
+        "portcullis_udp_dropped_total",
+        "counter",
+        "SOCKS5 UDP datagrams dropped, never relayed, by reason.",
+    );
+    for why in UdpDrop::ALL {
+        m.sample(
+            "portcullis_udp_dropped_total",
+            &[("reason", why.as_str())],
+            s.udp.dropped(why),
+        );
+    }
     m.family(
         "portcullis_rule_sessions_total",
         "counter",

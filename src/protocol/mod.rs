@@ -7,3 +7,4 @@ pub mod http1;
 pub mod parent;
 pub mod sniff;
 pub mod socks5;
+pub mod socks5_udp;

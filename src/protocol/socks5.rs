@@ -66,7 +66,7 @@ pub enum Command {
     Connect,
     /// BIND (0x02): not supported, answered 0x07.
     Bind,
-    /// UDP ASSOCIATE (0x03): not supported, answered 0x07.
+    /// UDP ASSOCIATE (0x03): a UDP relay (see [`super::socks5_udp`]).
     UdpAssociate,
 }
 

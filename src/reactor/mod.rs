@@ -141,6 +141,7 @@ impl Env {
             tokens: Tokens {
                 client: token::session(key, Side::Client),
                 upstream: token::session(key, Side::Upstream),
+                relay: token::relay(key),
             },
             pool: &mut self.pool,
             #[cfg(target_os = "linux")]
@@ -366,6 +367,7 @@ impl Reactor {
                 Owner::Admin(slot) => self.admin_event(slot, ev),
                 Owner::Listener(i) => self.accept(i),
                 Owner::Session(key, side) => self.call(key, |s, ctx| s.on_event(side, ev, ctx)),
+                Owner::Relay(key) => self.call(key, |s, ctx| s.on_relay_event(ev, ctx)),
             }
         }
         self.events = events;

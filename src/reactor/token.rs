@@ -1,7 +1,8 @@
 //! Which `mio::Token` means what.
 //!
-//! Sessions use the low token space: slab key `k` owns `2k` (client side) and
-//! `2k + 1` (upstream side). Reserved tokens count down from `usize::MAX`:
+//! Sessions use the low token space: slab key `k` owns `3k` (client side),
+//! `3k + 1` (upstream side) and `3k + 2` (a UDP association's
+//! client-facing relay socket). Reserved tokens count down from `usize::MAX`:
 //! the waker, the admin listener, [`ADMIN_SLOTS`] admin connections (the
 //! control fd among them), then the proxy listeners.
 
@@ -25,6 +26,8 @@ pub(crate) enum Owner {
     Admin(usize),
     Listener(usize),
     Session(usize, Side),
+    /// A session's UDP relay socket (client-facing), by slab key.
+    Relay(usize),
 }
 
 /// Admin connection slot `k` (< [`ADMIN_SLOTS`]).
@@ -38,7 +41,12 @@ pub(crate) fn listener(index: usize) -> Token {
 }
 
 pub(crate) fn session(key: usize, side: Side) -> Token {
-    Token(key * 2 + side as usize)
+    Token(key * 3 + side as usize)
+}
+
+/// A session's UDP relay socket.
+pub(crate) fn relay(key: usize) -> Token {
+    Token(key * 3 + 2)
 }
 
 pub(crate) fn owner(token: Token, listeners: usize) -> Owner {
@@ -53,12 +61,11 @@ pub(crate) fn owner(token: Token, listeners: usize) -> Owner {
     } else if from_top < 2 + ADMIN_SLOTS + listeners {
         Owner::Listener(from_top - 2 - ADMIN_SLOTS)
     } else {
-        let side = if t % 2 == 0 {
-            Side::Client
-        } else {
-            Side::Upstream
-        };
-        Owner::Session(t / 2, side)
+        match t % 3 {
+            0 => Owner::Session(t / 3, Side::Client),
+            1 => Owner::Session(t / 3, Side::Upstream),
+            _ => Owner::Relay(t / 3),
+        }
     }
 }
 
@@ -80,6 +87,7 @@ mod tests {
             for side in [Side::Client, Side::Upstream] {
                 assert_eq!(owner(session(k, side), 3), Owner::Session(k, side));
             }
+            assert_eq!(owner(relay(k), 3), Owner::Relay(k));
         }
     }
 }

@@ -47,6 +47,8 @@ pub(crate) struct AccessLog {
     /// Payload bytes relayed client to upstream, and back.
     pub(crate) up: u64,
     pub(crate) down: u64,
+    /// A UDP association's datagrams: relayed up, down, and dropped.
+    pub(crate) datagrams: Option<[u64; 3]>,
 }
 
 /// What policy said about the session's target.
@@ -151,6 +153,7 @@ impl Conn {
                 upgraded: false,
                 up: 0,
                 down: 0,
+                datagrams: None,
             },
         }
     }
@@ -213,6 +216,11 @@ impl Conn {
         }
         e.bytes_up = Some(log.up);
         e.bytes_down = Some(log.down);
+        if let Some([up, down, dropped]) = log.datagrams {
+            e.datagrams_up = Some(up);
+            e.datagrams_down = Some(down);
+            e.datagrams_dropped = Some(dropped);
+        }
         e.duration = Some(ctx.now.saturating_duration_since(log.started));
         e.close = Some(reason);
         ctx.events.emit(&e);

@@ -37,6 +37,8 @@ pub(crate) struct Settings {
 pub(crate) struct Tokens {
     pub(crate) client: Token,
     pub(crate) upstream: Token,
+    /// A UDP association's client-facing relay socket.
+    pub(crate) relay: Token,
 }
 
 /// Everything a session handler may use, lent for one call.

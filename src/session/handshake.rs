@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use super::associate;
 use super::closing::{answer, refuse};
 use super::conn::Conn;
 use super::connect;
@@ -110,6 +111,9 @@ enum Leave {
         dialect: Dialect,
         early: Vec<u8>,
     },
+    /// SOCKS5 UDP ASSOCIATE: a relay for the client's datagrams, from
+    /// this source port (0: as its first datagram says).
+    Associate { port: u16 },
     /// Refused: answered in the client's dialect, then closed.
     Refuse(Refusal, Dialect),
     /// Answered with these bytes (a SOCKS5 method or auth failure), then closed.
@@ -209,7 +213,7 @@ impl Handshake {
         // For the events: how the client spoke, and (past auth) as whom.
         let dialect = match &leave {
             Leave::To { dialect, .. } | Leave::Refuse(_, dialect) => *dialect,
-            Leave::Answer { .. } => self.stage.dialect(),
+            Leave::Answer { .. } | Leave::Associate { .. } => self.stage.dialect(),
         };
         conn.log.protocol = Some(dialect.into());
         conn.log.user = self.user.as_deref().map(Box::from);
@@ -221,6 +225,7 @@ impl Handshake {
                 early,
             } => connect::start(self.client, target, dialect, early, login, conn, ctx),
             Leave::Refuse(refusal, dialect) => refuse(refusal, dialect, self.client, conn, ctx),
+            Leave::Associate { port } => associate::start(self.client, port, conn, ctx),
             Leave::Answer { bytes, reason, why } => {
                 answer(&bytes, reason, why, self.client, conn, ctx)
             }
@@ -442,6 +447,11 @@ impl Handshake {
             Parse::Invalid(e) => return refuse_socks(Refusal::Socks(e)),
             Parse::Done(request, n) => (request, n),
         };
+        if request.command == socks5::Command::UdpAssociate {
+            // Nothing may follow the request on the control connection.
+            self.buf.drain(..n);
+            return Parsed::Leave(Leave::Associate { port: request.port });
+        }
         if request.command != socks5::Command::Connect {
             return refuse_socks(Refusal::SocksCommand);
         }

@@ -15,6 +15,7 @@
 //! pending upstream, Passthrough and Inspect own both ends, Closing owns the
 //! survivor. A socket closes when the state that owns it lets it go.
 
+mod associate;
 mod channel;
 mod closing;
 mod conn;
@@ -126,6 +127,17 @@ impl Session {
         self.report(ctx)
     }
 
+    /// A readiness event on the session's UDP relay socket (an association's).
+    pub(crate) fn on_relay_event(&mut self, ev: &Event, ctx: &mut Ctx) -> Effects {
+        match &mut self.state {
+            State::Associate(a) => {
+                a.absorb_relay(ev);
+                self.run(ctx)
+            }
+            _ => self.report(ctx),
+        }
+    }
+
     /// The session's deadline passed.
     pub(crate) fn on_timer(&mut self, ctx: &mut Ctx) -> Effects {
         if self.conn.deadline.is_some_and(|d| d > ctx.now) {
@@ -148,6 +160,7 @@ impl Session {
     ) -> Effects {
         let changed = self.step(ctx, |state, conn, ctx| match state {
             State::Resolving(r) => r.on_resolved(result, conn, ctx),
+            State::Associate(a) => a.on_resolved(result, conn, ctx),
             other => other,
         });
         if changed {
@@ -186,6 +199,11 @@ impl Session {
     /// A new policy is in force: a tunnel it no longer allows is closed; an
     /// inspected session takes the new request rules.
     pub(crate) fn on_reload(&mut self, ctx: &mut Ctx) -> Effects {
+        if let State::Associate(a) = &mut self.state {
+            // Each datagram is judged again under the new policy.
+            a.on_reload();
+            return self.report(ctx);
+        }
         if !matches!(
             self.state,
             State::Connecting(_)
@@ -337,6 +355,8 @@ impl Session {
             // Inspect keeps its own deadline (response, idle) as it goes.
             State::Inspect(_) => self.conn.deadline = None,
             State::Closing(_) => self.conn.deadline_in(ctx.now, timeouts.close),
+            // Its idle deadline was set as it started.
+            State::Associate(_) => {}
             State::Done(reason) => {
                 self.conn.deadline = None;
                 ctx.stats.closed(*reason);

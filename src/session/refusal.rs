@@ -36,7 +36,7 @@ pub(crate) enum Refusal {
     AuthRequired,
     /// A SOCKS5 request the protocol module rejected.
     Socks(socks5::RequestError),
-    /// A SOCKS5 command we do not serve (BIND, UDP ASSOCIATE).
+    /// A SOCKS5 command we do not serve (BIND).
     SocksCommand,
     /// A target host that is not a valid name or address.
     BadHost(String),
@@ -87,7 +87,7 @@ impl Refusal {
             }
             Refusal::AuthRequired => "proxy authentication required".into(),
             Refusal::Socks(e) => format!("bad SOCKS5 request: {e:?}"),
-            Refusal::SocksCommand => "only the SOCKS5 CONNECT command is supported".into(),
+            Refusal::SocksCommand => "SOCKS5 BIND is not supported (CONNECT and UDP ASSOCIATE are)".into(),
             Refusal::BadHost(why) => format!("invalid target host: {why}"),
             Refusal::Denied(d) => format!("{d}"),
             Refusal::OwnAddress(a) => format!("{a} is the proxy's own address"),

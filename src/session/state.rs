@@ -27,6 +27,7 @@ use std::fmt;
 
 use mio::event::Event;
 
+use super::associate::Associate;
 use super::closing::Closing;
 use super::conn::Conn;
 use super::connect::{Connecting, Resolving};
@@ -56,6 +57,9 @@ pub(crate) enum State {
     /// Relaying HTTP/1.1 message by message (inspection, forward proxy).
     /// Boxed: its buffers would otherwise size every slab slot.
     Inspect(Box<Inspect>),
+    /// A SOCKS5 UDP association: relaying datagrams while its TCP
+    /// control connection lasts. Boxed: its tables would size every slot.
+    Associate(Box<Associate>),
     /// Flushing what is owed to the surviving side, then closing.
     Closing(Closing),
     /// Torn down; the reactor reaps the slot at the end of this iteration.
@@ -72,6 +76,7 @@ impl State {
             State::Vetting(_) => "Vetting",
             State::Passthrough(_) => "Passthrough",
             State::Inspect(_) => "Inspect",
+            State::Associate(_) => "Associate",
             State::Closing(_) => "Closing",
             State::Done(_) => "Done",
         }
@@ -89,6 +94,7 @@ impl State {
             State::Done(reason) => Some(reason.as_str()),
             State::Connecting(c) => Some(c.stage()),
             State::Resolving(r) => Some(r.stage()),
+            State::Associate(a) => Some(a.stage()),
         }
     }
 
@@ -105,7 +111,7 @@ impl State {
             State::Handshake(_) => Some(Phase::Handshake),
             State::Resolving(_) => Some(Phase::Resolving),
             State::Connecting(_) | State::Securing(_) => Some(Phase::Connecting),
-            State::Vetting(_) | State::Passthrough(_) | State::Inspect(_) => {
+            State::Vetting(_) | State::Passthrough(_) | State::Inspect(_) | State::Associate(_) => {
                 Some(Phase::Established)
             }
             State::Closing(_) => Some(Phase::Closing),
@@ -124,6 +130,7 @@ impl State {
             State::Passthrough(p) => Some(p.endpoint(side)),
             State::Inspect(i) => Some(i.endpoint(side)),
             State::Closing(c) => c.endpoint(side),
+            State::Associate(a) => (side == Side::Client).then(|| a.control()),
             State::Done(_) => None,
         }
     }
@@ -131,6 +138,9 @@ impl State {
     /// Folds a readiness event into the socket of `side`, if this state owns
     /// one. Returns whether it did.
     pub(crate) fn absorb(&mut self, side: Side, ev: &Event) -> bool {
+        if let (State::Associate(a), Side::Upstream) = (&mut *self, side) {
+            return a.absorb_out(ev);
+        }
         match self.endpoint(side) {
             Some(ep) => {
                 ep.absorb(ev);
@@ -151,6 +161,7 @@ impl State {
             State::Passthrough(p) => p.drive(conn, ctx),
             State::Inspect(i) => i.drive(conn, ctx),
             State::Closing(c) => c.drive(conn, ctx),
+            State::Associate(a) => a.drive(conn, ctx),
             done @ State::Done(_) => done,
         }
     }
@@ -165,6 +176,7 @@ impl State {
             State::Passthrough(p) => p.on_timer(conn, ctx),
             State::Inspect(i) => i.on_timer(conn, ctx),
             State::Closing(c) => c.on_timeout(),
+            State::Associate(a) => a.on_timer(conn, ctx),
             done @ State::Done(_) => done,
         }
     }

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{RuleCounts, StatsSnapshot, WorkerStats};
+use super::{RuleCounts, StatsSnapshot, UdpDrop, WorkerStats};
 use crate::lifecycle::CloseReason;
 
 /// The counters as one JSON object; each worker's own counters under
@@ -64,6 +64,17 @@ pub(crate) fn stats_value(
         "auth_busy": s.auth_busy,
         "handshake_rate_refused": s.handshake_rate_refused,
         "rules": by_rule,
+        "udp": {
+            "associations": s.udp.associations,
+            "datagrams_up": s.udp.datagrams_up,
+            "datagrams_down": s.udp.datagrams_down,
+            "bytes_up": s.udp.bytes_up,
+            "bytes_down": s.udp.bytes_down,
+            "dropped": UdpDrop::ALL
+                .iter()
+                .map(|&w| (w.as_str().to_string(), json!(s.udp.dropped(w))))
+                .collect::<Map<String, Value>>(),
+        },
     });
     if let (false, Value::Object(m)) = (workers.is_empty(), &mut v) {
         let list: Vec<Value> = workers
@@ -96,6 +107,11 @@ mod tests {
         assert_eq!(v["rules"]["web"]["allowed"], 0);
         let closed = v["closed"].as_object().unwrap();
         assert_eq!(closed.len(), CloseReason::ALL.len());
+        assert_eq!(v["udp"]["dropped"]["denied"], 0);
+        assert_eq!(
+            v["udp"]["dropped"].as_object().unwrap().len(),
+            UdpDrop::ALL.len()
+        );
         assert!(stats_value(&StatsSnapshot::default(), &[], &[], None)
             .get("open_fds")
             .is_none());

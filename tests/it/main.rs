@@ -44,6 +44,7 @@ mod slowloris;
 mod std_listener;
 mod tls_origin;
 mod tls_terminate;
+mod udp;
 mod unix_listener;
 mod upgrade;
 mod users;

@@ -111,6 +111,7 @@ impl Harness {
             tokens: Tokens {
                 client: CLIENT,
                 upstream: UPSTREAM,
+                relay: Token(2),
             },
             pool: &mut self.pool,
             #[cfg(target_os = "linux")]
