@@ -81,6 +81,14 @@ static char refused_connect(const char *addr) {
     return strncmp(resp, "HTTP/1.1 ", 9) == 0 ? resp[9] : 0;
 }
 
+/* Stops the proxy from inside its own callback, as the header allows. */
+static void stop_from_callback(void *user_data, const char *event_json) {
+    struct seen *seen = user_data;
+    (void)event_json;
+    if (portcullis_stop(seen->proxy, 0) == PORTCULLIS_STATUS_OK)
+        atomic_fetch_add(&seen->events, 1);
+}
+
 int main(void) {
     PortcullisProxy *p = (PortcullisProxy *)0x1; /* must be reset to NULL on failure */
     char *s = NULL;
@@ -149,6 +157,25 @@ int main(void) {
            PORTCULLIS_STATUS_NOT_RUNNING, "not running");
     EXPECT("stats after stop", portcullis_stats_json(p, &s), PORTCULLIS_STATUS_OK, NULL);
     portcullis_string_free(s);
+    portcullis_free(p);
+
+    /* The callback may stop its proxy; stopping it again from here then
+     * waits for that callback, and neither deadlocks. */
+    p = NULL;
+    EXPECT("second proxy", portcullis_start("127.0.0.1:0", NULL, 0, NULL, 0, &p), PORTCULLIS_STATUS_OK, NULL);
+    if (!p)
+        return 1;
+    struct seen stopper = {.proxy = p};
+    EXPECT("subscribe a stopper", portcullis_subscribe(p, stop_from_callback, &stopper), PORTCULLIS_STATUS_OK,
+           NULL);
+    EXPECT("local_addr 2", portcullis_local_addr(p, 0, &s), PORTCULLIS_STATUS_OK, NULL);
+    snprintf(addr, sizeof addr, "%s", s);
+    portcullis_string_free(s);
+    check(refused_connect(addr) == '4', "refused on the second proxy", PORTCULLIS_STATUS_OK);
+    EXPECT("stop after the callback's stop", portcullis_stop(p, 0), PORTCULLIS_STATUS_OK, NULL);
+    check(atomic_load(&stopper.events) >= 1, "the callback stopped it", PORTCULLIS_STATUS_OK);
+    EXPECT("stopped", portcullis_replace_policy(p, "default = true\n"), PORTCULLIS_STATUS_NOT_RUNNING,
+           "not running");
     portcullis_free(p);
 
     printf("%d failures\n", failures);
