@@ -72,6 +72,7 @@ pub(crate) mod admin;
 pub mod api;
 pub mod auth;
 pub(crate) mod buffer;
+pub mod capi;
 pub(crate) mod client;
 pub mod config;
 pub mod control;

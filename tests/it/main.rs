@@ -16,6 +16,7 @@ mod attack_setup;
 mod attack_users;
 mod backpressure;
 mod bad_input;
+mod cabi;
 mod client_identity;
 mod composition;
 mod control;
