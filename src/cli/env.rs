@@ -140,7 +140,7 @@ mod tests {
         let out = render(&sample(), Shell::Json);
         assert_eq!(
             out,
-            "{\"HTTP_PROXY\": \"http://u:it's@127.0.0.1:1\", \"X\": \"a\\\\b\\\"c\\u000a\"}\n"
+            "{\"HTTP_PROXY\": \"http://u:it's@127.0.0.1:1\", \"X\": \"a\\\\b\\\"c\\n\"}\n"
         );
     }
 }

@@ -30,12 +30,10 @@ const OTHER_ADDR: &str = "45.45.45.46";
 /// The request lines the front served.
 type Seen = Arc<Mutex<Vec<String>>>;
 
-/// Answers one request per connection on `s` (reached at `at`) with its
-/// request line and Host.
-fn answer(s: &mut (impl Read + Write), at: &str, seen: &Seen) {
-    let Ok(head) = read_until_blank_line(s) else {
-        return;
-    };
+/// Reads one request on `s` (reached at `at`), records its request line
+/// and Host, and gives the body that names them; `None` at EOF.
+fn take_request(s: &mut impl Read, at: &str, seen: &Seen) -> Option<String> {
+    let head = read_until_blank_line(s).ok()?;
     let text = String::from_utf8_lossy(&head).into_owned();
     let line = text.lines().next().unwrap_or_default().to_owned();
     let host = text
@@ -46,7 +44,15 @@ fn answer(s: &mut (impl Read + Write), at: &str, seen: &Seen) {
     seen.lock()
         .unwrap()
         .push(format!("{line} host={host} at={at}"));
-    let body = format!("the page at {line} for {host}\n");
+    Some(format!("the page at {line} for {host}\n"))
+}
+
+/// Answers one request per connection on `s` (reached at `at`) with its
+/// request line and Host.
+fn answer(s: &mut (impl Read + Write), at: &str, seen: &Seen) {
+    let Some(body) = take_request(s, at, seen) else {
+        return;
+    };
     let resp = format!(
         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
@@ -347,18 +353,7 @@ fn keep_alive_front() -> (Vec<Server>, u16, Seen) {
     for ip in [GOOD_ADDR, OTHER_ADDR] {
         let seen = seen.clone();
         let server = Server::start_on(format!("{ip}:{port}").parse().unwrap(), move |mut tcp| {
-            while let Ok(head) = read_until_blank_line(&mut tcp) {
-                let text = String::from_utf8_lossy(&head).into_owned();
-                let line = text.lines().next().unwrap_or_default().to_owned();
-                let host = text
-                    .lines()
-                    .find_map(|l| l.strip_prefix("Host: "))
-                    .unwrap_or("-")
-                    .to_owned();
-                seen.lock()
-                    .unwrap()
-                    .push(format!("{line} host={host} at={ip}"));
-                let body = format!("the page at {line} for {host}\n");
+            while let Some(body) = take_request(&mut tcp, ip, &seen) {
                 let resp = format!(
                     "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
                     body.len()
