@@ -148,6 +148,25 @@ impl Vetting {
         }
     }
 
+    /// The handshake timeout passed before the first flight was whole.
+    pub(crate) fn on_timeout(self: Box<Self>, conn: &mut Conn) -> State {
+        if self.reply.is_empty() {
+            // Said once, with the fix: a client-first protocol whose first
+            // bytes could still be a request line waits here.
+            log::info!(
+                "conn={} fronting target={}: the first {} bytes are neither a TLS ClientHello \
+                 nor a whole request line, and no more came within timeouts.handshake; \
+                 port {} is vetted because a rule inspects it: send this protocol to \
+                 another port, or inspect or terminate it",
+                conn.id,
+                self.target,
+                self.first.len(),
+                self.target.port
+            );
+        }
+        State::Done(CloseReason::HandshakeTimeout)
+    }
+
     /// The first flight is complete (or refused as it stands).
     fn judge(self, flight: FirstFlight, conn: &mut Conn, ctx: &mut Ctx) -> State {
         let port = self.target.port;

@@ -153,7 +153,9 @@ fn a_clients_slow_lookups_do_not_hold_up_the_pin_round() {
         let p = proxy.addr;
         // The first round is done: a raw tunnel goes straight through.
         let mut s = connect_via_http(p, &format!("127.0.0.1:{port}"));
-        assert_echo(&mut s, b"before");
+        // A whole line: a lone word on a port an inspecting rule covers
+        // could still become a request line, and is waited for.
+        assert_echo(&mut s, b"before\n");
         // Four slow lookups queue on the one client thread (8 s in all).
         let slow: Vec<TcpStream> = (0..4)
             .map(|i| {
@@ -183,7 +185,7 @@ fn a_clients_slow_lookups_do_not_hold_up_the_pin_round() {
         let head =
             http_connect_on(&mut victim, &format!("127.0.0.1:{port}"), &[]).expect("CONNECT");
         assert_eq!(head.status, 200, "{}", head.raw);
-        assert_echo(&mut victim, b"after the reload, behind slow lookups");
+        assert_echo(&mut victim, b"after the reload, behind slow lookups\n");
         drop(slow);
     });
 }

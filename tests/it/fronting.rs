@@ -516,3 +516,26 @@ fn an_encrypted_client_hello_on_a_vetted_port_is_refused() {
             .all(|l| !l.contains("fronting sni=other.test")));
     });
 }
+
+/// A lone word on a vetted port could still become a request line, so it
+/// is waited for; when nothing more comes the session ends at the
+/// handshake timeout with a line that says why and names the way out.
+#[test]
+fn a_lone_word_on_a_vetted_port_ends_at_the_handshake_timeout_saying_why() {
+    in_netns(&[GOOD_ADDR, OTHER_ADDR], || {
+        let (_front, port, seen) = keep_alive_front();
+        let config = format!("[timeouts]\nhandshake = \"1s\"\n{}", rules(port, ""));
+        let (_dir, proxy) = proxy("fronting-word", &config);
+        let mut s = connect_via_http(proxy.addr, &format!("other.test:{port}"));
+        s.write_all(b"hello").unwrap();
+        s.set_read_timeout(Some(PROMPTLY)).unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+        proxy.wait_for_line("the vetting timeout", |l| {
+            l.contains("the first 5 bytes are neither a TLS ClientHello nor a whole request line")
+                && l.contains("send this protocol to another port, or inspect or terminate it")
+        });
+        assert!(seen.lock().unwrap().is_empty(), "nothing reached the front");
+    });
+}
