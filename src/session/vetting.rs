@@ -149,7 +149,7 @@ impl Vetting {
     }
 
     /// The handshake timeout passed before the first flight was whole.
-    pub(crate) fn on_timeout(self: Box<Self>, conn: &mut Conn) -> State {
+    pub(crate) fn on_timeout(&self, conn: &Conn) -> State {
         if self.reply.is_empty() {
             // Said once, with the fix: a client-first protocol whose first
             // bytes could still be a request line waits here.
