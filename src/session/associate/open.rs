@@ -61,6 +61,9 @@ pub(crate) fn start(client: Endpoint, port: u16, conn: &mut Conn, ctx: &mut Ctx)
             )
         }
     };
+    // The relay (and the outbound socket to come) take one fd more than a
+    // tunnel's two: counted, or the fd reserve would be overrun.
+    ctx.third_fd();
     let mut owed = Vec::with_capacity(22);
     socks5::encode_reply(Reply::Succeeded, Some(relay_addr), &mut owed);
     ctx.stats.udp_associated();
