@@ -28,6 +28,7 @@ mod verdicts;
 pub(crate) use open::start;
 
 use super::conn::Conn;
+use super::connect::OwnAddrs;
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
 use super::state::State;
@@ -87,6 +88,18 @@ pub(crate) struct Associate {
     dropped: u64,
     up_bytes: u64,
     down_bytes: u64,
+    /// The registry of the proxy's UDP ports, and this association's in it
+    /// (taken out when it drops).
+    own: OwnAddrs,
+    ports: Vec<u16>,
+}
+
+impl Drop for Associate {
+    fn drop(&mut self) {
+        for port in &self.ports {
+            self.own.udp_closed(*port);
+        }
+    }
 }
 
 /// What one pass over the sockets did.
@@ -476,6 +489,10 @@ impl Associate {
             {
                 Ok(out) => {
                     self.out_v6 = out.local_addr().is_ok_and(|a| a.is_ipv6());
+                    if let Ok(a) = out.local_addr() {
+                        self.own.udp_bound(a.port());
+                        self.ports.push(a.port());
+                    }
                     self.out = Some(out);
                 }
                 Err(e) => {

@@ -124,7 +124,9 @@ pub(super) fn judge(
         .addrs
         .iter()
         .map(|ip| SocketAddr::new(*ip, target.port))
-        .find(|a| !ctx.settings.own.contains(*a) && *a != relay);
+        .find(|a| {
+            !ctx.settings.own.contains(*a) && !ctx.settings.own.contains_udp(*a) && *a != relay
+        });
     let Some(to) = to else {
         return refuse("it is the proxy's own address".into(), Some(&allowed.rule));
     };
