@@ -487,3 +487,40 @@ fn an_association_cannot_reach_another_relay() {
         0
     );
 }
+
+/// Refused datagrams are cheap to send and each new destination is judged
+/// anew: the log does not grow a line per datagram. The first refusals of
+/// an association are logged with their reasons, then one line says the
+/// rest are only counted (every one is, in the metrics and the session line).
+#[test]
+fn refused_destinations_do_not_flood_the_log() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let proxy = ChildProxy::start(&["--admin", &free.to_string(), "--allow", "127.0.0.1:1"]);
+    proxy.wait_for_line("admin endpoint", |l| l.contains("admin endpoint on "));
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (_control, relay) = associate(proxy.addr, client.local_addr().unwrap().port());
+    const N: u16 = 200;
+    for port in 1000..1000 + N {
+        client.send_to(&dgram(port, 0, b"x"), relay).unwrap();
+    }
+    crate::support::wait::wait_for(
+        "every datagram refused",
+        crate::support::wait::PROMPTLY,
+        || {
+            let body = admin_get(free, "/metrics");
+            metric(&body, "portcullis_udp_dropped_total{reason=\"denied\"} ") == u64::from(N)
+        },
+    );
+    proxy.wait_for_line("the line saying the rest are counted", |l| {
+        l.contains("further refused destinations of this association are counted, not logged")
+    });
+    let refusals = proxy
+        .log()
+        .iter()
+        .filter(|l| l.contains(": dropped: "))
+        .count();
+    assert_eq!(refusals, 16, "{:?}", proxy.log());
+}

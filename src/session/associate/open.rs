@@ -105,6 +105,7 @@ pub(crate) fn start(client: Endpoint, port: u16, conn: &mut Conn, ctx: &mut Ctx)
         down_bytes: 0,
         own: ctx.settings.own.clone(),
         ports: vec![relay_addr.port()],
+        refusals_logged: 0,
     }))
 }
 
