@@ -441,3 +441,43 @@ fn udp_associations_count_their_third_fd() {
     assert_eq!(stat(&s, "accept_pauses"), 0, "no EMFILE: {s:?}");
     drop(attacker);
 }
+
+/// Out of fds, an association cannot open its outbound socket: each
+/// datagram is dropped (`send-failed`), with one warning per association,
+/// not one per datagram.
+#[test]
+fn udp_without_an_outbound_socket_warns_once() {
+    let proxy = start_with_nofile(256, &["--allow", "127.0.0.1:9"]);
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut c = TcpStream::connect(proxy.addr).unwrap();
+    c.set_read_timeout(Some(PROMPTLY)).unwrap();
+    std::io::Write::write_all(&mut c, &[5, 1, 0]).unwrap();
+    let mut sel = [0u8; 2];
+    std::io::Read::read_exact(&mut c, &mut sel).unwrap();
+    let mut req = vec![5, 3, 0, 1, 127, 0, 0, 1];
+    req.extend(client.local_addr().unwrap().port().to_be_bytes());
+    std::io::Write::write_all(&mut c, &req).unwrap();
+    let mut rep = [0u8; 10];
+    std::io::Read::read_exact(&mut c, &mut rep).unwrap();
+    assert_eq!(rep[1], 0, "{rep:?}");
+    let relay = std::net::SocketAddr::from(([127, 0, 0, 1], u16::from_be_bytes([rep[8], rep[9]])));
+    // No fd left below the limit.
+    let limit = first_free_fd(proxy.pid());
+    set_nofile(proxy.pid(), limit, 256);
+    const N: u64 = 50;
+    for _ in 0..N {
+        client
+            .send_to(&[0, 0, 0, 1, 127, 0, 0, 1, 0, 9, b'x'], relay)
+            .unwrap();
+    }
+    wait_for("every datagram dropped", PROMPTLY, || {
+        stat(&proxy.stats(), "udp_dropped") == N
+    });
+    set_nofile(proxy.pid(), 256, 256);
+    let warnings = proxy
+        .log()
+        .iter()
+        .filter(|l| l.contains("cannot open an outbound socket"))
+        .count();
+    assert_eq!(warnings, 1, "{:?}", proxy.log());
+}

@@ -96,6 +96,9 @@ pub(crate) struct Associate {
     ports: Vec<u16>,
     /// Refused destinations logged at info so far.
     refusals_logged: u32,
+    /// Failing to open the outbound socket was warned about (once: each
+    /// datagram tries again, and would log again).
+    out_failure_warned: bool,
 }
 
 impl Drop for Associate {
@@ -505,7 +508,12 @@ impl Associate {
                     self.out = Some(out);
                 }
                 Err(e) => {
-                    log::warn!("conn={} udp: cannot open an outbound socket: {e}", conn.id);
+                    let level = if std::mem::replace(&mut self.out_failure_warned, true) {
+                        log::Level::Debug
+                    } else {
+                        log::Level::Warn
+                    };
+                    log::log!(level, "conn={} udp: cannot open an outbound socket: {e}; its datagrams are dropped (send-failed) until one opens", conn.id);
                     return self.drop_one(UdpDrop::SendFailed, ctx);
                 }
             }

@@ -106,6 +106,7 @@ pub(crate) fn start(client: Endpoint, port: u16, conn: &mut Conn, ctx: &mut Ctx)
         own: ctx.settings.own.clone(),
         ports: vec![relay_addr.port()],
         refusals_logged: 0,
+        out_failure_warned: false,
     }))
 }
 
