@@ -208,7 +208,9 @@ enum PortcullisStatus portcullis_subscribe(const struct PortcullisProxy *proxy,
  * close at once and open sessions may finish within `timeouts.drain`;
  * with 0 every session is closed now. Then the events still queued are
  * delivered, and the events thread ends. Stopping a stopped proxy
- * returns `PORTCULLIS_STATUS_OK`. The proxy must still be freed.
+ * returns `PORTCULLIS_STATUS_OK`. Called from two threads, both return
+ * once the proxy has stopped; an immediate stop cuts a graceful one
+ * short. The proxy must still be freed.
  *
  * # Safety
  * `proxy` is a live proxy.

@@ -50,18 +50,23 @@ impl PortcullisProxy {
     /// Stops the reactor (at once, or draining for `timeouts.drain`), waits
     /// for it, then delivers the queued events and ends the events thread.
     fn stop(&self, graceful: bool) -> Result<(), Error> {
-        let spawned = self.running().take();
-        let result = match spawned {
-            Some(p) => {
-                if graceful {
-                    p.shutdown();
-                } else {
-                    p.shutdown_now();
-                }
-                p.join()
-            }
+        // Asked through the handle, without the lock: an immediate stop
+        // can cut short a graceful one under way.
+        if graceful {
+            self.handle.shutdown();
+        } else {
+            self.handle.shutdown_now();
+        }
+        // The lock is held until the reactor has exited: a concurrent stop
+        // waits for it instead of returning while the proxy drains (its
+        // caller may free the proxy next). The reactor never waits for the
+        // events thread, so a callback calling stop cannot deadlock here.
+        let mut running = self.running();
+        let result = match running.take() {
+            Some(p) => p.join(),
             None => Ok(()),
         };
+        drop(running);
         self.events.close();
         result.map_err(|e| Error::new(PortcullisStatus::Io, format!("the proxy failed: {e}")))
     }
@@ -391,7 +396,9 @@ pub unsafe extern "C" fn portcullis_subscribe(
 /// close at once and open sessions may finish within `timeouts.drain`;
 /// with 0 every session is closed now. Then the events still queued are
 /// delivered, and the events thread ends. Stopping a stopped proxy
-/// returns `PORTCULLIS_STATUS_OK`. The proxy must still be freed.
+/// returns `PORTCULLIS_STATUS_OK`. Called from two threads, both return
+/// once the proxy has stopped; an immediate stop cuts a graceful one
+/// short. The proxy must still be freed.
 ///
 /// # Safety
 /// `proxy` is a live proxy.

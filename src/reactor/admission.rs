@@ -72,6 +72,8 @@ pub(crate) struct Admission {
     sessions: usize,
     handshakes: usize,
     refusing: usize,
+    /// Sessions holding a third fd (UDP associations).
+    third_fds: usize,
     fds: FdBudget,
     /// Fds open before any session (listeners, poll, stdio, ...).
     base_fds: usize,
@@ -87,6 +89,7 @@ impl Admission {
             sessions: 0,
             handshakes: 0,
             refusing: 0,
+            third_fds: 0,
             fds,
             base_fds,
             pool_epoch: 0,
@@ -101,7 +104,17 @@ impl Admission {
 
     /// The fds the proxy holds, as counted (an upper bound for sessions).
     pub(crate) fn held_fds(&self) -> usize {
-        self.base_fds + 2 * self.sessions + self.refusing
+        self.base_fds + 2 * self.sessions + self.third_fds + self.refusing
+    }
+
+    /// An admitted session holds a third fd (until [`Admission::dropped_third_fd`]).
+    pub(crate) fn took_third_fd(&mut self) {
+        self.third_fds += 1;
+    }
+
+    /// A session holding a third fd ended.
+    pub(crate) fn dropped_third_fd(&mut self) {
+        self.third_fds = self.third_fds.saturating_sub(1);
     }
 
     /// The fds held are at the pressure threshold: the next admission

@@ -173,6 +173,8 @@ struct Slot {
     admitted: bool,
     /// Still counted as a pending handshake.
     handshaking: bool,
+    /// Counted by admission as holding a third fd.
+    third_fd: bool,
     /// The armed deadline, as the session last asked (the wheel knows when).
     timer: Option<TimerId>,
     /// In the run queue already.
@@ -311,6 +313,10 @@ impl Reactor {
                 lock(&self.admission).left_handshake(slot.client);
             }
         }
+        if effects.third_fd && slot.admitted && !slot.third_fd {
+            slot.third_fd = true;
+            lock(&self.admission).took_third_fd();
+        }
         if let Some(host) = effects.resolve {
             self.resolver.resolve(Job {
                 asker: Asker::Session {
@@ -342,6 +348,9 @@ impl Reactor {
             }
             slot.handshaking = false;
             admission.ended(slot.client, slot.admitted);
+            if std::mem::take(&mut slot.third_fd) {
+                admission.dropped_third_fd();
+            }
             // Its counts are released: no longer the pool's to hand over
             // (the slot waits for the reap, and `identify_pool` may run first).
             slot.pooled = false;
@@ -610,6 +619,7 @@ impl Reactor {
                     pooled,
                     admitted,
                     handshaking: true,
+                    third_fd: false,
                     timer: None,
                     queued: false,
                 });

@@ -290,9 +290,15 @@ fn refuse_early(
 /// which no session may dial: a rule allowing loopback must not let a
 /// client reach the admin socket (and its control commands) or loop back
 /// into the proxy.
+///
+/// And the ports of its UDP sockets (every association's relay and
+/// outbound socket, shared by the workers): a datagram aimed at another
+/// association's relay would arrive from the proxy, on that client's IP,
+/// and could take over its association.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct OwnAddrs {
     addrs: Vec<SocketAddr>,
+    udp: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u16, usize>>>,
 }
 
 impl OwnAddrs {
@@ -305,7 +311,41 @@ impl OwnAddrs {
                 ListenAddr::Unix(_) => None,
             })
             .collect();
-        OwnAddrs { addrs }
+        OwnAddrs {
+            addrs,
+            udp: Default::default(),
+        }
+    }
+
+    fn udp_ports(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u16, usize>> {
+        self.udp.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A UDP socket of the proxy's is bound to `port` (until [`OwnAddrs::udp_closed`]).
+    pub(crate) fn udp_bound(&self, port: u16) {
+        *self.udp_ports().entry(port).or_default() += 1;
+    }
+
+    /// A UDP socket [`OwnAddrs::udp_bound`] to `port` closed.
+    pub(crate) fn udp_closed(&self, port: u16) {
+        let mut ports = self.udp_ports();
+        if let Some(n) = ports.get_mut(&port) {
+            *n -= 1;
+            if *n == 0 {
+                ports.remove(&port);
+            }
+        }
+    }
+
+    /// Whether a datagram to `to` could reach one of the proxy's UDP
+    /// sockets: its port is one of theirs and its address this host's (the
+    /// outbound sockets listen on every address).
+    pub(crate) fn contains_udp(&self, to: SocketAddr) -> bool {
+        if !self.udp_ports().contains_key(&to.port()) {
+            return false;
+        }
+        let ip = to.ip().to_canonical();
+        ip.is_loopback() || ip.is_unspecified() || is_local(ip)
     }
 
     /// Whether dialling `to` could reach the proxy: its port is one of ours

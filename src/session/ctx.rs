@@ -95,6 +95,10 @@ pub(crate) struct Effects {
     pub(crate) await_pins: bool,
     /// It left its handshake (admission's pending-handshake count drops).
     pub(crate) left_handshake: bool,
+    /// It holds a third descriptor from now until it closes (a UDP
+    /// association: control, relay and outbound sockets), which admission
+    /// must count: it plans two per session.
+    pub(crate) third_fd: bool,
     /// Its deadline after the call (`None`: no deadline).
     pub(crate) deadline: Option<Instant>,
     /// It ended for this reason: release its admission and reap it.
@@ -110,6 +114,7 @@ impl Effects {
             && self.verify.is_none()
             && !self.await_pins
             && !self.left_handshake
+            && !self.third_fd
             && self.deadline.is_none()
             && self.closed.is_none()
     }
@@ -142,6 +147,11 @@ impl Ctx<'_> {
     /// Asks the reactor to resolve `host`.
     pub(crate) fn resolve(&mut self, host: String) {
         self.effects.0.resolve = Some(host);
+    }
+
+    /// Says the session holds a third fd until it closes.
+    pub(super) fn third_fd(&mut self) {
+        self.effects.0.third_fd = true;
     }
 
     /// Says the session left its handshake.

@@ -281,3 +281,86 @@ fn python_example_relays_a_request() {
     );
     assert_eq!(origin.requests().len(), 1);
 }
+
+/// Two threads stopping one proxy: each returns only once it has stopped.
+/// The second caller used to find the reactor taken by the first (still
+/// draining an open session) and return at once, so a caller that freed
+/// the proxy on its return freed it under the first one. An immediate
+/// stop still cuts a graceful one short.
+#[test]
+fn a_second_stop_waits_for_the_first() {
+    use portcullis::capi::*;
+    use std::ffi::{CStr, CString};
+    use std::io::Read;
+    use std::net::TcpStream;
+
+    struct P(*mut PortcullisProxy);
+    // SAFETY: the C ABI allows calls on a proxy from any thread.
+    unsafe impl Send for P {}
+    unsafe impl Sync for P {}
+
+    let toml = CString::new("[[listen]]\naddress = \"127.0.0.1:0\"\n[timeouts]\ndrain = \"60s\"\n")
+        .unwrap();
+    let mut p = std::ptr::null_mut();
+    // SAFETY: valid string and out pointer.
+    let st = unsafe { portcullis_start_toml(toml.as_ptr(), &mut p) };
+    assert_eq!(st, PortcullisStatus::Ok);
+    let mut addr = std::ptr::null_mut();
+    // SAFETY: a live proxy; valid out pointer.
+    assert_eq!(
+        unsafe { portcullis_local_addr(p, 0, &mut addr) },
+        PortcullisStatus::Ok
+    );
+    // SAFETY: a string from portcullis, freed once.
+    let listen: std::net::SocketAddr = unsafe { CStr::from_ptr(addr) }
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    unsafe { portcullis_string_free(addr) };
+    // An open session (a handshake under way) keeps a graceful stop draining.
+    let mut held = TcpStream::connect(listen).unwrap();
+    std::io::Write::write_all(&mut held, b"CONNECT ").unwrap();
+    wait_for("the session open", PROMPTLY, || {
+        let mut s = std::ptr::null_mut();
+        // SAFETY: a live proxy; valid out pointer.
+        unsafe { portcullis_stats_json(p, &mut s) };
+        let json = unsafe { CStr::from_ptr(s) }.to_str().unwrap().to_owned();
+        unsafe { portcullis_string_free(s) };
+        json.contains("\"accepted\":1")
+    });
+    let proxy = std::sync::Arc::new(P(p));
+    let first = {
+        let proxy = std::sync::Arc::clone(&proxy);
+        // SAFETY: a live proxy (freed only after both stops returned).
+        std::thread::spawn(move || unsafe { portcullis_stop(proxy.0, 1) })
+    };
+    // The first stop has begun once the listener is closed.
+    wait_for("the listener closed", PROMPTLY, || {
+        TcpStream::connect(listen).is_err()
+    });
+    let second = {
+        let proxy = std::sync::Arc::clone(&proxy);
+        // SAFETY: as above.
+        std::thread::spawn(move || unsafe { portcullis_stop(proxy.0, 1) })
+    };
+    // The session still drains: the second stop must not have returned.
+    held.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    assert!(held.read(&mut buf).is_err(), "the session is still open");
+    assert!(
+        !second.is_finished(),
+        "the second stop returned while the proxy drains"
+    );
+    // An immediate stop cuts the drain short: the session is closed, and
+    // all three stops return.
+    // SAFETY: a live proxy.
+    assert_eq!(unsafe { portcullis_stop(proxy.0, 0) }, PortcullisStatus::Ok);
+    assert_eq!(first.join().unwrap(), PortcullisStatus::Ok);
+    assert_eq!(second.join().unwrap(), PortcullisStatus::Ok);
+    held.set_read_timeout(Some(PROMPTLY)).unwrap();
+    assert_eq!(held.read(&mut buf).ok(), Some(0), "the session was closed");
+    // SAFETY: no other call is under way; freed once.
+    unsafe { portcullis_free(proxy.0) };
+}

@@ -342,3 +342,142 @@ fn out_of_fds_the_heaviest_clients_oldest_handshakes_make_room() {
     set_nofile(proxy.pid(), 256, 256);
     drop(attacker);
 }
+
+/// Opens SOCKS5 UDP associations until one is refused, each carrying one
+/// datagram to the UDP echo at `127.0.0.1:<echo>` and back (so the proxy
+/// holds its relay and outbound sockets); prints `{"opened": N, "reply":
+/// <the refusing reply code, or the error>}`, then waits for a line on
+/// stdin and closes every socket.
+const ASSOCIATIONS_UNTIL_REFUSED: &str = r#"
+import socket, sys, json, struct
+host, port, echo, cap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+held, reply = [], None
+while len(held) < cap:
+    try:
+        c = socket.create_connection((host, port))
+        c.settimeout(10)
+        c.sendall(b"\x05\x01\x00")
+        if c.recv(2) != b"\x05\x00":
+            reply = "greeting refused"
+            break
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.bind(("127.0.0.1", 0))
+        u.settimeout(10)
+        c.sendall(b"\x05\x03\x00\x01\x7f\x00\x00\x01" + struct.pack(">H", u.getsockname()[1]))
+        rep = c.recv(10)
+        if len(rep) < 2 or rep[1] != 0:
+            reply = rep[1] if len(rep) > 1 else "closed"
+            c.close()
+            u.close()
+            break
+        relay = (socket.inet_ntoa(rep[4:8]), struct.unpack(">H", rep[8:10])[0])
+        u.sendto(b"\x00\x00\x00\x01\x7f\x00\x00\x01" + struct.pack(">H", echo) + b"hi", relay)
+        u.recvfrom(64)
+        held.append((c, u))
+    except Exception as e:
+        reply = repr(e)
+        break
+print(json.dumps({"opened": len(held), "reply": reply}), flush=True)
+sys.stdin.readline()
+for c, u in held:
+    c.close()
+    u.close()
+print("closed", flush=True)
+"#;
+
+/// A UDP association holds three fds (control, relay, outbound), not the
+/// two a tunnel does: the fd reserve counts the third, so one client
+/// opening associations is refused (`fd_reserve`) before the proxy runs
+/// out of fds, and a light client is still served, without EMFILE.
+#[test]
+fn udp_associations_count_their_third_fd() {
+    const NOFILE: u64 = 256;
+    let echo = echo_server();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let udp_port = udp.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = udp.recv_from(&mut buf) {
+            let _ = udp.send_to(&buf[..n], from);
+        }
+    });
+    let dir = TempDir::new("fd-udp");
+    let config = write_file(&dir, "limits.toml", UNLIMITED);
+    let proxy = start_with_nofile(
+        NOFILE,
+        &[
+            "--config",
+            &config,
+            "--allow",
+            &echo.target(),
+            "--allow",
+            &format!("127.0.0.1:{udp_port}"),
+        ],
+    );
+    let mut attacker = spawn_python_as(
+        NOBODY,
+        ASSOCIATIONS_UNTIL_REFUSED,
+        &[
+            proxy.addr.ip().to_string(),
+            proxy.addr.port().to_string(),
+            udp_port.to_string(),
+            "1000".into(),
+        ],
+    );
+    let lines = Lines::of(&mut attacker);
+    let summary = lines.next("the attacker's summary", Duration::from_secs(60));
+    eprintln!("attacker (nobody): {summary}; proxy fds {}", proxy.fds());
+    let opened: usize = field(&summary, "opened").parse().unwrap();
+    assert!(opened > 0 && 3 * opened < NOFILE as usize, "{summary}");
+    // 0x01 (general failure): SOCKS5's answer to a limit.
+    assert_eq!(field(&summary, "reply"), "1", "{summary}");
+    proxy.wait_for_line("the fd_reserve refusal", |l| {
+        l.contains("refused, at the fd_reserve limit")
+    });
+    assert!(proxy.fds() < NOFILE as usize - 16, "{} fds", proxy.fds());
+    let mut victim = tunnel_ok(&proxy, &echo, "a light client under fd pressure");
+    assert_echo(&mut victim, b"still");
+    let s = proxy.stats();
+    assert_eq!(stat(&s, "accept_pauses"), 0, "no EMFILE: {s:?}");
+    drop(attacker);
+}
+
+/// Out of fds, an association cannot open its outbound socket: each
+/// datagram is dropped (`send-failed`), with one warning per association,
+/// not one per datagram.
+#[test]
+fn udp_without_an_outbound_socket_warns_once() {
+    let proxy = start_with_nofile(256, &["--allow", "127.0.0.1:9"]);
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut c = TcpStream::connect(proxy.addr).unwrap();
+    c.set_read_timeout(Some(PROMPTLY)).unwrap();
+    std::io::Write::write_all(&mut c, &[5, 1, 0]).unwrap();
+    let mut sel = [0u8; 2];
+    std::io::Read::read_exact(&mut c, &mut sel).unwrap();
+    let mut req = vec![5, 3, 0, 1, 127, 0, 0, 1];
+    req.extend(client.local_addr().unwrap().port().to_be_bytes());
+    std::io::Write::write_all(&mut c, &req).unwrap();
+    let mut rep = [0u8; 10];
+    std::io::Read::read_exact(&mut c, &mut rep).unwrap();
+    assert_eq!(rep[1], 0, "{rep:?}");
+    let relay = std::net::SocketAddr::from(([127, 0, 0, 1], u16::from_be_bytes([rep[8], rep[9]])));
+    // No fd left below the limit.
+    let limit = first_free_fd(proxy.pid());
+    set_nofile(proxy.pid(), limit, 256);
+    const N: u64 = 50;
+    for _ in 0..N {
+        client
+            .send_to(&[0, 0, 0, 1, 127, 0, 0, 1, 0, 9, b'x'], relay)
+            .unwrap();
+    }
+    wait_for("every datagram dropped", PROMPTLY, || {
+        stat(&proxy.stats(), "udp_dropped") == N
+    });
+    set_nofile(proxy.pid(), 256, 256);
+    let warnings = proxy
+        .log()
+        .iter()
+        .filter(|l| l.contains("cannot open an outbound socket"))
+        .count();
+    assert_eq!(warnings, 1, "{:?}", proxy.log());
+}

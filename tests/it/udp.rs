@@ -421,3 +421,106 @@ fn an_idle_association_does_not_wake_the_proxy() {
     assert_eq!(s1.wakeups, s2.wakeups, "an idle association woke the proxy");
     assert_eq!(s2.open.established, 1, "the association is still open");
 }
+
+/// One association's datagrams cannot be aimed at another's relay (a
+/// proxy UDP socket), even under a rule allowing every loopback port: they
+/// would come from the proxy's outbound socket, on the victim's IP, and a
+/// victim that asked with port 0 would have its client port fixed to the
+/// attacker's (its own datagrams dropped as foreign; the attacker's relayed
+/// under the victim's identity and policy). They are dropped as denied,
+/// and the victim's association works.
+#[test]
+fn an_association_cannot_reach_another_relay() {
+    let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let echo_port = echo.local_addr().unwrap().port();
+    thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = echo.recv_from(&mut buf) {
+            let _ = echo.send_to(&buf[..n], from);
+        }
+    });
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let proxy = ChildProxy::start(&["--admin", &free.to_string(), "--allow", "127.0.0.1:1-65535"]);
+    proxy.wait_for_line("admin endpoint", |l| l.contains("admin endpoint on "));
+    let mut buf = [0u8; 2048];
+    // The victim asks with port 0: its first datagram fixes its port.
+    let victim = UdpSocket::bind("127.0.0.1:0").unwrap();
+    victim
+        .set_read_timeout(Some(crate::support::wait::PROMPTLY))
+        .unwrap();
+    let (_victim_control, victim_relay) = associate(proxy.addr, 0);
+    let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
+    attacker
+        .set_read_timeout(Some(crate::support::wait::PROMPTLY))
+        .unwrap();
+    let (_control, relay) = associate(proxy.addr, attacker.local_addr().unwrap().port());
+    // First a datagram through to the echo (the outbound socket exists).
+    attacker
+        .send_to(&dgram(echo_port, 0, b"warm"), relay)
+        .unwrap();
+    let (n, _) = attacker.recv_from(&mut buf).unwrap();
+    assert!(buf[..n].ends_with(b"warm"));
+    // Then a whole SOCKS datagram, as payload, to the victim's relay.
+    let inner = dgram(echo_port, 0, b"as the victim");
+    attacker
+        .send_to(&dgram(victim_relay.port(), 0, &inner), relay)
+        .unwrap();
+    let dropped = proxy.wait_for_line("the datagram to a relay refused", |l| {
+        l.contains(&format!("udp 127.0.0.1:{}: dropped", victim_relay.port()))
+    });
+    assert!(dropped.contains("the proxy's own address"), "{dropped}");
+    victim
+        .send_to(&dgram(echo_port, 0, b"mine"), victim_relay)
+        .unwrap();
+    let (n, from) = victim.recv_from(&mut buf).expect("the victim's echo");
+    assert_eq!(from, victim_relay);
+    assert_eq!(&buf[..n], &dgram(echo_port, 0, b"mine")[..]);
+    let body = admin_get(free, "/metrics");
+    assert_eq!(
+        metric(
+            &body,
+            "portcullis_udp_dropped_total{reason=\"foreign-source\"} "
+        ),
+        0
+    );
+}
+
+/// Refused datagrams are cheap to send and each new destination is judged
+/// anew: the log does not grow a line per datagram. The first refusals of
+/// an association are logged with their reasons, then one line says the
+/// rest are only counted (every one is, in the metrics and the session line).
+#[test]
+fn refused_destinations_do_not_flood_the_log() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let proxy = ChildProxy::start(&["--admin", &free.to_string(), "--allow", "127.0.0.1:1"]);
+    proxy.wait_for_line("admin endpoint", |l| l.contains("admin endpoint on "));
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (_control, relay) = associate(proxy.addr, client.local_addr().unwrap().port());
+    const N: u16 = 200;
+    for port in 1000..1000 + N {
+        client.send_to(&dgram(port, 0, b"x"), relay).unwrap();
+    }
+    crate::support::wait::wait_for(
+        "every datagram refused",
+        crate::support::wait::PROMPTLY,
+        || {
+            let body = admin_get(free, "/metrics");
+            metric(&body, "portcullis_udp_dropped_total{reason=\"denied\"} ") == u64::from(N)
+        },
+    );
+    proxy.wait_for_line("the line saying the rest are counted", |l| {
+        l.contains("further refused destinations of this association are counted, not logged")
+    });
+    let refusals = proxy
+        .log()
+        .iter()
+        .filter(|l| l.contains(": dropped: "))
+        .count();
+    assert_eq!(refusals, 16, "{:?}", proxy.log());
+}

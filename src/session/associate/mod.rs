@@ -28,6 +28,7 @@ mod verdicts;
 pub(crate) use open::start;
 
 use super::conn::Conn;
+use super::connect::OwnAddrs;
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
 use super::state::State;
@@ -49,6 +50,8 @@ const MAX_WAITING_BYTES: usize = 256 * 1024;
 const BUDGET: usize = 64;
 /// The largest datagram: a UDP payload over IPv4 and the SOCKS header.
 const DGRAM_MAX: usize = 65_535;
+/// Refused destinations logged at info per association; the rest at debug.
+const LOUD_REFUSALS: u32 = 16;
 /// The idle timeout of an association when `timeouts.idle` is off.
 pub(crate) const DEFAULT_IDLE: Duration = Duration::from_secs(300);
 
@@ -87,6 +90,23 @@ pub(crate) struct Associate {
     dropped: u64,
     up_bytes: u64,
     down_bytes: u64,
+    /// The registry of the proxy's UDP ports, and this association's in it
+    /// (taken out when it drops).
+    own: OwnAddrs,
+    ports: Vec<u16>,
+    /// Refused destinations logged at info so far.
+    refusals_logged: u32,
+    /// Failing to open the outbound socket was warned about (once: each
+    /// datagram tries again, and would log again).
+    out_failure_warned: bool,
+}
+
+impl Drop for Associate {
+    fn drop(&mut self) {
+        for port in &self.ports {
+            self.own.udp_closed(*port);
+        }
+    }
 }
 
 /// What one pass over the sockets did.
@@ -210,19 +230,19 @@ impl Associate {
         for target in targets {
             let cached = match &result {
                 Ok(addrs) if !addrs.is_empty() => {
-                    verdicts::judge(&target, addrs, self.relay_addr, conn, ctx)
+                    let loud = self.loud();
+                    verdicts::judge(&target, addrs, self.relay_addr, loud, conn, ctx)
                 }
                 _ => {
-                    log::info!(
-                        "conn={} udp {target}: dropped: the name did not resolve",
-                        conn.id
-                    );
+                    let why = "the name did not resolve";
+                    verdicts::refused_line(self.loud(), conn, &target, &why);
                     Cached {
                         send: Err(UdpDrop::ResolveFailed),
                         until: ctx.now + RESOLVE_FAILED_TTL,
                     }
                 }
             };
+            self.counted(&cached, conn);
             self.verdicts.remember(target, cached, ctx.now);
         }
         // The queue moves on in `drive`, which the session runs next.
@@ -357,8 +377,11 @@ impl Associate {
                     break;
                 }
                 let target = target.clone();
-                match verdicts::judge_now(&target, self.relay_addr, conn, ctx) {
-                    Some(cached) => self.verdicts.remember(target, cached, ctx.now),
+                match verdicts::judge_now(&target, self.relay_addr, self.loud(), conn, ctx) {
+                    Some(cached) => {
+                        self.counted(&cached, conn);
+                        self.verdicts.remember(target, cached, ctx.now)
+                    }
                     None => {
                         self.resolve(&target, ctx);
                         break;
@@ -434,7 +457,9 @@ impl Associate {
         if let Some(cached) = self.verdicts.get(&target, ctx.now) {
             return self.deliver(cached, payload, conn, ctx);
         }
-        if let Some(cached) = verdicts::judge_now(&target, self.relay_addr, conn, ctx) {
+        if let Some(cached) = verdicts::judge_now(&target, self.relay_addr, self.loud(), conn, ctx)
+        {
+            self.counted(&cached, conn);
             self.verdicts.remember(target, cached, ctx.now);
             return self.deliver(cached, payload, conn, ctx);
         }
@@ -476,10 +501,19 @@ impl Associate {
             {
                 Ok(out) => {
                     self.out_v6 = out.local_addr().is_ok_and(|a| a.is_ipv6());
+                    if let Ok(a) = out.local_addr() {
+                        self.own.udp_bound(a.port());
+                        self.ports.push(a.port());
+                    }
                     self.out = Some(out);
                 }
                 Err(e) => {
-                    log::warn!("conn={} udp: cannot open an outbound socket: {e}", conn.id);
+                    let level = if std::mem::replace(&mut self.out_failure_warned, true) {
+                        log::Level::Debug
+                    } else {
+                        log::Level::Warn
+                    };
+                    log::log!(level, "conn={} udp: cannot open an outbound socket: {e}; its datagrams are dropped (send-failed) until one opens", conn.id);
                     return self.drop_one(UdpDrop::SendFailed, ctx);
                 }
             }
@@ -562,6 +596,25 @@ impl Associate {
             }
         };
         result
+    }
+
+    /// Whether the next refused destination is logged at info.
+    fn loud(&self) -> bool {
+        self.refusals_logged < LOUD_REFUSALS
+    }
+
+    /// Counts a fresh verdict's refusal against [`LOUD_REFUSALS`], saying
+    /// so once the rest go to debug.
+    fn counted(&mut self, cached: &Cached, conn: &Conn) {
+        if cached.send.is_err() && self.loud() {
+            self.refusals_logged += 1;
+            if !self.loud() {
+                log::info!(
+                    "conn={} udp: further refused destinations of this association are counted, not logged (RUST_LOG=portcullis=debug shows them)",
+                    conn.id
+                );
+            }
+        }
     }
 
     fn sent_up(&mut self, _to: SocketAddr, n: usize, ctx: &Ctx) {

@@ -61,6 +61,11 @@ pub(crate) fn start(client: Endpoint, port: u16, conn: &mut Conn, ctx: &mut Ctx)
             )
         }
     };
+    // The relay (and the outbound socket to come) take one fd more than a
+    // tunnel's two: counted, or the fd reserve would be overrun.
+    ctx.third_fd();
+    // No association may aim datagrams at this relay.
+    ctx.settings.own.udp_bound(relay_addr.port());
     let mut owed = Vec::with_capacity(22);
     socks5::encode_reply(Reply::Succeeded, Some(relay_addr), &mut owed);
     ctx.stats.udp_associated();
@@ -98,6 +103,10 @@ pub(crate) fn start(client: Endpoint, port: u16, conn: &mut Conn, ctx: &mut Ctx)
         dropped: 0,
         up_bytes: 0,
         down_bytes: 0,
+        own: ctx.settings.own.clone(),
+        ports: vec![relay_addr.port()],
+        refusals_logged: 0,
+        out_failure_warned: false,
     }))
 }
 

@@ -59,16 +59,17 @@ impl Verdicts {
 pub(super) fn judge_now(
     target: &Target,
     relay: SocketAddr,
+    loud: bool,
     conn: &Conn,
     ctx: &mut Ctx,
 ) -> Option<Cached> {
     let user = conn.log.user.as_deref();
     match &target.host {
-        Host::Ip(ip) => Some(judge(target, &[*ip], relay, conn, ctx)),
+        Host::Ip(ip) => Some(judge(target, &[*ip], relay, loud, conn, ctx)),
         Host::Domain(_) => match ctx.policy.check_name_as(target, user) {
             NameVerdict::Deny(denial) => {
                 ctx.stats.rules.connection(denial.rule(), Outcome::Denied);
-                log::info!("conn={} udp {target}: dropped: {denial}", conn.id);
+                refused_line(loud, conn, target, &denial);
                 Some(Cached {
                     send: Err(UdpDrop::Denied),
                     until: ctx.now + VERDICT_TTL,
@@ -79,11 +80,25 @@ pub(super) fn judge_now(
     }
 }
 
-/// The policy's verdict on `target` at `addrs`, as a datagram's fate.
+/// Logs a refused destination: at info while the association is `loud`
+/// (its first refusals), else at debug (a datagram to a new destination
+/// costs a client a few bytes; a log line each would let it flood the log).
+pub(super) fn refused_line(loud: bool, conn: &Conn, target: &Target, why: &dyn std::fmt::Display) {
+    let level = if loud {
+        log::Level::Info
+    } else {
+        log::Level::Debug
+    };
+    log::log!(level, "conn={} udp {target}: dropped: {why}", conn.id);
+}
+
+/// The policy's verdict on `target` at `addrs`, as a datagram's fate
+/// (`loud`: a refusal is logged at info, see [`refused_line`]).
 pub(super) fn judge(
     target: &Target,
     addrs: &[IpAddr],
     relay: SocketAddr,
+    loud: bool,
     conn: &Conn,
     ctx: &mut Ctx,
 ) -> Cached {
@@ -91,7 +106,7 @@ pub(super) fn judge(
     let until = ctx.now + VERDICT_TTL;
     let refuse = |why: String, rule: Option<&Arc<str>>| {
         ctx.stats.rules.connection(rule, Outcome::Denied);
-        log::info!("conn={} udp {target}: dropped: {why}", conn.id);
+        refused_line(loud, conn, target, &why);
         Cached {
             send: Err(UdpDrop::Denied),
             until,
@@ -124,7 +139,9 @@ pub(super) fn judge(
         .addrs
         .iter()
         .map(|ip| SocketAddr::new(*ip, target.port))
-        .find(|a| !ctx.settings.own.contains(*a) && *a != relay);
+        .find(|a| {
+            !ctx.settings.own.contains(*a) && !ctx.settings.own.contains_udp(*a) && *a != relay
+        });
     let Some(to) = to else {
         return refuse("it is the proxy's own address".into(), Some(&allowed.rule));
     };
