@@ -50,6 +50,7 @@ impl Proxy {
             adopted: Vec::new(),
             on_event: None,
             control: None,
+            relay_bind: None,
         }
     }
 
@@ -113,6 +114,7 @@ pub struct ProxyBuilder {
     on_event: Option<Callback>,
     /// The control stream; shared so that the builder stays `Clone`.
     control: Option<Arc<std::os::unix::net::UnixStream>>,
+    relay_bind: Option<crate::session::RelayBind>,
 }
 
 impl std::fmt::Debug for ProxyBuilder {
@@ -122,6 +124,7 @@ impl std::fmt::Debug for ProxyBuilder {
             .field("adopted", &self.adopted)
             .field("on_event", &self.on_event.is_some())
             .field("control", &self.control)
+            .field("udp_relay_bind", &self.relay_bind.is_some())
             .finish()
     }
 }
@@ -253,6 +256,32 @@ impl ProxyBuilder {
         self.control = Some(Arc::new(stream));
         self
     }
+    /// Binds the relay socket of each SOCKS5 UDP association with `bind`
+    /// instead of in this process's network namespace: for listeners bound
+    /// in another one (given to [`listener`](Self::listener)), whose
+    /// clients cannot reach a socket bound here. `bind(ip)` returns a UDP
+    /// socket bound at `(ip, port 0)` there, `ip` being the address the
+    /// client reached the listener on; the proxy checks the socket's
+    /// address and type and makes it non-blocking. It is called on a
+    /// reactor thread, once per association, so it should take
+    /// microseconds (`portcullis run` asks a helper process inside the
+    /// namespace over a socket pair). An error refuses the association
+    /// with a general failure naming it.
+    ///
+    /// ```
+    /// use portcullis::Proxy;
+    /// // Here: bind in this namespace, as the proxy would by itself.
+    /// let builder = Proxy::builder()
+    ///     .udp_relay_bind(|ip| std::net::UdpSocket::bind((ip, 0)));
+    /// # drop(builder);
+    /// ```
+    pub fn udp_relay_bind(
+        mut self,
+        bind: impl Fn(std::net::IpAddr) -> io::Result<std::net::UdpSocket> + Send + Sync + 'static,
+    ) -> Self {
+        self.relay_bind = Some(crate::session::RelayBind(Arc::new(bind)));
+        self
+    }
     /// Binds the listeners (and takes in the ones given to [`listener`](Self::listener)).
     pub fn build(self) -> io::Result<Proxy> {
         let mut adopted = Vec::with_capacity(self.adopted.len());
@@ -273,6 +302,7 @@ impl ProxyBuilder {
         let hooks = Hooks {
             events: EventSink::new(self.on_event),
             control,
+            relay_bind: self.relay_bind,
         };
         Proxy::with_listeners(self.config, adopted, hooks)
     }

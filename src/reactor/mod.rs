@@ -79,6 +79,8 @@ pub(crate) struct Hooks {
     pub(crate) events: EventSink,
     /// A connected stream speaking control lines (`--control-fd`).
     pub(crate) control: Option<Stream>,
+    /// Where UDP relay sockets are bound, when not here.
+    pub(crate) relay_bind: Option<crate::session::RelayBind>,
 }
 
 /// Timer wheel resolution and size: 10 ms ticks, ~41 s per rotation.

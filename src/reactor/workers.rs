@@ -179,6 +179,7 @@ impl Workers {
                     auth: auth.clone(),
                     upstream_proxy: config.upstream_proxy.clone(),
                     own: own.clone(),
+                    relay_bind: hooks.relay_bind.clone(),
                 },
                 policy: config.policy.clone(),
                 remote: Arc::clone(&remote),

@@ -7,7 +7,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use nix::errno::Errno;
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 
-/// The most descriptors one message carries (one per listener).
+/// The most listeners one message carries (the UDP relay helper's socket
+/// and the resolver sockets come beside them).
 pub const MAX_FDS: usize = 16;
 
 /// The most resolver sockets `run` passes beside them: a UDP socket and a
@@ -32,7 +33,7 @@ pub fn send(sock: &OwnedFd, msg: &[u8], fds: &[RawFd]) -> io::Result<()> {
 /// Receives one message into `buf` and the descriptors attached to it
 /// (close-on-exec). `Ok((0, []))` is end of file: the other side is gone.
 pub fn recv(sock: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
-    let mut space = nix::cmsg_space!([RawFd; MAX_FDS + MAX_RESOLVERS]);
+    let mut space = nix::cmsg_space!([RawFd; 1 + MAX_FDS + MAX_RESOLVERS]);
     loop {
         let mut iov = [IoSliceMut::new(buf)];
         let msg = match recvmsg::<()>(

@@ -19,6 +19,8 @@ mod fdpass;
 mod namespace;
 #[cfg(target_os = "linux")]
 mod netlink;
+#[cfg(target_os = "linux")]
+mod relay;
 mod sandbox;
 mod supervise;
 mod tally;
@@ -254,6 +256,14 @@ fn isolated(
     let mut builder = counting(proxy_config, tally);
     for (l, protocol) in std::mem::take(&mut child.listeners) {
         builder = builder.listener(l, protocol);
+    }
+    // UDP ASSOCIATE relays must be bound where CMD can send to them.
+    match relay::Binder::new(child.take_relay()) {
+        Ok(binder) => builder = builder.udp_relay_bind(move |ip| binder.bind(ip)),
+        Err(e) => {
+            fatal!("cannot reach the namespace's UDP helper: {e}");
+            return ExitCode::FAILURE;
+        }
     }
     // On an early return the child sees its socket close and exits; CMD never starts.
     let proxy = match builder.build() {

@@ -10,9 +10,11 @@
 //! The steps, over a `SOCK_SEQPACKET` socket pair:
 //! 1. the parent clones the child, writes its uid/gid maps (identity: CMD
 //!    keeps its uid; `setgroups deny` first when unprivileged), sends `M`;
-//! 2. the child brings `lo` up (`SIOCSIFFLAGS`), binds the listeners inside
-//!    the new network namespace and sends them back (`SCM_RIGHTS`), or sends
-//!    `err:` and a reason;
+//! 2. the child forks the helper that binds UDP relay sockets inside the
+//!    namespace on request ([`super::relay`]), brings `lo` up
+//!    (`SIOCSIFFLAGS`), binds the listeners inside the new network
+//!    namespace and sends them back with the helper's socket (`SCM_RIGHTS`),
+//!    or sends `err:` and a reason;
 //! 3. the parent builds the proxy on those sockets (it accepts on them
 //!    directly: no bridge) and sends `G`; the child spawns CMD and becomes
 //!    its init: it forwards signals to CMD, reaps orphans and exits with
@@ -91,12 +93,21 @@ pub struct Spawned {
     /// What could not be set up for DNS (one note each), for a log line.
     pub dns_notes: Vec<String>,
     control: OwnedFd,
+    /// The socket to the helper that binds UDP relays in the namespace.
+    relay: Option<OwnedFd>,
 }
 
 impl Spawned {
     /// Lets the child start CMD: the proxy is ready to accept.
     pub fn start(&self) -> io::Result<()> {
         fdpass::send(&self.control, b"G", &[])
+    }
+
+    /// The socket to the UDP relay helper ([`super::relay`]); once.
+    pub fn take_relay(&mut self) -> OwnedFd {
+        self.relay
+            .take()
+            .expect("the relay helper's socket, taken once")
     }
 }
 
@@ -170,12 +181,13 @@ pub fn spawn(plan: &Plan) -> Result<Spawned, String> {
         .map(String::from)
         .collect();
     let mut fds = fds;
-    if fds.len() < plan.listeners.len() {
+    if fds.len() < 1 + plan.listeners.len() {
         let status = child_status(pid);
         return Err(fail(format!(
             "the namespace child failed to set up the network ({status})"
         )));
     }
+    let relay = fds.remove(0);
     let dns = fds.split_off(plan.listeners.len());
     let listeners = fds
         .into_iter()
@@ -195,6 +207,7 @@ pub fn spawn(plan: &Plan) -> Result<Spawned, String> {
         dns,
         dns_notes,
         control: parent_end,
+        relay: Some(relay),
     })
 }
 
@@ -337,6 +350,15 @@ fn child_main(plan: &Plan, parent_raw: RawFd, child_raw: RawFd) -> i32 {
     if !matches!(fdpass::recv(&sock, &mut byte), Ok((1, _)) if byte == *b"M") {
         return 1; // the parent gave up
     }
+    // First, while the child holds no other descriptor the helper would keep.
+    let relay = match super::relay::spawn_helper(&[&sock]) {
+        Ok(r) => r,
+        Err(e) => {
+            let why = format!("err:cannot start the namespace's UDP helper: {e}");
+            let _ = fdpass::send(&sock, why.as_bytes(), &[]);
+            return 1;
+        }
+    };
     let bound = match setup_network(plan.listeners) {
         Ok(b) => b,
         Err(e) => {
@@ -345,9 +367,8 @@ fn child_main(plan: &Plan, parent_raw: RawFd, child_raw: RawFd) -> i32 {
         }
     };
     let (dns, notes) = resolver_sockets();
-    let fds: Vec<RawFd> = bound
-        .iter()
-        .map(|(fd, _)| fd.as_raw_fd())
+    let fds: Vec<RawFd> = std::iter::once(relay.as_raw_fd())
+        .chain(bound.iter().map(|(fd, _)| fd.as_raw_fd()))
         .chain(dns.iter().map(AsRawFd::as_raw_fd))
         .collect();
     let mut msg = b"ok".to_vec();
@@ -360,6 +381,7 @@ fn child_main(plan: &Plan, parent_raw: RawFd, child_raw: RawFd) -> i32 {
         return 1;
     }
     drop(dns);
+    drop(relay);
     let addrs: Vec<(ListenAddr, ListenerProtocol)> = bound
         .iter()
         .zip(plan.listeners)

@@ -30,6 +30,24 @@ pub(crate) struct Settings {
     pub(crate) upstream_proxy: Option<std::sync::Arc<crate::protocol::parent::ParentProxy>>,
     /// The proxy's own addresses, never dialled.
     pub(crate) own: super::connect::OwnAddrs,
+    /// Binds UDP relay sockets where the listeners live, when that is not
+    /// this process's network namespace (`portcullis run`).
+    pub(crate) relay_bind: Option<RelayBind>,
+}
+
+/// Binds a UDP socket at `(ip, port 0)` in the clients' network namespace
+/// (see `ProxyBuilder::udp_relay_bind`).
+#[derive(Clone)]
+pub(crate) struct RelayBind(
+    pub(crate)  std::sync::Arc<
+        dyn Fn(std::net::IpAddr) -> std::io::Result<std::net::UdpSocket> + Send + Sync,
+    >,
+);
+
+impl std::fmt::Debug for RelayBind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RelayBind(..)")
+    }
 }
 
 /// The tokens this session's two sockets register under.

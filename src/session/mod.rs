@@ -39,7 +39,7 @@ use std::net::IpAddr;
 use mio::event::Event;
 
 pub(crate) use connect::OwnAddrs;
-pub(crate) use ctx::{Ctx, Effects, Settings, Tokens};
+pub(crate) use ctx::{Ctx, Effects, RelayBind, Settings, Tokens};
 #[cfg(target_os = "linux")]
 pub(crate) use passthrough::pipe::PipeBudget;
 pub(crate) use tls_env::{TlsEnv, UpstreamTrust};

@@ -1296,3 +1296,123 @@ fn a_secret_read_from_a_file_is_refused_under_run() {
         );
     }
 }
+
+/// CMD's SOCKS5 UDP client: `ALL_PROXY`'s listener, one DNS query for
+/// svc.test to the host's 127.0.0.1:PORT through the association; prints
+/// the relay's address and the answer.
+const UDP_CLIENT: &str = r#"
+import os, socket, struct, sys, urllib.parse
+import socks
+proxy = urllib.parse.urlparse(os.environ["ALL_PROXY"])
+s = socks.socksocket(socket.AF_INET, socket.SOCK_DGRAM)
+s.set_proxy(socks.SOCKS5, proxy.hostname, proxy.port)
+s.settimeout(10)
+q = struct.pack(">HHHHHH", 0x7777, 0x0100, 1, 0, 0, 0)
+q += b"".join(bytes([len(l)]) + l for l in [b"svc", b"test"]) + b"\0" + struct.pack(">HH", 1, 1)
+s.sendto(q, ("127.0.0.1", int(sys.argv[1])))
+print("relay", *socket.socket.getpeername(s), flush=True)
+data, src = s.recvfrom(4096)
+print("answer", socket.inet_ntoa(data[-4:]), flush=True)
+"#;
+
+/// UDP ASSOCIATE under `run`: the relay is bound inside CMD's network
+/// namespace (where CMD can reach it), datagrams leave from the host's.
+#[test]
+fn a_socks5_udp_client_under_run_reaches_an_allowed_server() {
+    if !namespaces_expected() || crate::udp::python_with_socks().is_none() {
+        return;
+    }
+    let dns = crate::udp::Dns::start();
+    let dir = TempDir::new("run-udp");
+    let log = dir.path().join("proxy.log");
+    let mut cmd = portcullis();
+    cmd.args(["run", "--log-file"])
+        .arg(&log)
+        .args(["--allow", &format!("127.0.0.1:{}", dns.port)])
+        .args(["--", "python3", "-c", UDP_CLIENT, &dns.port.to_string()]);
+    let out = Running::start(cmd).finish();
+    let text = std::fs::read_to_string(&log).expect("the log file");
+    assert_eq!(
+        out.code(),
+        Some(0),
+        "{}\n{}\n{text}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(text.contains("inside CMD's network namespace"), "{text}");
+    assert!(
+        out.stdout.lines().any(|l| l == "answer 192.0.2.53"),
+        "{}",
+        out.stdout
+    );
+    // The server saw the query from the proxy's outbound socket on the
+    // host's loopback.
+    assert_eq!(dns.seen.lock().unwrap().len(), 1);
+    let relay = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("relay "))
+        .expect("the relay line");
+    assert!(relay.starts_with("127.0.0.1 "), "{relay}");
+    assert!(
+        text.contains(&format!("udp associate: relay {}", relay.replace(' ', ":"))),
+        "{text}"
+    );
+}
+
+/// CMD can SIGKILL the relay helper (pid 2 of its PID namespace, same
+/// user): associations are then refused with a reason naming it, and the
+/// proxy carries on (CMD's TCP through it still works).
+#[test]
+fn a_killed_udp_helper_refuses_associations_with_the_reason() {
+    if !namespaces_expected() || crate::udp::python_with_socks().is_none() {
+        return;
+    }
+    let dns = crate::udp::Dns::start();
+    let origin = http_server(BODY);
+    let dir = TempDir::new("run-udp-killed");
+    let log = dir.path().join("proxy.log");
+    let client = dir.path().join("client.py");
+    std::fs::write(&client, UDP_CLIENT).unwrap();
+    let script = format!(
+        "kill -9 2 && echo killed; python3 {} {} 2>&1 | tail -1; \
+         curl -sS --max-time 20 --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:{}/",
+        client.display(),
+        dns.port,
+        origin.port()
+    );
+    let mut cmd = portcullis();
+    cmd.args(["run", "--log-file"])
+        .arg(&log)
+        .args(["--allow", &format!("127.0.0.1:{}", dns.port)])
+        .args(["--allow", &format!("127.0.0.1:{}", origin.port())])
+        .args(["--", "sh", "-c", &script]);
+    let out = Running::start(cmd).finish();
+    let text = std::fs::read_to_string(&log).expect("the log file");
+    assert_eq!(
+        out.code(),
+        Some(0),
+        "{}\n{}\n{text}",
+        out.stdout,
+        out.stderr
+    );
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.first(), Some(&"killed"), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("0x01: General SOCKS server failure")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&BODY.trim_end()),
+        "TCP still works: {lines:?}"
+    );
+    assert!(
+        text.contains(
+            "cannot bind a relay socket on 127.0.0.1: the namespace's UDP helper is gone"
+        ),
+        "{text}"
+    );
+    assert!(dns.seen.lock().unwrap().is_empty());
+}

@@ -16,14 +16,14 @@ use crate::support::child::{strict, ChildGuard, ChildProxy};
 /// Before answering the first query it has a stranger socket send a
 /// datagram to the query's source (the proxy's outbound socket), so that
 /// datagram is queued ahead of the answer.
-struct Dns {
-    port: u16,
+pub(crate) struct Dns {
+    pub(crate) port: u16,
     /// Sources of the queries it got.
-    seen: Arc<Mutex<Vec<SocketAddr>>>,
+    pub(crate) seen: Arc<Mutex<Vec<SocketAddr>>>,
 }
 
 impl Dns {
-    fn start() -> Dns {
+    pub(crate) fn start() -> Dns {
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
         let port = sock.local_addr().unwrap().port();
@@ -101,7 +101,7 @@ s.close()
 print("closed", flush=True)
 "#;
 
-fn python_with_socks() -> Option<()> {
+pub(crate) fn python_with_socks() -> Option<()> {
     let ok = Command::new("python3")
         .args(["-c", "import socks"])
         .stderr(Stdio::null())

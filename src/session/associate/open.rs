@@ -3,7 +3,7 @@
 //! the first allowed datagram).
 
 use std::collections::{HashSet, VecDeque};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::super::closing::answer;
 use super::super::conn::Conn;
@@ -41,7 +41,7 @@ pub(crate) fn start(client: Endpoint, port: u16, conn: &mut Conn, ctx: &mut Ctx)
         );
     };
     let local_ip = local.ip().to_canonical();
-    let relay = match bind(SocketAddr::new(local_ip, 0))
+    let relay = match relay_socket(local_ip, ctx.settings.relay_bind.as_ref())
         .and_then(|s| Dgram::register(s, ctx.tokens.relay, ctx.registry))
     {
         Ok(r) => r,
@@ -116,6 +116,28 @@ fn fail(client: Endpoint, why: String, conn: &mut Conn, ctx: &mut Ctx) -> State 
     let mut bytes = Vec::with_capacity(10);
     socks5::encode_reply(Reply::GeneralFailure, None, &mut bytes);
     answer(&bytes, CloseReason::BadRequest, why, client, conn, ctx)
+}
+
+/// The relay: bound here, or by the embedder's binder where the listeners
+/// live in another network namespace. A socket from the binder must be UDP
+/// at `ip` (it could hand over any descriptor).
+fn relay_socket(
+    ip: IpAddr,
+    binder: Option<&crate::session::RelayBind>,
+) -> std::io::Result<mio::net::UdpSocket> {
+    let Some(binder) = binder else {
+        return bind(SocketAddr::new(ip, 0));
+    };
+    let socket = (binder.0)(ip)?;
+    let kind = socket2::SockRef::from(&socket).r#type()?;
+    let at = socket.local_addr()?;
+    if kind != socket2::Type::DGRAM || at.ip().to_canonical() != ip {
+        return Err(std::io::Error::other(format!(
+            "the relay binder returned a socket at {at} ({kind:?}), not a UDP socket at {ip}"
+        )));
+    }
+    socket.set_nonblocking(true)?;
+    Ok(mio::net::UdpSocket::from_std(socket))
 }
 
 /// A non-blocking UDP socket bound to `addr`.

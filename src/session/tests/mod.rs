@@ -71,6 +71,7 @@ impl Harness {
                 auth: None,
                 upstream_proxy: None,
                 own: Default::default(),
+                relay_bind: None,
             },
             tls: super::TlsEnv::new(
                 crate::config::TlsConfig::default(),
