@@ -205,6 +205,15 @@ impl Identify {
     }
 }
 
+/// The uid owning the UDP socket a datagram `from` a loopback sender to our
+/// socket at `to` came from (`None`: closed since), by a one-off socket
+/// diagnostics lookup: asked once per UDP association, not worth a socket
+/// kept open.
+pub(crate) fn udp_sender_uid(from: SocketAddr, to: SocketAddr) -> std::io::Result<Option<u32>> {
+    let mut diag = SockDiag::open()?;
+    Ok(diag.udp_owner(from, to)?.map(|o| o.uid))
+}
+
 /// Whether a socket lives in this process's network namespace: only then
 /// does our socket-diagnostics socket see its clients (a listener made in
 /// another namespace, as `portcullis run` does, would have its tuples looked

@@ -33,6 +33,7 @@ const DIAG_MSG_LEN: usize = 4 + SOCKID_LEN + 5 * 4;
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
 const IPPROTO_TCP: u8 = 6;
+const IPPROTO_UDP: u8 = 17;
 /// A TIME_WAIT answer is a `tw_sock` with uid and inode 0, not the owner.
 const TCP_TIME_WAIT: u8 = 6;
 const TCP_NEW_SYN_RECV: u8 = 12;
@@ -83,9 +84,31 @@ pub(crate) fn encode_request(
     client: SocketAddr,
     server: SocketAddr,
 ) -> Option<[u8; REQUEST_LEN]> {
-    let (family, src) = family_and_addr(client.ip());
-    let (server_family, dst) = family_and_addr(server.ip());
-    if family != server_family {
+    encode(seq, IPPROTO_TCP, client, server)
+}
+
+/// The request for the UDP socket that receives datagrams at `socket` from
+/// `peer` (bound there, or to the wildcard address at its port): the one a
+/// datagram from `socket` to `peer` came from, unless it has closed since.
+/// The kernel's UDP lookup reads the id's source as the peer and its
+/// destination as the socket (swapped from TCP's, for historical reasons).
+pub(crate) fn encode_udp_request(
+    seq: u32,
+    socket: SocketAddr,
+    peer: SocketAddr,
+) -> Option<[u8; REQUEST_LEN]> {
+    encode(seq, IPPROTO_UDP, peer, socket)
+}
+
+fn encode(
+    seq: u32,
+    protocol: u8,
+    src_addr: SocketAddr,
+    dst_addr: SocketAddr,
+) -> Option<[u8; REQUEST_LEN]> {
+    let (family, src) = family_and_addr(src_addr.ip());
+    let (dst_family, dst) = family_and_addr(dst_addr.ip());
+    if family != dst_family {
         return None;
     }
     let mut m = [0u8; REQUEST_LEN];
@@ -97,13 +120,13 @@ pub(crate) fn encode_request(
     // nlmsg_pid 0: the kernel fills in ours.
     let r = &mut m[NLMSG_HDRLEN..];
     r[0] = family;
-    r[1] = IPPROTO_TCP;
+    r[1] = protocol;
     // idiag_ext 0: no extensions; states: any (an exact lookup ignores them).
     r[4..8].copy_from_slice(&u32::MAX.to_ne_bytes());
     let id = &mut r[8..];
     // Ports and addresses in network byte order.
-    id[0..2].copy_from_slice(&client.port().to_be_bytes());
-    id[2..4].copy_from_slice(&server.port().to_be_bytes());
+    id[0..2].copy_from_slice(&src_addr.port().to_be_bytes());
+    id[2..4].copy_from_slice(&dst_addr.port().to_be_bytes());
     id[4..20].copy_from_slice(&src);
     id[20..36].copy_from_slice(&dst);
     // idiag_if 0 (any); cookie INET_DIAG_NOCOOKIE (~0, ~0): no cookie check.
@@ -191,7 +214,7 @@ mod linux {
         SockType,
     };
 
-    use super::{decode_answer, encode_request, Answer, Owner};
+    use super::{decode_answer, encode_request, encode_udp_request, Answer, Owner, REQUEST_LEN};
 
     /// A `NETLINK_SOCK_DIAG` socket, opened once and kept for the reactor's life.
     #[derive(Debug)]
@@ -230,8 +253,25 @@ mod linux {
             server: SocketAddr,
         ) -> io::Result<Option<Owner>> {
             self.seq = self.seq.wrapping_add(1);
+            let req = encode_request(self.seq, client, server);
+            self.ask(req)
+        }
+
+        /// The owner of the UDP socket receiving at `socket` from `peer`
+        /// (see [`encode_udp_request`]); `Ok(None)` when there is none.
+        pub(crate) fn udp_owner(
+            &mut self,
+            socket: SocketAddr,
+            peer: SocketAddr,
+        ) -> io::Result<Option<Owner>> {
+            self.seq = self.seq.wrapping_add(1);
+            let req = encode_udp_request(self.seq, socket, peer);
+            self.ask(req)
+        }
+
+        fn ask(&mut self, req: Option<[u8; REQUEST_LEN]>) -> io::Result<Option<Owner>> {
             let seq = self.seq;
-            let Some(req) = encode_request(seq, client, server) else {
+            let Some(req) = req else {
                 return Ok(None);
             };
             let fd = self.fd.as_raw_fd();
@@ -273,6 +313,13 @@ impl SockDiag {
         Err(std::io::ErrorKind::Unsupported.into())
     }
     pub(crate) fn owner(&mut self, _: SocketAddr, _: SocketAddr) -> std::io::Result<Option<Owner>> {
+        Ok(None)
+    }
+    pub(crate) fn udp_owner(
+        &mut self,
+        _: SocketAddr,
+        _: SocketAddr,
+    ) -> std::io::Result<Option<Owner>> {
         Ok(None)
     }
 }

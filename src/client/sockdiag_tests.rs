@@ -233,6 +233,51 @@ mod live {
         assert_eq!(diag.owner(peer, server).unwrap(), None);
     }
 
+    /// UDP: the socket a datagram came from, bound to its address or to
+    /// the wildcard at its port, owned by whoever created it.
+    #[test]
+    fn finds_the_owner_of_a_udp_sender() {
+        use std::net::UdpSocket;
+        let mut diag = SockDiag::open().unwrap();
+        let relay = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = relay.local_addr().unwrap();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sender.send_to(b"x", to).unwrap();
+        let mut buf = [0u8; 4];
+        let (_, from) = relay.recv_from(&mut buf).unwrap();
+        let owner = diag.udp_owner(from, to).unwrap().expect("found");
+        assert_eq!(owner.uid, nix::unistd::geteuid().as_raw());
+        assert_eq!(
+            owner.inode,
+            nix::sys::stat::fstat(&sender).unwrap().st_ino as u32
+        );
+        // Bound to the wildcard: the datagram's source is 127.0.0.1:port.
+        let wild = UdpSocket::bind("0.0.0.0:0").unwrap();
+        wild.send_to(b"x", to).unwrap();
+        let (_, from) = relay.recv_from(&mut buf).unwrap();
+        let owner = diag.udp_owner(from, to).unwrap().expect("found");
+        assert_eq!(
+            owner.inode,
+            nix::sys::stat::fstat(&wild).unwrap().st_ino as u32
+        );
+        // Closed since: nobody.
+        drop(sender);
+        drop(wild);
+        assert_eq!(diag.udp_owner(from, to).unwrap(), None);
+        if nix::unistd::geteuid().is_root() {
+            let other = std::thread::spawn(|| {
+                nix::unistd::setfsuid(nix::unistd::Uid::from_raw(65_534));
+                UdpSocket::bind("127.0.0.1:0").unwrap()
+            })
+            .join()
+            .unwrap();
+            other.send_to(b"x", to).unwrap();
+            let (_, from) = relay.recv_from(&mut buf).unwrap();
+            let owner = diag.udp_owner(from, to).unwrap().expect("found");
+            assert_eq!(owner.uid, 65_534);
+        }
+    }
+
     /// The cost of one lookup: `cargo test --release --lib sockdiag -- --ignored --nocapture`.
     #[test]
     #[ignore = "a measurement, not a check"]

@@ -524,3 +524,84 @@ fn refused_destinations_do_not_flood_the_log() {
         .count();
     assert_eq!(refusals, 16, "{:?}", proxy.log());
 }
+
+/// Attack: an association opened with port 0 has its port fixed by the
+/// first datagram. Another local user's socket that learnt the relay port
+/// first, or a datagram from a socket closed at once, must not take it
+/// over: the sender's socket must belong to the control connection's uid.
+#[test]
+fn a_port_zero_association_is_not_taken_over_by_another_users_socket() {
+    let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let echo_port = echo.local_addr().unwrap().port();
+    thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = echo.recv_from(&mut buf) {
+            let _ = echo.send_to(&buf[..n], from);
+        }
+    });
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let proxy = ChildProxy::start(&[
+        "--log-format",
+        "json",
+        "--admin",
+        &free.to_string(),
+        "--allow",
+        &format!("127.0.0.1:{echo_port}"),
+    ]);
+    proxy.wait_for_line("admin endpoint", |l| l.contains("admin endpoint on "));
+    let (_control, relay) = associate(proxy.addr, 0);
+
+    let root = nix::unistd::geteuid().is_root();
+    let stranger = root.then(|| {
+        // A socket is owned by the fsuid of the thread that creates it.
+        thread::spawn(|| {
+            nix::unistd::setfsuid(nix::unistd::Uid::from_raw(65_534));
+            UdpSocket::bind("127.0.0.1:0").unwrap()
+        })
+        .join()
+        .unwrap()
+    });
+    if let Some(s) = &stranger {
+        s.send_to(&dgram(echo_port, 0, b"steal"), relay).unwrap();
+    }
+    // Sent, then closed before the proxy could ask who owned it.
+    let gone = UdpSocket::bind("127.0.0.1:0").unwrap();
+    gone.send_to(&dgram(echo_port, 0, b"gone"), relay).unwrap();
+    drop(gone);
+    proxy.wait_for_line("the closed sender's datagram dropped", |l| {
+        l.contains("dropped: its socket is closed")
+    });
+
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(crate::support::wait::PROMPTLY))
+        .unwrap();
+    client
+        .send_to(&dgram(echo_port, 0, b"ping"), relay)
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, from) = client.recv_from(&mut buf).unwrap();
+    assert_eq!(from, relay);
+    assert_eq!(&buf[..n], &dgram(echo_port, 0, b"ping")[..]);
+
+    let body = admin_get(free, "/metrics");
+    assert_eq!(
+        metric(
+            &body,
+            "portcullis_udp_dropped_total{reason=\"foreign-source\"} "
+        ),
+        1 + u64::from(root)
+    );
+    if let Some(s) = stranger {
+        let line = proxy.wait_for_line("the stranger's datagram dropped", |l| {
+            l.contains("its socket belongs to uid 65534, the control connection's to uid 0")
+        });
+        assert!(line.contains("clients should name their port"), "{line}");
+        // Nothing reached it: the echo went to the client only.
+        s.set_nonblocking(true).unwrap();
+        assert!(s.recv_from(&mut buf).is_err(), "the stranger got a reply");
+    }
+}

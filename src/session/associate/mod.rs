@@ -440,8 +440,21 @@ impl Associate {
                 return self.drop_one(UdpDrop::Malformed, ctx);
             }
         };
-        // The client's port is fixed by its first well-formed datagram.
-        self.client_port.get_or_insert(from.port());
+        // The client's port is fixed by its first well-formed datagram, from
+        // a socket of the control connection's owner.
+        if self.client_port.is_none() {
+            if let Err(why) = self.sent_by_the_client(from, conn) {
+                if self.loud() {
+                    self.refusals_logged += 1;
+                    log::info!(
+                        "conn={} udp datagram from {from} dropped: {why}; the association's port is fixed by the client's own first datagram (clients should name their port in UDP ASSOCIATE)",
+                        conn.id
+                    );
+                }
+                return self.drop_one(UdpDrop::ForeignSource, ctx);
+            }
+            self.client_port = Some(from.port());
+        }
         if header.frag != 0 {
             return self.drop_one(UdpDrop::Fragment, ctx);
         }
@@ -633,6 +646,25 @@ impl Associate {
     fn bytes(&mut self, up: usize, down: usize) {
         self.up_bytes += up as u64;
         self.down_bytes += down as u64;
+    }
+
+    /// Whether the socket a datagram came `from` belongs to the uid that
+    /// owns the control connection, where the kernel told that uid (a
+    /// loopback client in our network namespace): else any local process
+    /// that learnt the relay's port first could take a port-0 association
+    /// over. One socket-diagnostics lookup, once per association.
+    fn sent_by_the_client(&self, from: SocketAddr, conn: &Conn) -> Result<(), String> {
+        let Some(uid) = conn.log.peer.uid else {
+            return Ok(());
+        };
+        match crate::client::udp_sender_uid(from, self.relay_addr) {
+            Ok(Some(owner)) if owner == uid => Ok(()),
+            Ok(Some(owner)) => Err(format!(
+                "its socket belongs to uid {owner}, the control connection's to uid {uid}"
+            )),
+            Ok(None) => Err("its socket is closed".into()),
+            Err(e) => Err(format!("its socket's owner is unknown ({e})")),
+        }
     }
 
     fn drop_one(&mut self, why: UdpDrop, ctx: &Ctx) {
