@@ -164,6 +164,7 @@ impl Workers {
         } else {
             super::verifier::THREADS
         };
+        let udp_waiting = crate::session::WaitBudget::new(crate::session::WAITING_BYTES_TOTAL);
         let mut reactors = Vec::with_capacity(n);
         for (w, p) in parts.into_iter().enumerate() {
             let (answers_tx, answers) = mpsc::channel();
@@ -180,6 +181,7 @@ impl Workers {
                     upstream_proxy: config.upstream_proxy.clone(),
                     own: own.clone(),
                     relay_bind: hooks.relay_bind.clone(),
+                    udp_waiting: Arc::clone(&udp_waiting),
                 },
                 policy: config.policy.clone(),
                 remote: Arc::clone(&remote),

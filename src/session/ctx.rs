@@ -33,6 +33,8 @@ pub(crate) struct Settings {
     /// Binds UDP relay sockets where the listeners live, when that is not
     /// this process's network namespace (`portcullis run`).
     pub(crate) relay_bind: Option<RelayBind>,
+    /// The proxy-wide budget for UDP datagrams waiting on a name lookup.
+    pub(crate) udp_waiting: std::sync::Arc<super::associate::WaitBudget>,
 }
 
 /// Binds a UDP socket at `(ip, port 0)` in the clients' network namespace

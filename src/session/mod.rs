@@ -38,6 +38,7 @@ use std::net::IpAddr;
 
 use mio::event::Event;
 
+pub(crate) use associate::{WaitBudget, WAITING_BYTES_TOTAL};
 pub(crate) use connect::OwnAddrs;
 pub(crate) use ctx::{Ctx, Effects, RelayBind, Settings, Tokens};
 #[cfg(target_os = "linux")]

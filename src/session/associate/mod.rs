@@ -22,8 +22,11 @@ use std::collections::{HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+mod budget;
 mod open;
 mod verdicts;
+
+pub(crate) use budget::{WaitBudget, WAITING_BYTES_TOTAL};
 
 pub(crate) use open::start;
 
@@ -82,7 +85,8 @@ pub(crate) struct Associate {
     resolving: Option<String>,
     /// Datagrams to names without a verdict yet.
     waiting: VecDeque<(Target, Vec<u8>)>,
-    waiting_bytes: usize,
+    /// The waiting datagrams' bytes, drawn on the proxy-wide budget.
+    waiting_bytes: budget::Held,
     idle: Duration,
     last_active: Instant,
     dgrams_up: u64,
@@ -390,7 +394,7 @@ impl Associate {
                 continue;
             };
             let (_, payload) = self.waiting.pop_front().expect("front seen");
-            self.waiting_bytes -= payload.len();
+            self.waiting_bytes.give(payload.len());
             self.deliver(cached, &payload, conn, ctx);
             pass = Pass::Progress;
         }
@@ -482,11 +486,11 @@ impl Associate {
             self.resolve(&target, ctx);
         }
         if self.waiting.len() >= MAX_WAITING
-            || self.waiting_bytes + payload.len() > MAX_WAITING_BYTES
+            || self.waiting_bytes.bytes() + payload.len() > MAX_WAITING_BYTES
+            || !self.waiting_bytes.take(payload.len())
         {
             return self.drop_one(UdpDrop::QueueFull, ctx);
         }
-        self.waiting_bytes += payload.len();
         self.waiting.push_back((target, payload.to_vec()));
     }
 

@@ -95,7 +95,7 @@ pub(crate) fn start(client: Endpoint, port: u16, conn: &mut Conn, ctx: &mut Ctx)
         verdicts: Verdicts::default(),
         resolving: None,
         waiting: VecDeque::new(),
-        waiting_bytes: 0,
+        waiting_bytes: super::budget::Held::new(std::sync::Arc::clone(&ctx.settings.udp_waiting)),
         idle,
         last_active: ctx.now,
         dgrams_up: 0,

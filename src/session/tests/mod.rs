@@ -72,6 +72,7 @@ impl Harness {
                 upstream_proxy: None,
                 own: Default::default(),
                 relay_bind: None,
+                udp_waiting: crate::session::associate::WaitBudget::new(1 << 20),
             },
             tls: super::TlsEnv::new(
                 crate::config::TlsConfig::default(),
