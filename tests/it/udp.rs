@@ -527,8 +527,8 @@ fn refused_destinations_do_not_flood_the_log() {
 
 /// Attack: an association opened with port 0 has its port fixed by the
 /// first datagram. Another local user's socket that learnt the relay port
-/// first, or a datagram from a socket closed at once, must not take it
-/// over: the sender's socket must belong to the control connection's uid.
+/// first must not take it over: the sender's socket must belong to the
+/// control connection's uid.
 #[test]
 fn a_port_zero_association_is_not_taken_over_by_another_users_socket() {
     let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -567,13 +567,10 @@ fn a_port_zero_association_is_not_taken_over_by_another_users_socket() {
     if let Some(s) = &stranger {
         s.send_to(&dgram(echo_port, 0, b"steal"), relay).unwrap();
     }
-    // Sent, then closed before the proxy could ask who owned it.
-    let gone = UdpSocket::bind("127.0.0.1:0").unwrap();
-    gone.send_to(&dgram(echo_port, 0, b"gone"), relay).unwrap();
-    drop(gone);
-    proxy.wait_for_line("the closed sender's datagram dropped", |l| {
-        l.contains("dropped: its socket is closed")
-    });
+    // (A sender that closes its socket at once is dropped too, "its socket
+    // is closed", but only when the close beats the proxy's lookup: a race
+    // a test cannot order; the lookup's answer for a closed socket is
+    // checked in src/client/sockdiag_tests.rs.)
 
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     client
@@ -593,7 +590,7 @@ fn a_port_zero_association_is_not_taken_over_by_another_users_socket() {
             &body,
             "portcullis_udp_dropped_total{reason=\"foreign-source\"} "
         ),
-        1 + u64::from(root)
+        u64::from(root)
     );
     if let Some(s) = stranger {
         let line = proxy.wait_for_line("the stranger's datagram dropped", |l| {
