@@ -42,32 +42,7 @@ impl EventKind {
     }
 }
 
-/// How the client spoke to the proxy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Protocol {
-    /// HTTP `CONNECT` (and any other HTTP request the proxy refused).
-    Connect,
-    /// SOCKS5.
-    Socks5,
-    /// The plain-HTTP forward proxy (`GET http://host/path`).
-    Forward,
-    /// A SOCKS5 UDP association (`UDP ASSOCIATE`): the session is its
-    /// TCP control connection, its bytes are the datagrams' payloads.
-    Socks5Udp,
-}
-
-impl Protocol {
-    /// `connect`, `socks5`, `forward` or `socks5-udp`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Connect => "connect",
-            Protocol::Socks5 => "socks5",
-            Protocol::Forward => "forward",
-            Protocol::Socks5Udp => "socks5-udp",
-        }
-    }
-}
+pub use crate::lifecycle::Protocol;
 
 /// What policy decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -88,6 +88,7 @@ pub(crate) mod reactor;
 pub(crate) mod rule_stats;
 pub(crate) mod session;
 pub mod stats;
+pub mod target;
 pub mod tls;
 
 pub use api::{Proxy, ProxyBuilder, ProxyHandle, SpawnedProxy, StdListener};

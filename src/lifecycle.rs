@@ -2,6 +2,8 @@
 //! the sessions and the stats share, so none of them imports another for it.
 
 use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
 
 /// Which side of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -160,4 +162,59 @@ impl Phase {
     pub(crate) fn index(self) -> usize {
         self as usize
     }
+}
+
+/// How the client spoke to the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// HTTP `CONNECT` (and any other HTTP request the proxy refused).
+    Connect,
+    /// SOCKS5.
+    Socks5,
+    /// The plain-HTTP forward proxy (`GET http://host/path`).
+    Forward,
+    /// A SOCKS5 UDP association (`UDP ASSOCIATE`): the session is its
+    /// TCP control connection, its bytes are the datagrams' payloads.
+    Socks5Udp,
+}
+
+impl Protocol {
+    /// `connect`, `socks5`, `forward` or `socks5-udp`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Connect => "connect",
+            Protocol::Socks5 => "socks5",
+            Protocol::Forward => "forward",
+            Protocol::Socks5Udp => "socks5-udp",
+        }
+    }
+}
+
+/// One open session, as `list-sessions` and [`crate::ProxyHandle::sessions`] show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionInfo {
+    /// Its id (`conn=` in the logs), for `close-session`.
+    pub id: u64,
+    /// The client's address (`unix` for a Unix-socket peer).
+    pub client: String,
+    /// How the client spoke, once known.
+    pub protocol: Option<Protocol>,
+    /// The proxy user, when the client authenticated.
+    pub user: Option<String>,
+    /// Where it asked to go, once known.
+    pub target: Option<String>,
+    /// The upstream address dialled, once dialled.
+    pub dialled: Option<IpAddr>,
+    /// Its state, e.g. `Passthrough(relay)` or `Handshake(http)`.
+    pub state: String,
+    /// The rule that allowed it, once decided.
+    pub rule: Option<String>,
+    /// Payload bytes relayed client to upstream so far.
+    pub bytes_up: u64,
+    /// Payload bytes relayed upstream to client so far.
+    pub bytes_down: u64,
+    /// Time since it was accepted.
+    pub age: Duration,
 }

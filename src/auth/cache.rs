@@ -14,8 +14,7 @@ use std::sync::Arc;
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
-use crate::protocol::http::basic_auth_credentials;
-use crate::protocol::http1::SameLogin;
+use super::basic::{basic_auth_credentials, SameLogin};
 
 /// A keyed digest of one user name and password.
 pub(crate) type Digest = [u8; 32];

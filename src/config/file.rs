@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::protocol::parent::ParentProxy;
+use crate::target::parent::ParentProxy;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -27,10 +27,7 @@ pub(crate) mod edit;
 pub(crate) mod wire;
 
 use std::fmt;
-use std::net::IpAddr;
-use std::time::Duration;
 
-use crate::events::Protocol;
 use crate::policy::{Policy, RuleConfig};
 use crate::stats::{RuleCounts, StatsSnapshot};
 
@@ -78,33 +75,7 @@ pub(crate) enum Reply {
     Stats(Box<StatsSnapshot>, Vec<(String, RuleCounts)>),
 }
 
-/// One open session, as `list-sessions` and [`crate::ProxyHandle::sessions`] show it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SessionInfo {
-    /// Its id (`conn=` in the logs), for `close-session`.
-    pub id: u64,
-    /// The client's address (`unix` for a Unix-socket peer).
-    pub client: String,
-    /// How the client spoke, once known.
-    pub protocol: Option<Protocol>,
-    /// The proxy user, when the client authenticated.
-    pub user: Option<String>,
-    /// Where it asked to go, once known.
-    pub target: Option<String>,
-    /// The upstream address dialled, once dialled.
-    pub dialled: Option<IpAddr>,
-    /// Its state, e.g. `Passthrough(relay)` or `Handshake(http)`.
-    pub state: String,
-    /// The rule that allowed it, once decided.
-    pub rule: Option<String>,
-    /// Payload bytes relayed client to upstream so far.
-    pub bytes_up: u64,
-    /// Payload bytes relayed upstream to client so far.
-    pub bytes_down: u64,
-    /// Time since it was accepted.
-    pub age: Duration,
-}
+pub use crate::lifecycle::SessionInfo;
 
 /// Why a control operation through [`crate::ProxyHandle`] did not happen.
 #[derive(Debug, Clone, PartialEq, Eq)]

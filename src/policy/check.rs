@@ -17,7 +17,6 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::addr::special;
-use super::host::canonical_ip;
 use super::request::RequestRules;
 use super::rule::{HostPattern, Rule};
 use super::spec::TlsMode;
@@ -25,6 +24,7 @@ use super::{
     Action, Allowed, Denial, Fix, Fronting, Host, MatchMode, NameVerdict, PortMiss, RuleRef,
     Target, Verdict,
 };
+use crate::target::host::canonical_ip;
 
 /// Remembered names of an address (see `memory.rs`).
 pub(crate) type Seen<'a> = dyn Fn(IpAddr) -> Vec<Arc<str>> + 'a;

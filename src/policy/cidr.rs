@@ -3,7 +3,7 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::host::canonical_ip;
+use crate::target::host::canonical_ip;
 
 /// An address block `net/prefix`; host bits of `net` are always zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -26,7 +26,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::host::canonical_ip;
+use crate::target::host::canonical_ip;
 
 /// How long an address a client's resolution produced is remembered.
 pub const SEEN_TTL: Duration = Duration::from_secs(10 * 60);

@@ -1,7 +1,8 @@
 //! Who may connect where. Pure: no sockets, no DNS, and no clock but an
 //! `Instant` the caller passes in.
 //!
-//! Targets and rule host patterns are canonicalised the same way (`host.rs`),
+//! Targets and rule host patterns are canonicalised the same way
+//! ([`crate::target`]),
 //! rules are compiled once (`rule.rs`), and verdicts come from a scan of every
 //! rule (`check.rs`): deny beats allow, no match is a denial, special
 //! addresses (`addr.rs`) need an allow rule that names them, and when several
@@ -15,9 +16,7 @@ mod builder;
 mod check;
 mod cidr;
 mod describe;
-mod host;
 mod memory;
-mod path;
 mod request;
 mod rule;
 pub mod secret;
@@ -31,34 +30,15 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use crate::target::{normalize_path, Host, Target, TargetError};
 pub use builder::RuleBuilder;
 pub(crate) use describe::human as describe_duration;
 pub use memory::{InspectedAddrs, InspectedMemory, PINNED_TTL, REFRESH_EVERY, SEEN_TTL};
-pub use path::normalize_path;
 pub use request::RequestRules;
 use rule::Rule;
 pub use spec::{
     Action, MatchMode, PortSpec, RequestRuleConfig, RuleConfig, RuleMode, TlsMode, DEFAULT_UPGRADES,
 };
-
-/// A host as the policy sees it: canonical, so no spelling slips past a rule.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Host {
-    /// Lower-case ASCII (punycode for IDNs), no trailing dot.
-    Domain(String),
-    /// An address literal in any spelling (`127.1`, `0x7f.1`, `[::1]`,
-    /// `::ffff:127.0.0.1` becomes `127.0.0.1`).
-    Ip(IpAddr),
-}
-
-/// A destination: canonical host and port.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Target {
-    /// Canonical host.
-    pub host: Host,
-    /// TCP port.
-    pub port: u16,
-}
 
 /// The name of the special range `addr` falls in (`"loopback"`,
 /// `"private"`, `"documentation"`, ...), or `None` for a public address. A
@@ -66,32 +46,7 @@ pub struct Target {
 /// `match = "both"`, for the listed names only). IPv4-mapped IPv6 is
 /// classified as its IPv4 address.
 pub fn special_range(addr: IpAddr) -> Option<&'static str> {
-    addr::special(host::canonical_ip(addr)).map(|s| s.name)
-}
-
-/// Why a host or authority string was refused before policy ran.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TargetError(pub String);
-
-impl Target {
-    /// Canonicalises `host` (a name or address literal, IPv6 optionally in brackets).
-    pub fn new(host: &str, port: u16) -> Result<Target, TargetError> {
-        host::target(host, port)
-    }
-    /// Parses an authority `host:port` / `[v6]:port` (as in a CONNECT line).
-    pub fn parse_authority(s: &str) -> Result<Target, TargetError> {
-        host::parse_authority(s)
-    }
-}
-
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.host {
-            Host::Domain(d) => write!(f, "{d}:{}", self.port),
-            Host::Ip(IpAddr::V6(a)) => write!(f, "[{a}]:{}", self.port),
-            Host::Ip(a) => write!(f, "{a}:{}", self.port),
-        }
-    }
+    addr::special(crate::target::host::canonical_ip(addr)).map(|s| s.name)
 }
 
 /// What request rules say about one request (or one `Upgrade` token).
@@ -292,7 +247,7 @@ pub enum Route {
     /// Dial the destination (even when a global `upstream_proxy` is set).
     Direct,
     /// Ask this parent proxy for a tunnel to the vetted address.
-    Parent(Arc<crate::protocol::parent::ParentProxy>),
+    Parent(Arc<crate::target::parent::ParentProxy>),
 }
 
 /// Policy said yes.

@@ -21,8 +21,8 @@
 
 use std::sync::Arc;
 
-use super::path::{self, Path};
 use super::{Action, PolicyError, RequestRuleConfig, RequestVerdict, TlsMode, DEFAULT_UPGRADES};
+use crate::target::path::{self, Path};
 
 /// One compiled request rule.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cidr::Cidr;
-use super::host::{canonical_host, parse_port};
 use super::request::RuleRequests;
 use super::Route;
 use super::{Action, Host, MatchMode, PolicyError, PortSpec, RuleConfig, RuleMode, TlsMode};
-use crate::protocol::parent::ParentProxy;
+use crate::target::host::{canonical_host, parse_port};
+use crate::target::parent::ParentProxy;
 
 /// A canonical host pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]

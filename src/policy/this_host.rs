@@ -62,7 +62,7 @@ fn read() -> nix::Result<Vec<IpAddr>> {
         let ip = if let Some(v4) = a.as_sockaddr_in() {
             IpAddr::V4(v4.ip())
         } else if let Some(v6) = a.as_sockaddr_in6() {
-            super::host::canonical_ip(IpAddr::V6(v6.ip()))
+            crate::target::host::canonical_ip(IpAddr::V6(v6.ip()))
         } else {
             continue;
         };

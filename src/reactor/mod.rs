@@ -19,7 +19,6 @@
 mod admin;
 pub(crate) mod admission;
 mod control;
-pub(crate) mod handshake_rate;
 pub(crate) mod listener;
 mod pins;
 mod remote;

@@ -89,7 +89,7 @@ pub(crate) struct Remote {
     pub(crate) upstream: Arc<crate::session::UpstreamTrust>,
     /// Every client's terminated-handshake budget, shared by the workers
     /// (locked once per CONNECT a terminating rule allows).
-    pub(crate) handshake_rates: Mutex<super::handshake_rate::HandshakeRates>,
+    pub(crate) handshake_rates: Mutex<crate::session::handshake_rate::HandshakeRates>,
 }
 
 impl Remote {

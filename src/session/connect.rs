@@ -12,6 +12,7 @@ use super::closing::{answer, refuse};
 use super::conn::{Conn, Decision, Reasoned};
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
+use super::handshake_rate::Budget;
 use super::inspect::Inspect;
 use super::passthrough::{Passthrough, Preload};
 use super::refusal::{Dialect, Refusal};
@@ -27,7 +28,6 @@ use crate::policy::{Allowed, Denial, Host, NameVerdict, RequestRules, Route, Tar
 use crate::protocol::http1::SameLogin;
 use crate::protocol::parent::{ParentHandshake, ParentProxy, Progress};
 use crate::protocol::{http, socks5};
-use crate::reactor::handshake_rate::Budget;
 
 /// What the handshake hands on: where to, how to answer, the client's
 /// first payload bytes, and the login later forward-proxy requests are held

@@ -77,8 +77,7 @@ pub(crate) struct Ctx<'a> {
     pub(crate) logins: &'a LoginCache,
     pub(crate) stats: &'a Stats,
     /// Every client's terminated-handshake budget (shared by the workers).
-    pub(crate) handshake_rates:
-        &'a std::sync::Mutex<crate::reactor::handshake_rate::HandshakeRates>,
+    pub(crate) handshake_rates: &'a std::sync::Mutex<super::handshake_rate::HandshakeRates>,
     /// Where session and request events go (`Conn::access_line`, `Conn::request`).
     pub(crate) events: &'a EventSink,
     /// The inspected names of the policy in force have been resolved, so

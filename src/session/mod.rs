@@ -23,6 +23,7 @@ mod connect;
 mod ctx;
 mod endpoint;
 mod handshake;
+pub(crate) mod handshake_rate;
 mod inspect;
 mod passthrough;
 mod refusal;
@@ -90,7 +91,7 @@ impl Session {
     }
 
     /// What `list-sessions` shows of it.
-    pub(crate) fn info(&self, now: std::time::Instant) -> crate::control::SessionInfo {
+    pub(crate) fn info(&self, now: std::time::Instant) -> crate::lifecycle::SessionInfo {
         self.conn.info(self.state.to_string(), now)
     }
 

@@ -13,7 +13,7 @@ use super::failure::{FailureKind, TlsFailure};
 use super::layer::{LayerLimits, TlsLayer};
 use super::wire::{Fill, Rx, Wire};
 use super::ALPN_HTTP11;
-use crate::policy::{Host, Target};
+use crate::target::{Host, Target};
 
 /// What the first bytes of a stream look like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -50,7 +50,7 @@ use rustls::{ClientConfig, ClientConnection, Connection, ServerConnection};
 use super::failure::TlsFailure;
 use super::wire::{Fill, Rx, Wire, WireWriter, RX_CHUNK};
 use crate::io::Io;
-use crate::policy::Host;
+use crate::target::Host;
 
 /// Default bound on outgoing TLS held by rustls (and on plaintext accepted
 /// before the handshake finishes).

@@ -22,7 +22,7 @@ use rustls::sign::{CertifiedKey, SigningKey};
 
 use super::ca::{random_serial, CertAuthority, BACKDATE};
 use super::host_text;
-use crate::policy::Host;
+use crate::target::Host;
 
 /// How long a leaf is valid.
 pub const LEAF_VALIDITY: Duration = Duration::from_secs(7 * 24 * 3600);

@@ -79,9 +79,9 @@ pub fn provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
 
 /// A host as text: the name, or the address (IPv6 without brackets, as in
 /// certificates and SNI checks).
-pub fn host_text(host: &crate::policy::Host) -> String {
+pub fn host_text(host: &crate::target::Host) -> String {
     match host {
-        crate::policy::Host::Domain(d) => d.clone(),
-        crate::policy::Host::Ip(ip) => ip.to_string(),
+        crate::target::Host::Domain(d) => d.clone(),
+        crate::target::Host::Ip(ip) => ip.to_string(),
     }
 }

@@ -495,8 +495,8 @@ fn the_canonical_spelling_keeps_the_network_path_reading() {
         "///admin",
         "//x;p/a;q/admin",
     ] {
-        let orig = crate::policy::path::parse(raw).unwrap();
-        let canon = crate::policy::path::parse(&normalize_path(raw).unwrap()).unwrap();
+        let orig = crate::target::path::parse(raw).unwrap();
+        let canon = crate::target::path::parse(&normalize_path(raw).unwrap()).unwrap();
         let theirs = canon.readings();
         for reading in orig.readings() {
             assert!(

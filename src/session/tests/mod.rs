@@ -43,7 +43,7 @@ struct Harness {
     policy: Policy,
     logins: crate::auth::cache::LoginCache,
     stats: Stats,
-    handshake_rates: std::sync::Mutex<crate::reactor::handshake_rate::HandshakeRates>,
+    handshake_rates: std::sync::Mutex<crate::session::handshake_rate::HandshakeRates>,
     /// Where the session's events go: `seen`.
     sink: EventSink,
     seen: Arc<Mutex<Vec<Event>>>,

@@ -2,7 +2,7 @@
 
 use super::pair::pair;
 use super::{domain, Fixture};
-use crate::policy::Host;
+use crate::target::Host;
 use crate::tls::accept::{
     alert_record, sniff, ClientHelloInfo, HelloPoll, HelloRefusal, Sniff, TlsAccept,
 };

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::pair::{pair, End};
 use super::{domain, Fixture};
 use crate::io::Io;
-use crate::policy::Host;
+use crate::target::Host;
 use crate::tls::accept::{HelloPoll, TlsAccept};
 use crate::tls::failure::{FailureKind, TlsFailure};
 use crate::tls::layer::{LayerLimits, PeerClose, TlsLayer};

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{domain, Fixture};
-use crate::policy::Host;
+use crate::target::Host;
 use crate::tls::der::parse_cert;
 use crate::tls::instructions::{ca_bundles, ca_instructions, CA_ENV_VARS};
 use crate::tls::leaf::{LeafCache, LEAF_VALIDITY};

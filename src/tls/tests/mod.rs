@@ -16,7 +16,7 @@ use rustls::RootCertStore;
 use super::accept::{HelloPoll, TlsAccept};
 use super::layer::{LayerLimits, TlsLayer};
 use super::{CertAuthority, ClientConfigs, LeafKeys, Minter, ServerConfigs};
-use crate::policy::Host;
+use crate::target::Host;
 use pair::End;
 
 /// A directory removed on drop (no tempfile crate in the tree).

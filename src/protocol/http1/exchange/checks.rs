@@ -3,10 +3,10 @@
 
 use std::net::IpAddr;
 
-use crate::policy::{Host, Target};
 use crate::protocol::http::RequestHead;
 use crate::protocol::http1::framing::trim_ows;
 use crate::protocol::http1::BodyKind;
+use crate::target::{Host, Target};
 
 /// The values of every `Host` header.
 pub(super) fn host_values(head: &RequestHead) -> Vec<&[u8]> {

@@ -85,8 +85,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::policy::secret::Secrets;
-use crate::policy::{RequestRules, Target};
+use crate::policy::RequestRules;
 use crate::protocol::http1::Body;
+use crate::target::Target;
 
 mod checks;
 mod record;
@@ -133,33 +134,7 @@ pub enum Mode {
     },
 }
 
-/// The forward proxy's login: whether a later request's
-/// `Proxy-Authorization` value names the credentials the connection logged
-/// in with. The caller supplies the check (a keyed digest), so the machine
-/// never holds a password.
-#[derive(Clone)]
-pub struct SameLogin(Arc<LoginCheck>);
-
-/// The check behind a [`SameLogin`].
-type LoginCheck = dyn Fn(&[u8]) -> bool + Send + Sync;
-
-impl SameLogin {
-    /// A login checked by `same`.
-    pub fn new(same: impl Fn(&[u8]) -> bool + Send + Sync + 'static) -> SameLogin {
-        SameLogin(Arc::new(same))
-    }
-
-    /// Whether `value` (a `Proxy-Authorization` value) is the same login.
-    pub fn matches(&self, value: &[u8]) -> bool {
-        (self.0)(value)
-    }
-}
-
-impl std::fmt::Debug for SameLogin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SameLogin")
-    }
-}
+pub use crate::auth::basic::SameLogin;
 
 /// How an [`Exchange`] judges requests.
 #[derive(Debug, Clone)]

@@ -85,7 +85,7 @@ pub(crate) fn forward_fields(head: &[u8]) -> (Option<String>, Option<String>) {
     let path = crate::protocol::http1::parse_absolute_target(&head.target)
         .ok()
         .flatten()
-        .and_then(|t| crate::policy::normalize_path(&t.path_and_query).ok());
+        .and_then(|t| crate::target::normalize_path(&t.path_and_query).ok());
     (
         Some(clip(&head.method, 64)),
         path.map(|p| clip(&p, MAX_PATH)),

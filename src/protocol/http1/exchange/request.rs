@@ -9,9 +9,10 @@ use super::{
     Resp, MAX_ANSWER_BYTES, MAX_DUE, VIA,
 };
 
-use crate::policy::{normalize_path, RequestVerdict, Target};
+use crate::policy::RequestVerdict;
 use crate::protocol::http::{parse_request_head, HeadError, RequestHead};
 use crate::protocol::http1::{self, Body, BodyKind, HeadEdit};
+use crate::target::{normalize_path, Target};
 
 /// The most of a client's text the proxy echoes in an answer.
 const MAX_ECHO: usize = 512;

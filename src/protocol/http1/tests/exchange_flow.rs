@@ -4,8 +4,8 @@
 //! proxy's rewriting and switching. Most run split at every byte.
 
 use super::exchange_sim::*;
-use crate::policy::Target;
 use crate::protocol::http1::{Decision, End, ExchangeConfig, Mode, Status};
+use crate::target::Target;
 
 fn post(path: &str, extra: &str, body: &str) -> String {
     format!("POST {path} HTTP/1.1\r\nHost: origin.test\r\n{extra}\r\n{body}")

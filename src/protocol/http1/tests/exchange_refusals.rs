@@ -4,8 +4,8 @@
 //! upgrade to a protocol that is not allowed.
 
 use super::exchange_sim::*;
-use crate::policy::Target;
 use crate::protocol::http1::{Decision, End, ExchangeConfig, Mode};
+use crate::target::Target;
 
 const DENY_RULE: &str = "denied; rule=api requests[1]";
 const NO_MATCH: &str = "denied; rule=api: no request rule matched";

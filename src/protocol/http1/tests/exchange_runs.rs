@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use super::exchange_sim::{Ending, Limits, Plan, Script, Sim, HEAD_MAX};
-use crate::policy::{RequestRuleConfig, RequestRules, Target};
+use crate::policy::{RequestRuleConfig, RequestRules};
 use crate::protocol::http1::{
     parse_response_head, response_body_kind, Body, ExchangeConfig, Mode, Record,
 };
+use crate::target::Target;
 
 /// What one run produced, for comparing runs.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::exchange_sim::*;
 use crate::policy::secret::{placeholder, SecretConfig, Secrets};
-use crate::policy::Target;
 use crate::protocol::http1::{Decision, ExchangeConfig, Mode};
+use crate::target::Target;
 
 const KEY: [u8; 32] = [7; 32];
 const VALUE: &str = "sk-the-real-value";

@@ -6,13 +6,13 @@
 //! action is checked against the contract (sizes, progress, bounds).
 
 pub(super) use super::exchange_runs::*;
-use crate::policy::Target;
 use crate::protocol::http1::exchange::{
     Queued, MAX_ANSWER_BYTES, MAX_ANSWER_LEN, MAX_DUE, MAX_RECORDS,
 };
 use crate::protocol::http1::{
     ClientAction, End, Exchange, ExchangeConfig, Record, Status, UpstreamAction,
 };
+use crate::target::Target;
 
 /// A bounded byte queue (what a session's `ByteBuf` is).
 #[derive(Debug)]
