@@ -206,12 +206,45 @@ impl Identify {
 }
 
 /// The uid owning the UDP socket a datagram `from` a loopback sender to our
-/// socket at `to` came from (`None`: closed since), by a one-off socket
-/// diagnostics lookup: asked once per UDP association, not worth a socket
-/// kept open.
+/// socket at `to` came from (`None`: closed since). Asked for each datagram
+/// of a port-0 association until its port is fixed (the association keeps
+/// the last foreign sender's answer for a while), on a socket kept per
+/// thread: no descriptor opened per datagram, none to fail at the fd limit.
 pub(crate) fn udp_sender_uid(from: SocketAddr, to: SocketAddr) -> std::io::Result<Option<u32>> {
-    let mut diag = SockDiag::open()?;
-    Ok(diag.udp_owner(from, to)?.map(|o| o.uid))
+    with_diag(|diag| diag.udp_owner(from, to)).map(|o| o.map(|o| o.uid))
+}
+
+/// The uid owning the loopback TCP client socket at `client` connected to
+/// our `server` address (`None`: unknown), asked once, for an association
+/// whose accept did not ask it (access lines off).
+pub(crate) fn tcp_owner_uid(client: SocketAddr, server: SocketAddr) -> Option<u32> {
+    match with_diag(|diag| diag.owner(client, server)) {
+        Ok(owner) => owner.map(|o| o.uid),
+        Err(e) => {
+            log::debug!("{client}: socket owner lookup failed ({e})");
+            None
+        }
+    }
+}
+
+/// Runs `ask` on this thread's socket diagnostics socket, opened at first
+/// use; one that failed is closed (the next call opens another).
+fn with_diag<T>(ask: impl FnOnce(&mut SockDiag) -> std::io::Result<T>) -> std::io::Result<T> {
+    thread_local! {
+        static DIAG: std::cell::RefCell<Option<SockDiag>> = const { std::cell::RefCell::new(None) };
+    }
+    DIAG.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let diag = match &mut *slot {
+            Some(d) => d,
+            empty => empty.insert(SockDiag::open()?),
+        };
+        let answer = ask(diag);
+        if answer.is_err() {
+            *slot = None;
+        }
+        answer
+    })
 }
 
 /// Whether a socket lives in this process's network namespace: only then

@@ -8,7 +8,9 @@
 //! them on request: the proxy sends an address over a `SOCK_SEQPACKET`
 //! pair and gets back a UDP socket bound at `(address, port 0)`
 //! (`SCM_RIGHTS`), or `err:` and a reason. The helper holds nothing else
-//! and exits when the proxy's end closes.
+//! of its own (only what the namespace child inherited), is not dumpable
+//! (CMD cannot ptrace it nor take its socket), and exits when the proxy's
+//! end closes or the namespace's init dies.
 
 use std::io;
 use std::net::{IpAddr, UdpSocket};
@@ -43,8 +45,20 @@ pub fn spawn_helper(others: &[&OwnedFd]) -> io::Result<OwnedFd> {
     match unsafe { nix::unistd::fork() }? {
         ForkResult::Parent { .. } => Ok(ours),
         ForkResult::Child => {
-            // SAFETY: a plain prctl with integer arguments: die with init.
-            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+            // SAFETY: plain prctls with integer arguments: die with init,
+            // and be out of CMD's reach but for signals. CMD has this uid
+            // (and, when `run` was started as root, every capability in
+            // the user namespace): were the helper dumpable, CMD could
+            // ptrace it or take its socket (`pidfd_getfd`) and hand the
+            // proxy relays it shares, whose `O_NONBLOCK` it could clear to
+            // block a reactor thread for good. Not dumpable, ptrace needs
+            // CAP_SYS_PTRACE in the initial user namespace.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::prctl(libc::PR_SET_DUMPABLE, 0) != 0 {
+                    libc::_exit(1);
+                }
+            }
             for fd in others {
                 // SAFETY: the helper's copies; nothing in it uses them.
                 unsafe { libc::close(fd.as_raw_fd()) };

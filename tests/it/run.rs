@@ -1416,3 +1416,69 @@ fn a_killed_udp_helper_refuses_associations_with_the_reason() {
     );
     assert!(dns.seen.lock().unwrap().is_empty());
 }
+
+/// CMD's attack on the UDP helper (pid 2 of its PID namespace): stop it,
+/// take its end of the socket pair with `pidfd_getfd` (or ptrace), answer
+/// the proxy's next request itself with a UDP socket it keeps a copy of,
+/// then clear `O_NONBLOCK` on that shared file: the proxy's reactor would
+/// block in `recvfrom` on the relay for good, and `run` never exit.
+const TAKE_THE_HELPER: &str = r#"
+import ctypes, os, signal, socket, sys, time, urllib.parse
+libc = ctypes.CDLL(None, use_errno=True)
+os.kill(2, signal.SIGSTOP)
+pidfd = os.pidfd_open(2)
+h = None
+for fd in range(3, 64):
+    r = libc.syscall(438, pidfd, fd, 0)  # pidfd_getfd
+    if r < 0:
+        if ctypes.get_errno() == 9:
+            continue
+        print("refused:", os.strerror(ctypes.get_errno()), flush=True)
+        sys.exit(0)
+    s = socket.socket(fileno=r)
+    if s.family == socket.AF_UNIX and s.type == socket.SOCK_SEQPACKET:
+        h = s
+        break
+    s.detach()
+if h is None:
+    print("no helper socket", flush=True)
+    sys.exit(0)
+print("took the helper's socket", flush=True)
+p = urllib.parse.urlparse(os.environ["ALL_PROXY"])
+c = socket.create_connection((p.hostname, p.port))
+c.sendall(b"\x05\x01\x00")
+c.recv(2)
+c.sendall(b"\x05\x03\x00\x01" + bytes(6))
+ip = h.recv(64).decode()
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind((ip, 0))
+socket.send_fds(h, [b"ok"], [u.fileno()])
+rep = c.recv(10)
+relay = (socket.inet_ntoa(rep[4:8]), int.from_bytes(rep[8:10], "big"))
+os.set_blocking(u.fileno(), True)
+cl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+cl.sendto(b"\0\0\0\x01\x7f\0\0\x01\x00\x35hi", relay)
+time.sleep(0.5)
+print("CMD exits", flush=True)
+"#;
+
+/// Attack: CMD (root in its user namespace when `run` is started as root,
+/// so holding every capability there) must not be able to take the UDP
+/// helper's socket and hand the proxy a relay it shares: the helper is not
+/// dumpable, so neither `pidfd_getfd` nor ptrace reach it; `run` exits.
+#[test]
+fn cmd_cannot_take_the_udp_helpers_socket() {
+    if !namespaces_expected() {
+        return;
+    }
+    let mut cmd = portcullis();
+    cmd.args(["run", "--", "python3", "-c", TAKE_THE_HELPER]);
+    let out = Running::start(cmd).finish();
+    assert_eq!(out.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.starts_with("refused: "),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+}

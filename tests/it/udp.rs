@@ -527,8 +527,8 @@ fn refused_destinations_do_not_flood_the_log() {
 
 /// Attack: an association opened with port 0 has its port fixed by the
 /// first datagram. Another local user's socket that learnt the relay port
-/// first must not take it over: the sender's socket must belong to the
-/// control connection's uid.
+/// first, or a datagram from a socket closed at once, must not take it
+/// over: the sender's socket must belong to the control connection's uid.
 #[test]
 fn a_port_zero_association_is_not_taken_over_by_another_users_socket() {
     let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -567,10 +567,11 @@ fn a_port_zero_association_is_not_taken_over_by_another_users_socket() {
     if let Some(s) = &stranger {
         s.send_to(&dgram(echo_port, 0, b"steal"), relay).unwrap();
     }
-    // (A sender that closes its socket at once is dropped too, "its socket
-    // is closed", but only when the close beats the proxy's lookup: a race
-    // a test cannot order; the lookup's answer for a closed socket is
-    // checked in src/client/sockdiag_tests.rs.)
+    // Sent, then closed before the proxy could ask who owned it.
+    sent_and_closed(&proxy, relay, &dgram(echo_port, 0, b"gone"));
+    proxy.wait_for_line("the closed sender's datagram dropped", |l| {
+        l.contains("dropped: its socket is closed")
+    });
 
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     client
@@ -590,7 +591,7 @@ fn a_port_zero_association_is_not_taken_over_by_another_users_socket() {
             &body,
             "portcullis_udp_dropped_total{reason=\"foreign-source\"} "
         ),
-        u64::from(root)
+        1 + u64::from(root)
     );
     if let Some(s) = stranger {
         let line = proxy.wait_for_line("the stranger's datagram dropped", |l| {
@@ -601,4 +602,75 @@ fn a_port_zero_association_is_not_taken_over_by_another_users_socket() {
         s.set_nonblocking(true).unwrap();
         assert!(s.recv_from(&mut buf).is_err(), "the stranger got a reply");
     }
+}
+
+/// Attack: the owner check must not depend on the access lines. With the
+/// events off (`RUST_LOG=info,portcullis::event=off`, as the docs suggest
+/// to drop them) a loopback client's uid is not asked at accept; the
+/// association must ask it itself, or any local user's first datagram
+/// (or one from a socket closed at once) takes a port-0 association over.
+#[test]
+fn the_port_zero_owner_check_holds_with_access_lines_off() {
+    let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let echo_port = echo.local_addr().unwrap().port();
+    thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = echo.recv_from(&mut buf) {
+            let _ = echo.send_to(&buf[..n], from);
+        }
+    });
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    cmd.env("RUST_LOG", "info,portcullis::event=off")
+        .args(["--listen", "127.0.0.1:0", "--allow"])
+        .arg(format!("127.0.0.1:{echo_port}"));
+    let proxy = ChildProxy::start_command(cmd);
+    let (_control, relay) = associate(proxy.addr, 0);
+
+    let stranger = nix::unistd::geteuid().is_root().then(|| {
+        thread::spawn(|| {
+            nix::unistd::setfsuid(nix::unistd::Uid::from_raw(65_534));
+            UdpSocket::bind("127.0.0.1:0").unwrap()
+        })
+        .join()
+        .unwrap()
+    });
+    if let Some(s) = &stranger {
+        s.send_to(&dgram(echo_port, 0, b"steal"), relay).unwrap();
+        proxy.wait_for_line("the stranger's datagram dropped", |l| {
+            l.contains("its socket belongs to uid 65534")
+        });
+    }
+    sent_and_closed(&proxy, relay, &dgram(echo_port, 0, b"gone"));
+    proxy.wait_for_line("the closed sender's datagram dropped", |l| {
+        l.contains("dropped: its socket is closed")
+    });
+
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(crate::support::wait::PROMPTLY))
+        .unwrap();
+    client
+        .send_to(&dgram(echo_port, 0, b"ping"), relay)
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, from) = client.recv_from(&mut buf).expect("the echo");
+    assert_eq!(from, relay);
+    assert_eq!(&buf[..n], &dgram(echo_port, 0, b"ping")[..]);
+    if let Some(s) = stranger {
+        s.set_nonblocking(true).unwrap();
+        assert!(s.recv_from(&mut buf).is_err(), "the stranger got a reply");
+    }
+}
+
+/// Sends `dgram` to `relay` from a socket closed before the proxy can read
+/// it (the proxy is stopped meanwhile: else it may ask about the socket
+/// first, find it open and ours, and fix the association's port to it).
+fn sent_and_closed(proxy: &ChildProxy, relay: SocketAddr, dgram: &[u8]) {
+    use nix::sys::signal::{kill, Signal};
+    let pid = nix::unistd::Pid::from_raw(proxy.pid() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let gone = UdpSocket::bind("127.0.0.1:0").unwrap();
+    gone.send_to(dgram, relay).unwrap();
+    drop(gone);
+    kill(pid, Signal::SIGCONT).unwrap();
 }

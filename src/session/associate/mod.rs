@@ -55,6 +55,8 @@ const BUDGET: usize = 64;
 const DGRAM_MAX: usize = 65_535;
 /// Refused destinations logged at info per association; the rest at debug.
 const LOUD_REFUSALS: u32 = 16;
+/// How long a sender found to be another uid's is not asked about again.
+const FOREIGN_MEMO: Duration = Duration::from_secs(1);
 /// The idle timeout of an association when `timeouts.idle` is off.
 pub(crate) const DEFAULT_IDLE: Duration = Duration::from_secs(300);
 
@@ -70,6 +72,13 @@ pub(crate) struct Associate {
     /// port as given or as its first datagram came from.
     client_ip: IpAddr,
     client_port: Option<u16>,
+    /// The uid whose socket may fix a port-0 association's port: the
+    /// control connection's owner, where the kernel told it.
+    owner: Option<u32>,
+    /// The last sender found to be another uid's, and when: its datagrams
+    /// are dropped without asking again for [`FOREIGN_MEMO`] (a flood from
+    /// one socket costs one lookup a second, not one a datagram).
+    foreign: Option<(SocketAddr, u32, Instant)>,
     relay_addr: SocketAddr,
     /// The SOCKS reply, flushed on the control connection first.
     owed: Vec<u8>,
@@ -447,7 +456,7 @@ impl Associate {
         // The client's port is fixed by its first well-formed datagram, from
         // a socket of the control connection's owner.
         if self.client_port.is_none() {
-            if let Err(why) = self.sent_by_the_client(from, conn) {
+            if let Err(why) = self.sent_by_the_client(from, ctx.now) {
                 if self.loud() {
                     self.refusals_logged += 1;
                     log::info!(
@@ -656,16 +665,26 @@ impl Associate {
     /// owns the control connection, where the kernel told that uid (a
     /// loopback client in our network namespace): else any local process
     /// that learnt the relay's port first could take a port-0 association
-    /// over. One socket-diagnostics lookup, once per association.
-    fn sent_by_the_client(&self, from: SocketAddr, conn: &Conn) -> Result<(), String> {
-        let Some(uid) = conn.log.peer.uid else {
+    /// over. One socket-diagnostics lookup per datagram until the port is
+    /// fixed, but one a second for a sender already found foreign.
+    fn sent_by_the_client(&mut self, from: SocketAddr, now: Instant) -> Result<(), String> {
+        let Some(uid) = self.owner else {
             return Ok(());
         };
+        let foreign = |owner| {
+            format!("its socket belongs to uid {owner}, the control connection's to uid {uid}")
+        };
+        if let Some((addr, owner, at)) = self.foreign {
+            if addr == from && now.saturating_duration_since(at) < FOREIGN_MEMO {
+                return Err(foreign(owner));
+            }
+        }
         match crate::client::udp_sender_uid(from, self.relay_addr) {
             Ok(Some(owner)) if owner == uid => Ok(()),
-            Ok(Some(owner)) => Err(format!(
-                "its socket belongs to uid {owner}, the control connection's to uid {uid}"
-            )),
+            Ok(Some(owner)) => {
+                self.foreign = Some((from, owner, now));
+                Err(foreign(owner))
+            }
             Ok(None) => Err("its socket is closed".into()),
             Err(e) => Err(format!("its socket's owner is unknown ({e})")),
         }

@@ -42,13 +42,26 @@ pub(crate) fn start(client: Endpoint, port: u16, conn: &mut Conn, ctx: &mut Ctx)
     };
     let local_ip = local.ip().to_canonical();
     let relay = match relay_socket(local_ip, ctx.settings.relay_bind.as_ref())
-        .and_then(|s| Dgram::register(s, ctx.tokens.relay, ctx.registry))
+        .and_then(|(s, here)| Ok((Dgram::register(s, ctx.tokens.relay, ctx.registry)?, here)))
     {
         Ok(r) => r,
         Err(e) => {
             let why = format!("UDP ASSOCIATE: cannot bind a relay socket on {local_ip}: {e}");
             return fail(client, why, conn, ctx);
         }
+    };
+    let (relay, here) = relay;
+    // Whose socket may fix a port-0 association's port: the control
+    // connection's owner, asked now if the accept did not (access lines
+    // off), where the kernel can tell (a loopback client in our network
+    // namespace: under `run` the relay lives in CMD's, where our lookups
+    // would find the host's sockets).
+    let owner = match conn.log.peer.uid {
+        Some(uid) => Some(uid),
+        None if port == 0 && here && crate::client::is_loopback(peer.ip()) => {
+            crate::client::tcp_owner_uid(peer, local)
+        }
+        None => None,
     };
     let relay_addr = match relay.local_addr() {
         Ok(a) => a,
@@ -87,6 +100,8 @@ pub(crate) fn start(client: Endpoint, port: u16, conn: &mut Conn, ctx: &mut Ctx)
         out_v6: false,
         client_ip,
         client_port: (port != 0).then_some(port),
+        owner,
+        foreign: None,
         relay_addr,
         owed,
         up_pending: None,
@@ -120,13 +135,14 @@ fn fail(client: Endpoint, why: String, conn: &mut Conn, ctx: &mut Ctx) -> State 
 
 /// The relay: bound here, or by the embedder's binder where the listeners
 /// live in another network namespace. A socket from the binder must be UDP
-/// at `ip` (it could hand over any descriptor).
+/// at `ip` (it could hand over any descriptor). With it: whether it lives
+/// in our network namespace.
 fn relay_socket(
     ip: IpAddr,
     binder: Option<&crate::session::RelayBind>,
-) -> std::io::Result<mio::net::UdpSocket> {
+) -> std::io::Result<(mio::net::UdpSocket, bool)> {
     let Some(binder) = binder else {
-        return bind(SocketAddr::new(ip, 0));
+        return Ok((bind(SocketAddr::new(ip, 0))?, true));
     };
     let socket = (binder.0)(ip)?;
     let kind = socket2::SockRef::from(&socket).r#type()?;
@@ -137,7 +153,8 @@ fn relay_socket(
         )));
     }
     socket.set_nonblocking(true)?;
-    Ok(mio::net::UdpSocket::from_std(socket))
+    let here = crate::client::in_our_netns(std::os::fd::AsFd::as_fd(&socket));
+    Ok((mio::net::UdpSocket::from_std(socket), here))
 }
 
 /// A non-blocking UDP socket bound to `addr`.
