@@ -1324,20 +1324,10 @@ fn a_socks5_udp_client_under_run_reaches_an_allowed_server() {
     }
     let dns = crate::udp::Dns::start();
     let dir = TempDir::new("run-udp");
-    let log = dir.path().join("proxy.log");
-    let mut cmd = portcullis();
-    cmd.args(["run", "--log-file"])
-        .arg(&log)
-        .args(["--allow", &format!("127.0.0.1:{}", dns.port)])
-        .args(["--", "python3", "-c", UDP_CLIENT, &dns.port.to_string()]);
-    let out = Running::start(cmd).finish();
-    let text = std::fs::read_to_string(&log).expect("the log file");
-    assert_eq!(
-        out.code(),
-        Some(0),
-        "{}\n{}\n{text}",
-        out.stdout,
-        out.stderr
+    let (out, text) = run_logged(
+        &dir,
+        &["--allow", &format!("127.0.0.1:{}", dns.port)],
+        &["python3", "-c", UDP_CLIENT, &dns.port.to_string()],
     );
     assert!(text.contains("inside CMD's network namespace"), "{text}");
     assert!(
@@ -1371,7 +1361,6 @@ fn a_killed_udp_helper_refuses_associations_with_the_reason() {
     let dns = crate::udp::Dns::start();
     let origin = http_server(BODY);
     let dir = TempDir::new("run-udp-killed");
-    let log = dir.path().join("proxy.log");
     let client = dir.path().join("client.py");
     std::fs::write(&client, UDP_CLIENT).unwrap();
     let script = format!(
@@ -1381,20 +1370,15 @@ fn a_killed_udp_helper_refuses_associations_with_the_reason() {
         dns.port,
         origin.port()
     );
-    let mut cmd = portcullis();
-    cmd.args(["run", "--log-file"])
-        .arg(&log)
-        .args(["--allow", &format!("127.0.0.1:{}", dns.port)])
-        .args(["--allow", &format!("127.0.0.1:{}", origin.port())])
-        .args(["--", "sh", "-c", &script]);
-    let out = Running::start(cmd).finish();
-    let text = std::fs::read_to_string(&log).expect("the log file");
-    assert_eq!(
-        out.code(),
-        Some(0),
-        "{}\n{}\n{text}",
-        out.stdout,
-        out.stderr
+    let (out, text) = run_logged(
+        &dir,
+        &[
+            "--allow",
+            &format!("127.0.0.1:{}", dns.port),
+            "--allow",
+            &format!("127.0.0.1:{}", origin.port()),
+        ],
+        &["sh", "-c", &script],
     );
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(lines.first(), Some(&"killed"), "{lines:?}");
@@ -1481,4 +1465,26 @@ fn cmd_cannot_take_the_udp_helpers_socket() {
         out.stdout,
         out.stderr
     );
+}
+
+/// `portcullis run --log-file DIR/proxy.log ARGS -- CMD` to completion,
+/// which must exit 0; its output and the proxy's log.
+fn run_logged(dir: &TempDir, args: &[&str], cmd: &[&str]) -> (Output, String) {
+    let log = dir.path().join("proxy.log");
+    let mut run = portcullis();
+    run.args(["run", "--log-file"])
+        .arg(&log)
+        .args(args)
+        .arg("--")
+        .args(cmd);
+    let out = Running::start(run).finish();
+    let text = std::fs::read_to_string(&log).expect("the log file");
+    assert_eq!(
+        out.code(),
+        Some(0),
+        "{}\n{}\n{text}",
+        out.stdout,
+        out.stderr
+    );
+    (out, text)
 }

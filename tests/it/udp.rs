@@ -155,11 +155,7 @@ fn udp_associate_dns_through_pysocks() {
     let denied = sink.local_addr().unwrap().port();
     let allow_dns = format!("127.0.0.1:{}", dns.port);
     let sink_rule = format!("127.0.0.1:{denied}");
-    // A free port (`127.0.0.1:0` would clash with the listener's own `:0`).
-    let free = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let free = free_addr();
     let proxy = ChildProxy::start(&[
         "--log-format",
         "json",
@@ -262,6 +258,28 @@ fn udp_associate_dns_through_pysocks() {
     UdpSocket::bind(("127.0.0.1", relay_port)).expect("the relay socket is closed");
 }
 
+/// A UDP echo server on 127.0.0.1; its port.
+fn udp_echo() -> u16 {
+    let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = echo.local_addr().unwrap().port();
+    thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = echo.recv_from(&mut buf) {
+            let _ = echo.send_to(&buf[..n], from);
+        }
+    });
+    port
+}
+
+/// A free loopback TCP address (for the admin endpoint: `127.0.0.1:0`
+/// would clash with the listener's own `:0`).
+fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
 /// Opens an association on `proxy` for datagrams from `port`; the control
 /// connection and the relay's address.
 fn associate(proxy: SocketAddr, port: u16) -> (TcpStream, SocketAddr) {
@@ -297,21 +315,11 @@ fn dgram(port: u16, frag: u8, payload: &[u8]) -> Vec<u8> {
 /// association counts against the client's session limit, and idles out.
 #[test]
 fn udp_bad_datagrams_limits_and_idle() {
-    let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let echo_port = echo.local_addr().unwrap().port();
-    thread::spawn(move || {
-        let mut buf = [0u8; 2048];
-        while let Ok((n, from)) = echo.recv_from(&mut buf) {
-            let _ = echo.send_to(&buf[..n], from);
-        }
-    });
+    let echo_port = udp_echo();
     let dir = crate::support::temp_dir::TempDir::new("udp-limits");
     let config = dir.path().join("p.toml");
     std::fs::write(&config, "[limits]\nmax_sessions_per_client = 1\n").unwrap();
-    let free = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let free = free_addr();
     let proxy = ChildProxy::start(&[
         "--config",
         config.to_str().unwrap(),
@@ -431,18 +439,8 @@ fn an_idle_association_does_not_wake_the_proxy() {
 /// and the victim's association works.
 #[test]
 fn an_association_cannot_reach_another_relay() {
-    let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let echo_port = echo.local_addr().unwrap().port();
-    thread::spawn(move || {
-        let mut buf = [0u8; 2048];
-        while let Ok((n, from)) = echo.recv_from(&mut buf) {
-            let _ = echo.send_to(&buf[..n], from);
-        }
-    });
-    let free = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let echo_port = udp_echo();
+    let free = free_addr();
     let proxy = ChildProxy::start(&["--admin", &free.to_string(), "--allow", "127.0.0.1:1-65535"]);
     proxy.wait_for_line("admin endpoint", |l| l.contains("admin endpoint on "));
     let mut buf = [0u8; 2048];
@@ -494,10 +492,7 @@ fn an_association_cannot_reach_another_relay() {
 /// rest are only counted (every one is, in the metrics and the session line).
 #[test]
 fn refused_destinations_do_not_flood_the_log() {
-    let free = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let free = free_addr();
     let proxy = ChildProxy::start(&["--admin", &free.to_string(), "--allow", "127.0.0.1:1"]);
     proxy.wait_for_line("admin endpoint", |l| l.contains("admin endpoint on "));
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -531,18 +526,8 @@ fn refused_destinations_do_not_flood_the_log() {
 /// over: the sender's socket must belong to the control connection's uid.
 #[test]
 fn a_port_zero_association_is_not_taken_over_by_another_users_socket() {
-    let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let echo_port = echo.local_addr().unwrap().port();
-    thread::spawn(move || {
-        let mut buf = [0u8; 2048];
-        while let Ok((n, from)) = echo.recv_from(&mut buf) {
-            let _ = echo.send_to(&buf[..n], from);
-        }
-    });
-    let free = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let echo_port = udp_echo();
+    let free = free_addr();
     let proxy = ChildProxy::start(&[
         "--log-format",
         "json",
@@ -611,14 +596,7 @@ fn a_port_zero_association_is_not_taken_over_by_another_users_socket() {
 /// (or one from a socket closed at once) takes a port-0 association over.
 #[test]
 fn the_port_zero_owner_check_holds_with_access_lines_off() {
-    let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let echo_port = echo.local_addr().unwrap().port();
-    thread::spawn(move || {
-        let mut buf = [0u8; 2048];
-        while let Ok((n, from)) = echo.recv_from(&mut buf) {
-            let _ = echo.send_to(&buf[..n], from);
-        }
-    });
+    let echo_port = udp_echo();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_portcullis"));
     cmd.env("RUST_LOG", "info,portcullis::event=off")
         .args(["--listen", "127.0.0.1:0", "--allow"])
