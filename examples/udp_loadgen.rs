@@ -14,6 +14,9 @@
 //! watched process tree's CPU time (utime+stime, from /proc) per echo and
 //! per relayed datagram.
 
+#[path = "common/proc_tree.rs"]
+mod proc_tree;
+use proc_tree::cpu_seconds;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::thread;
@@ -161,54 +164,4 @@ fn associate(proxy: SocketAddr, port: u16) -> (TcpStream, SocketAddr) {
         c,
         SocketAddr::from((ip, u16::from_be_bytes([rep[8], rep[9]]))),
     )
-}
-
-/// utime+stime+cutime+cstime in seconds over `pid` and its descendants
-/// (dante serves from child processes).
-fn cpu_seconds(pid: u32) -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) }.max(1) as f64;
-    process_tree(pid)
-        .into_iter()
-        .filter_map(stat_fields)
-        .map(|f| {
-            (11..=14)
-                .filter_map(|i| f.get(i).and_then(|v| v.parse::<f64>().ok()))
-                .sum::<f64>()
-        })
-        .sum::<f64>()
-        / hz
-}
-
-/// `pid` and every process descending from it.
-fn process_tree(pid: u32) -> Vec<u32> {
-    let mut parents: Vec<(u32, u32)> = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if let Some(pp) = stat_fields(p).and_then(|f| f.get(1)?.parse().ok()) {
-            parents.push((p, pp));
-        }
-    }
-    let mut tree = vec![pid];
-    let mut i = 0;
-    while i < tree.len() {
-        let parent = tree[i];
-        tree.extend(
-            parents
-                .iter()
-                .filter(|(_, pp)| *pp == parent)
-                .map(|(p, _)| *p),
-        );
-        i += 1;
-    }
-    tree
-}
-
-/// Fields of /proc/PID/stat after the command name (state is index 0).
-fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    Some(rest.split_whitespace().map(str::to_owned).collect())
 }
