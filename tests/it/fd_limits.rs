@@ -65,6 +65,34 @@ fn silent_server() -> (Server, Arc<Mutex<Vec<TcpStream>>>) {
     (Server::start(move |s| h.lock().unwrap().push(s)), held)
 }
 
+/// Runs `script` as nobody against `proxy`, aimed at `target`, for at most
+/// 1000 sessions: the attacker (still holding what it opened) and its
+/// summary line.
+fn attack(proxy: &ChildProxy, script: &str, target: String) -> (ChildGuard, String) {
+    let mut attacker = spawn_python_as(
+        NOBODY,
+        script,
+        &[
+            proxy.addr.ip().to_string(),
+            proxy.addr.port().to_string(),
+            target,
+            "1000".into(),
+        ],
+    );
+    let summary = Lines::of(&mut attacker).next("the attacker's summary", Duration::from_secs(60));
+    eprintln!("attacker (nobody): {summary}; proxy fds {}", proxy.fds());
+    (attacker, summary)
+}
+
+/// Under the attacker's fd pressure a client holding no session (lighter
+/// than the mean) is still served, and the proxy never hit EMFILE.
+fn a_light_client_is_served(proxy: &ChildProxy, echo: &Server) {
+    let mut victim = tunnel_ok(proxy, echo, "a light client under fd pressure");
+    assert_echo(&mut victim, b"still");
+    let s = proxy.stats();
+    assert_eq!(stat(&s, "accept_pauses"), 0, "no EMFILE: {s:?}");
+}
+
 /// Opens CONNECT tunnels to a target until one is refused, prints
 /// `{"opened": N, "refusal": "<status line>", "error": "<X-Proxy-Error>"}`,
 /// then waits for a line on stdin and closes every socket.
@@ -245,19 +273,7 @@ fn past_what_the_fds_hold_the_heavy_client_gives_way_first() {
             &silent.target(),
         ],
     );
-    let mut attacker = spawn_python_as(
-        NOBODY,
-        TUNNELS_UNTIL_REFUSED,
-        &[
-            proxy.addr.ip().to_string(),
-            proxy.addr.port().to_string(),
-            silent.target(),
-            "1000".into(),
-        ],
-    );
-    let lines = Lines::of(&mut attacker);
-    let summary = lines.next("the attacker's summary", Duration::from_secs(60));
-    eprintln!("attacker (nobody): {summary}; proxy fds {}", proxy.fds());
+    let (attacker, summary) = attack(&proxy, TUNNELS_UNTIL_REFUSED, silent.target());
     assert_eq!(field(&summary, "error"), "limit; fd_reserve", "{summary}");
     let opened: usize = field(&summary, "opened").parse().unwrap();
     // Refused before its tunnels could exhaust the fds: some room is left.
@@ -265,10 +281,7 @@ fn past_what_the_fds_hold_the_heavy_client_gives_way_first() {
     assert!(proxy.fds() < NOFILE as usize - 16, "{} fds", proxy.fds());
 
     // The victim holds no session: lighter than the mean, it is served.
-    let mut victim = tunnel_ok(&proxy, &echo, "a light client under fd pressure");
-    assert_echo(&mut victim, b"still");
-    let s = proxy.stats();
-    assert_eq!(stat(&s, "accept_pauses"), 0, "no EMFILE: {s:?}");
+    a_light_client_is_served(&proxy, &echo);
     drop(attacker);
 }
 
@@ -414,19 +427,7 @@ fn udp_associations_count_their_third_fd() {
             &format!("127.0.0.1:{udp_port}"),
         ],
     );
-    let mut attacker = spawn_python_as(
-        NOBODY,
-        ASSOCIATIONS_UNTIL_REFUSED,
-        &[
-            proxy.addr.ip().to_string(),
-            proxy.addr.port().to_string(),
-            udp_port.to_string(),
-            "1000".into(),
-        ],
-    );
-    let lines = Lines::of(&mut attacker);
-    let summary = lines.next("the attacker's summary", Duration::from_secs(60));
-    eprintln!("attacker (nobody): {summary}; proxy fds {}", proxy.fds());
+    let (attacker, summary) = attack(&proxy, ASSOCIATIONS_UNTIL_REFUSED, udp_port.to_string());
     let opened: usize = field(&summary, "opened").parse().unwrap();
     assert!(opened > 0 && 3 * opened < NOFILE as usize, "{summary}");
     // 0x01 (general failure): SOCKS5's answer to a limit.
@@ -435,10 +436,7 @@ fn udp_associations_count_their_third_fd() {
         l.contains("refused, at the fd_reserve limit")
     });
     assert!(proxy.fds() < NOFILE as usize - 16, "{} fds", proxy.fds());
-    let mut victim = tunnel_ok(&proxy, &echo, "a light client under fd pressure");
-    assert_echo(&mut victim, b"still");
-    let s = proxy.stats();
-    assert_eq!(stat(&s, "accept_pauses"), 0, "no EMFILE: {s:?}");
+    a_light_client_is_served(&proxy, &echo);
     drop(attacker);
 }
 

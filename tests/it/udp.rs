@@ -258,6 +258,33 @@ fn udp_associate_dns_through_pysocks() {
     UdpSocket::bind(("127.0.0.1", relay_port)).expect("the relay socket is closed");
 }
 
+/// A UDP socket of uid 65534 (`nobody`): a socket is owned by the fsuid
+/// of the thread that creates it. Needs root.
+fn nobodys_socket() -> UdpSocket {
+    thread::spawn(|| {
+        nix::unistd::setfsuid(nix::unistd::Uid::from_raw(65_534));
+        UdpSocket::bind("127.0.0.1:0").unwrap()
+    })
+    .join()
+    .unwrap()
+}
+
+/// A new client socket sends `ping` to the echo server at `echo_port`
+/// through `relay` and gets the echo back from the relay, header and all.
+fn pinged_through(relay: SocketAddr, echo_port: u16) {
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(crate::support::wait::PROMPTLY))
+        .unwrap();
+    client
+        .send_to(&dgram(echo_port, 0, b"ping"), relay)
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, from) = client.recv_from(&mut buf).expect("the echo");
+    assert_eq!(from, relay);
+    assert_eq!(&buf[..n], &dgram(echo_port, 0, b"ping")[..]);
+}
+
 /// A UDP echo server on 127.0.0.1; its port.
 fn udp_echo() -> u16 {
     let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -540,15 +567,7 @@ fn a_port_zero_association_is_not_taken_over_by_another_users_socket() {
     let (_control, relay) = associate(proxy.addr, 0);
 
     let root = nix::unistd::geteuid().is_root();
-    let stranger = root.then(|| {
-        // A socket is owned by the fsuid of the thread that creates it.
-        thread::spawn(|| {
-            nix::unistd::setfsuid(nix::unistd::Uid::from_raw(65_534));
-            UdpSocket::bind("127.0.0.1:0").unwrap()
-        })
-        .join()
-        .unwrap()
-    });
+    let stranger = root.then(nobodys_socket);
     if let Some(s) = &stranger {
         s.send_to(&dgram(echo_port, 0, b"steal"), relay).unwrap();
     }
@@ -558,17 +577,8 @@ fn a_port_zero_association_is_not_taken_over_by_another_users_socket() {
         l.contains("dropped: its socket is closed")
     });
 
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
-    client
-        .set_read_timeout(Some(crate::support::wait::PROMPTLY))
-        .unwrap();
-    client
-        .send_to(&dgram(echo_port, 0, b"ping"), relay)
-        .unwrap();
+    pinged_through(relay, echo_port);
     let mut buf = [0u8; 2048];
-    let (n, from) = client.recv_from(&mut buf).unwrap();
-    assert_eq!(from, relay);
-    assert_eq!(&buf[..n], &dgram(echo_port, 0, b"ping")[..]);
 
     let body = admin_get(free, "/metrics");
     assert_eq!(
@@ -604,14 +614,7 @@ fn the_port_zero_owner_check_holds_with_access_lines_off() {
     let proxy = ChildProxy::start_command(cmd);
     let (_control, relay) = associate(proxy.addr, 0);
 
-    let stranger = nix::unistd::geteuid().is_root().then(|| {
-        thread::spawn(|| {
-            nix::unistd::setfsuid(nix::unistd::Uid::from_raw(65_534));
-            UdpSocket::bind("127.0.0.1:0").unwrap()
-        })
-        .join()
-        .unwrap()
-    });
+    let stranger = nix::unistd::geteuid().is_root().then(nobodys_socket);
     if let Some(s) = &stranger {
         s.send_to(&dgram(echo_port, 0, b"steal"), relay).unwrap();
         proxy.wait_for_line("the stranger's datagram dropped", |l| {
@@ -623,17 +626,8 @@ fn the_port_zero_owner_check_holds_with_access_lines_off() {
         l.contains("dropped: its socket is closed")
     });
 
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
-    client
-        .set_read_timeout(Some(crate::support::wait::PROMPTLY))
-        .unwrap();
-    client
-        .send_to(&dgram(echo_port, 0, b"ping"), relay)
-        .unwrap();
+    pinged_through(relay, echo_port);
     let mut buf = [0u8; 2048];
-    let (n, from) = client.recv_from(&mut buf).expect("the echo");
-    assert_eq!(from, relay);
-    assert_eq!(&buf[..n], &dgram(echo_port, 0, b"ping")[..]);
     if let Some(s) = stranger {
         s.set_nonblocking(true).unwrap();
         assert!(s.recv_from(&mut buf).is_err(), "the stranger got a reply");
