@@ -155,6 +155,27 @@ wait_listen() {
     return 1
 }
 
+# dante_conf PORT RULE...: writes $WORK/danted.conf for a danted on
+# 127.0.0.1:PORT with no authentication, any loopback client, and the given
+# `socks pass` rules.
+dante_conf() {
+    local port=$1
+    shift
+    {
+        cat <<CONF
+logoutput: $WORK/danted.log
+internal: 127.0.0.1 port = $port
+external: 127.0.0.1
+clientmethod: none
+socksmethod: none
+user.privileged: root
+user.unprivileged: nobody
+client pass { from: 127.0.0.0/8 to: 0.0.0.0/0 }
+CONF
+        printf '%s\n' "$@"
+    } >"$WORK/danted.conf"
+}
+
 # start_peer NAME PORT SINK_PORT [ARGS]: starts one proxy in the background,
 # prints its PID. NAME: portcullis | baseline | tinyproxy | dante | haproxy |
 # socat | c-relay. ARGS: more portcullis flags (word-split), or haproxy's nbthread.
@@ -193,17 +214,8 @@ CONF
             pid=$!
             ;;
         dante)
-            cat >"$WORK/danted.conf" <<CONF
-logoutput: $WORK/danted.log
-internal: 127.0.0.1 port = $port
-external: 127.0.0.1
-clientmethod: none
-socksmethod: none
-user.privileged: root
-user.unprivileged: nobody
-client pass { from: 127.0.0.0/8 to: 0.0.0.0/0 }
-socks pass { from: 127.0.0.0/8 to: 127.0.0.1/32 port = $sink command: connect }
-CONF
+            dante_conf "$port" \
+                "socks pass { from: 127.0.0.0/8 to: 127.0.0.1/32 port = $sink command: connect }"
             /usr/sbin/danted -f "$WORK/danted.conf" >>"$WORK/danted.log" 2>&1 &
             pid=$!
             ;;

@@ -56,18 +56,9 @@ start_udp_peer() {
             pid=$!
             ;;
         dante)
-            cat >"$WORK/danted.conf" <<CONF
-logoutput: $WORK/danted.log
-internal: 127.0.0.1 port = $port
-external: 127.0.0.1
-clientmethod: none
-socksmethod: none
-user.privileged: root
-user.unprivileged: nobody
-client pass { from: 127.0.0.0/8 to: 0.0.0.0/0 }
-socks pass { from: 127.0.0.0/8 to: 127.0.0.1/32 port = $echo command: udpassociate }
-socks pass { from: 127.0.0.1/32 port = $echo to: 0.0.0.0/0 command: udpreply }
-CONF
+            dante_conf "$port" \
+                "socks pass { from: 127.0.0.0/8 to: 127.0.0.1/32 port = $echo command: udpassociate }" \
+                "socks pass { from: 127.0.0.1/32 port = $echo to: 0.0.0.0/0 command: udpreply }"
             /usr/sbin/danted -f "$WORK/danted.conf" >>"$WORK/danted.log" 2>&1 &
             pid=$!
             ;;
