@@ -76,6 +76,7 @@ pub mod capi;
 pub(crate) mod client;
 pub mod config;
 pub mod control;
+pub(crate) mod core;
 pub mod duration;
 pub mod events;
 pub(crate) mod fd_budget;

@@ -1,37 +1,21 @@
-//! One side's byte stream as a relaying state sees it: a plain socket, or
-//! TLS over a socket (plaintext in, plaintext out). Inspect, Passthrough
-//! and Closing move bytes through channels, so the same code relays a
-//! terminated-TLS connection and a plaintext one.
+//! One side's byte stream as a relaying state sees it: its socket, and the
+//! core's [`Link`] above it (plaintext, or TLS over the socket). Inspect,
+//! Passthrough and Closing move bytes through channels, so the same code
+//! relays a terminated-TLS connection and a plaintext one.
 
 use std::io::IoSlice;
 
 use super::endpoint::Endpoint;
+use crate::core::link::Link;
+use crate::core::port::Port;
 use crate::io::Io;
 use crate::tls::layer::TlsLayer;
 use crate::tls::wire::Wire;
 
-/// A socket, or TLS over one.
-pub(crate) enum Channel {
-    Plain(Endpoint),
-    Tls(Box<Secure>),
-}
-
-/// TLS over a socket.
-pub(crate) struct Secure {
-    pub(crate) ep: Endpoint,
-    pub(crate) layer: TlsLayer,
-    /// close_notify is queued: the TCP FIN follows once it is flushed.
-    fin_pending: bool,
-}
-
-impl Secure {
-    pub(crate) fn new(ep: Endpoint, layer: TlsLayer) -> Secure {
-        Secure {
-            ep,
-            layer,
-            fin_pending: false,
-        }
-    }
+/// A socket, and plaintext or TLS over it.
+pub(crate) struct Channel {
+    ep: Endpoint,
+    link: Link,
 }
 
 /// The endpoint as the wire under a TLS layer: it answers `WouldBlock`
@@ -68,162 +52,129 @@ impl Wire for Endpoint {
     }
 }
 
+/// The endpoint as the core's transport for one side.
+impl Port for Endpoint {
+    fn want_read(&mut self, on: bool) {
+        Endpoint::want_read(self, on)
+    }
+    fn want_write(&mut self, on: bool) {
+        Endpoint::want_write(self, on)
+    }
+    fn can_read(&self) -> bool {
+        Endpoint::can_read(self)
+    }
+    fn can_write(&self) -> bool {
+        Endpoint::can_write(self)
+    }
+    fn failed(&self) -> bool {
+        Endpoint::failed(self)
+    }
+    fn peer_finished(&self) -> bool {
+        Endpoint::peer_finished(self)
+    }
+    fn shutdown_write(&mut self) {
+        Endpoint::shutdown_write(self)
+    }
+}
+
 impl Channel {
+    /// Plaintext over `ep`.
+    pub(crate) fn plain(ep: Endpoint) -> Channel {
+        Channel {
+            ep,
+            link: Link::Plain,
+        }
+    }
+
+    /// TLS over `ep`, through `layer`.
+    pub(crate) fn tls(ep: Endpoint, layer: TlsLayer) -> Channel {
+        Channel {
+            ep,
+            link: Link::tls(layer),
+        }
+    }
+
+    /// A socket and the link above it, together again.
+    pub(crate) fn from_parts(ep: Endpoint, link: Link) -> Channel {
+        Channel { ep, link }
+    }
+
+    /// The socket and the link above it, apart (for the core).
+    pub(crate) fn into_parts(self) -> (Endpoint, Link) {
+        (self.ep, self.link)
+    }
+
     /// The socket under the channel (readiness events go here).
     pub(crate) fn endpoint(&mut self) -> &mut Endpoint {
-        match self {
-            Channel::Plain(ep) => ep,
-            Channel::Tls(s) => &mut s.ep,
-        }
+        &mut self.ep
+    }
+
+    /// The socket, when the channel is plaintext (splice moves its bytes).
+    pub(crate) fn plain_endpoint(&mut self) -> Option<&mut Endpoint> {
+        self.link.is_plain().then_some(&mut self.ep)
     }
 
     pub(crate) fn is_plain(&self) -> bool {
-        matches!(self, Channel::Plain(_))
-    }
-
-    /// The plain socket, or the channel back when it carries TLS.
-    pub(crate) fn into_plain(self) -> Result<Endpoint, Channel> {
-        match self {
-            Channel::Plain(ep) => Ok(ep),
-            tls @ Channel::Tls(_) => Err(tls),
-        }
+        self.link.is_plain()
     }
 
     /// The kernel reported an error on the socket.
     pub(crate) fn failed(&self) -> bool {
-        match self {
-            Channel::Plain(ep) => ep.failed(),
-            Channel::Tls(s) => s.ep.failed(),
-        }
+        self.ep.failed()
     }
 
     /// The peer's FIN arrived on the socket (bytes before it may be unread).
     pub(crate) fn peer_finished(&self) -> bool {
-        match self {
-            Channel::Plain(ep) => ep.peer_finished(),
-            Channel::Tls(s) => s.ep.peer_finished(),
-        }
+        self.ep.peer_finished()
     }
 
     /// Says whether plaintext is wanted from this side now.
     pub(crate) fn want_read(&mut self, on: bool) {
-        match self {
-            Channel::Plain(ep) => ep.want_read(on),
-            // A handshake in progress reads whatever the caller wants.
-            Channel::Tls(s) => {
-                let handshaking = s.layer.is_handshaking();
-                s.ep.want_read(on || handshaking);
-            }
-        }
+        self.link.want_read(&mut self.ep, on)
     }
 
     /// Says whether plaintext waits to go to this side.
     pub(crate) fn want_write(&mut self, on: bool) {
-        match self {
-            Channel::Plain(ep) => ep.want_write(on),
-            Channel::Tls(s) => {
-                let owed = s.layer.wants_write();
-                s.ep.want_write(on || owed);
-            }
-        }
+        self.link.want_write(&mut self.ep, on)
     }
 
     /// A read may make progress.
     pub(crate) fn can_read(&self) -> bool {
-        match self {
-            Channel::Plain(ep) => ep.can_read(),
-            // Staged TLS bytes count: the socket gives no new edge for them.
-            Channel::Tls(s) => s.layer.has_pending() || s.ep.can_read(),
-        }
+        self.link.can_read(&self.ep)
     }
 
     /// A write may make progress.
     pub(crate) fn can_write(&self) -> bool {
-        match self {
-            Channel::Plain(ep) => ep.can_write(),
-            Channel::Tls(s) => s.ep.can_write(),
-        }
+        self.ep.can_write()
     }
 
     /// Reads plaintext into `buf` (never empty).
     pub(crate) fn read(&mut self, buf: &mut [u8]) -> Io {
-        match self {
-            Channel::Plain(ep) => ep.read(buf),
-            Channel::Tls(s) => s.layer.read(&mut s.ep, buf),
-        }
+        self.link.read(&mut self.ep, buf)
     }
 
     /// Writes plaintext from `buf` (never empty).
     pub(crate) fn write(&mut self, buf: &[u8]) -> Io {
-        match self {
-            Channel::Plain(ep) => ep.write(buf),
-            Channel::Tls(s) => s.layer.write(&mut s.ep, buf),
-        }
+        self.link.write(&mut self.ep, buf)
     }
 
-    /// TLS only: moves what the layer owes the wire (handshake records,
-    /// alerts, encrypted data, close_notify) and, while handshaking, reads
-    /// and answers the handshake; sends the TCP FIN once a queued
-    /// close_notify is out. Returns whether anything moved; `Err` when the
-    /// side is gone (with why).
+    /// See [`Link::progress`].
     pub(crate) fn progress(&mut self) -> Result<bool, std::io::Error> {
-        let Channel::Tls(s) = self else {
-            return Ok(false);
-        };
-        let wanted = s.layer.wants_write() || s.layer.is_handshaking();
-        if !wanted && !s.fin_pending {
-            return Ok(false);
-        }
-        let moved = match s.layer.flush(&mut s.ep) {
-            Io::Progress(_) => true,
-            Io::WouldBlock | Io::Eof => false,
-            Io::PeerGone(e) => return Err(e),
-        };
-        if s.fin_pending && !s.layer.wants_write() {
-            s.fin_pending = false;
-            s.ep.shutdown_write();
-            return Ok(true);
-        }
-        Ok(moved)
+        self.link.progress(&mut self.ep)
     }
 
     /// Ends our sending side: a FIN, or close_notify and then a FIN.
     pub(crate) fn shutdown_write(&mut self) {
-        match self {
-            Channel::Plain(ep) => ep.shutdown_write(),
-            Channel::Tls(s) => {
-                s.fin_pending = true;
-                let _ = s.layer.shutdown(&mut s.ep);
-                if !s.layer.wants_write() {
-                    s.fin_pending = false;
-                    s.ep.shutdown_write();
-                }
-            }
-        }
+        self.link.shutdown_write(&mut self.ep)
     }
 
     /// Makes the coming close abortive (the peer sees a reset).
     pub(crate) fn abort_on_close(&self) {
-        match self {
-            Channel::Plain(ep) => ep.abort_on_close(),
-            Channel::Tls(s) => s.ep.abort_on_close(),
-        }
+        self.ep.abort_on_close()
     }
 
-    /// A TLS handshake has not finished yet.
-    pub(crate) fn is_handshaking(&self) -> bool {
-        match self {
-            Channel::Plain(_) => false,
-            Channel::Tls(s) => s.layer.is_handshaking(),
-        }
-    }
-
-    /// What is still owed to the wire below the plaintext (TLS records, a
-    /// close_notify): a close must wait for it.
+    /// See [`Link::owes_wire`].
     pub(crate) fn owes_wire(&self) -> bool {
-        match self {
-            Channel::Plain(_) => false,
-            Channel::Tls(s) => s.layer.wants_write() || s.fin_pending,
-        }
+        self.link.owes_wire()
     }
 }

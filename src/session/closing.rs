@@ -75,7 +75,7 @@ pub(crate) fn answer(
     }
     let mut buf = ctx.pool.take_at_least(bytes.len());
     buf.extend(bytes);
-    let mut closing = Closing::to_client(Channel::Plain(client), Some(Carrier::Buf(buf)), reason);
+    let mut closing = Closing::to_client(Channel::plain(client), Some(Carrier::Buf(buf)), reason);
     closing.payload = false;
     State::Closing(closing)
 }

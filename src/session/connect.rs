@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::channel::{Channel, Secure};
+use super::channel::Channel;
 use super::closing::{answer, refuse};
 use super::conn::{Conn, Decision, Reasoned};
 use super::ctx::Ctx;
@@ -741,12 +741,13 @@ impl Connecting {
             Dialect::Forward => {
                 return State::Inspect(Box::new(Inspect::forward(
                     client,
-                    Channel::Plain(upstream),
+                    Channel::plain(upstream),
                     target,
                     &early,
                     plan.inspect,
                     login,
                     idle,
+                    conn,
                     ctx,
                 )))
             }
@@ -760,7 +761,7 @@ impl Connecting {
                         return refuse_early(refusal, dialect, &early, client, conn, ctx);
                     }
                 };
-                let upstream = Channel::Tls(Box::new(Secure::new(upstream, layer)));
+                let upstream = Channel::tls(upstream, layer);
                 return State::Inspect(Box::new(Inspect::forward(
                     client,
                     upstream,
@@ -769,6 +770,7 @@ impl Connecting {
                     plan.inspect,
                     login,
                     idle,
+                    conn,
                     ctx,
                 )));
             }
@@ -787,13 +789,14 @@ impl Connecting {
         }
         match plan.inspect {
             Some(rules) => State::Inspect(Box::new(Inspect::tunnel(
-                Channel::Plain(client),
-                Channel::Plain(upstream),
+                Channel::plain(client),
+                Channel::plain(upstream),
                 target,
                 &reply,
                 &early,
                 Some(rules),
                 idle,
+                conn,
                 ctx,
             ))),
             // A raw tunnel to a port where some rule inspects: its first
@@ -815,8 +818,8 @@ impl Connecting {
                 let mut preload = Preload::reply(&to_client, &early, ctx);
                 preload.own = own;
                 State::Passthrough(Passthrough::new(
-                    Channel::Plain(client),
-                    Channel::Plain(upstream),
+                    Channel::plain(client),
+                    Channel::plain(upstream),
                     preload,
                     idle,
                     ctx,

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::channel::{Channel, Secure};
+use super::channel::Channel;
 use super::closing::answer;
 use super::conn::Conn;
 use super::ctx::Ctx;
@@ -227,13 +227,14 @@ impl Securing {
             Err(why) => return answer(&[], CloseReason::TlsFailed, why, client, conn, ctx),
         };
         State::Inspect(Box::new(Inspect::tunnel(
-            Channel::Tls(Box::new(Secure::new(client, client_layer))),
-            Channel::Tls(Box::new(Secure::new(upstream, upstream_layer))),
+            Channel::tls(client, client_layer),
+            Channel::tls(upstream, upstream_layer),
             target,
             &[],
             &[],
             rules,
             idle,
+            conn,
             ctx,
         )))
     }

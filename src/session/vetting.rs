@@ -282,13 +282,14 @@ impl Vetting {
                     ..
                 } = self;
                 let inspect = Inspect::tunnel(
-                    Channel::Plain(client),
-                    Channel::Plain(upstream),
+                    Channel::plain(client),
+                    Channel::plain(upstream),
                     target,
                     &[],
                     &first,
                     None,
                     idle,
+                    conn,
                     ctx,
                 );
                 let host = first_named.expect("checked above");
@@ -304,8 +305,8 @@ impl Vetting {
         let mut preload = Preload::reply(&this.from_upstream, &this.first, ctx);
         preload.own = 0;
         State::Passthrough(Passthrough::new(
-            Channel::Plain(this.client),
-            Channel::Plain(this.upstream),
+            Channel::plain(this.client),
+            Channel::plain(this.upstream),
             preload,
             this.idle,
             ctx,

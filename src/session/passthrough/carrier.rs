@@ -60,9 +60,10 @@ impl Carrier {
                 io
             }
             #[cfg(target_os = "linux")]
-            (Carrier::Pipe(p), Channel::Plain(ep)) => ep.splice_in(p),
-            #[cfg(target_os = "linux")]
-            (Carrier::Pipe(_), Channel::Tls(_)) => no_splice_through_tls(),
+            (Carrier::Pipe(p), src) => match src.plain_endpoint() {
+                Some(ep) => ep.splice_in(p),
+                None => no_splice_through_tls(),
+            },
         };
         match io {
             Io::Progress(_) => Fill::Moved,
@@ -88,9 +89,10 @@ impl Carrier {
                 io
             }
             #[cfg(target_os = "linux")]
-            (Carrier::Pipe(p), Channel::Plain(ep)) => ep.splice_out(p),
-            #[cfg(target_os = "linux")]
-            (Carrier::Pipe(_), Channel::Tls(_)) => no_splice_through_tls(),
+            (Carrier::Pipe(p), dst) => match dst.plain_endpoint() {
+                Some(ep) => ep.splice_out(p),
+                None => no_splice_through_tls(),
+            },
         }
     }
 }

@@ -1,0 +1,11 @@
+//! The session core: what a session does with bytes, events and time,
+//! without touching a socket, mio, the clock or a thread.
+//!
+//! The shell (`session/`, driven by the reactor) owns the sockets and
+//! their readiness; it lends each side to the core as a [`port::Port`]
+//! and passes the time in. The simulator in this module's tests lends
+//! in-memory ports and virtual time to the same code.
+
+pub(crate) mod inspect;
+pub(crate) mod link;
+pub(crate) mod port;
