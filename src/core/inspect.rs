@@ -34,6 +34,7 @@ use crate::lifecycle::CloseReason;
 use crate::policy::RequestRules;
 use crate::protocol::http1::exchange::{
     ClientAction, End, Exchange, ExchangeConfig, Mode, Record, SameLogin, Status, UpstreamAction,
+    MAX_ANSWER_LEN, MAX_RECORDS,
 };
 use crate::target::Target;
 
@@ -67,6 +68,8 @@ pub(crate) enum Stop {
     /// any answer of the proxy's own), then a FIN, or a reset when `abort`
     /// (a response cut short must not look complete).
     Closed {
+        /// How the exchange ended.
+        end: End,
         reason: CloseReason,
         error: Option<String>,
         abort: bool,
@@ -296,10 +299,14 @@ impl InspectCore {
             moved |= self.send_upstream(upstream);
             moved |= self.read_upstream(upstream);
             moved |= self.responses()?;
-            let (written, payload) = flush(&mut self.client, client, &mut self.cout, &mut self.own)
-                .map_err(|_| Stop::ClientGone(None))?;
-            self.relayed.1 += payload;
-            moved |= written > 0;
+            if self.records_full() {
+                // The shell takes them before more requests are answered:
+                // a flood of refused requests must not drop access lines.
+                self.yielded = true;
+                self.relay_out(client)?;
+                break;
+            }
+            moved |= self.relay_out(client)?;
             self.check_status()?;
             if !moved {
                 break;
@@ -321,6 +328,20 @@ impl InspectCore {
         }
         self.note_wait(now);
         Ok(())
+    }
+
+    /// Writes what the client is owed; whether anything went.
+    fn relay_out(&mut self, client: &mut impl Port) -> Result<bool, Stop> {
+        let (written, payload) = flush(&mut self.client, client, &mut self.cout, &mut self.own)
+            .map_err(|_| Stop::ClientGone(None))?;
+        self.relayed.1 += payload;
+        Ok(written > 0)
+    }
+
+    /// Records wait to be taken: the exchange is given nothing more until
+    /// they are (past [`MAX_RECORDS`] it would drop the oldest).
+    fn records_full(&self) -> bool {
+        self.ex.queued().records >= MAX_RECORDS / 2
     }
 
     /// The exchange's status as a stop, if it ended.
@@ -359,7 +380,13 @@ impl InspectCore {
             }
         }
         loop {
-            match self.ex.on_client(self.cin.data(), self.uout.room()) {
+            if self.records_full() {
+                return Ok(moved);
+            }
+            let (len, room) = (self.cin.len(), self.uout.room());
+            let action = self.ex.on_client(self.cin.data(), room);
+            debug_assert!(client_contract(&action, len, room), "{action:?} of {len}, room {room}");
+            match action {
                 ClientAction::Forward(n) => {
                     self.uout.extend(&self.cin.data()[..n]);
                     self.cin.consume(n);
@@ -440,7 +467,13 @@ impl InspectCore {
     fn responses(&mut self) -> Result<bool, Stop> {
         let mut moved = false;
         loop {
-            match self.ex.on_upstream(self.uin.data(), self.cout.room()) {
+            if self.records_full() {
+                return Ok(moved);
+            }
+            let (len, room) = (self.uin.len(), self.cout.room());
+            let action = self.ex.on_upstream(self.uin.data(), room);
+            debug_assert!(upstream_contract(&action, len, room), "{action:?} of {len}, room {room}");
+            match action {
                 UpstreamAction::Forward(n) => {
                     self.cout.extend(&self.uin.data()[..n]);
                     self.uin.consume(n);
@@ -475,10 +508,10 @@ impl InspectCore {
         if let Some(answer) = answer {
             owe(&mut self.cout, &answer);
         }
-        let error = match end {
+        let error = match &end {
             End::BadUpstream(why) | End::BadRequest(why) => {
                 log::info!("conn={} {why}", self.id);
-                Some(why)
+                Some(why.clone())
             }
             End::UpstreamClosed => {
                 Some("the upstream closed before its response was complete".into())
@@ -490,6 +523,7 @@ impl InspectCore {
             End::Done => None,
         };
         Stop::Closed {
+            end,
             reason,
             error,
             abort,
@@ -641,6 +675,21 @@ impl InspectCore {
         }
     }
 
+    /// The exchange, for tests that look inside or reconfigure it.
+    #[cfg(test)]
+    pub(crate) fn exchange_mut(&mut self) -> &mut Exchange {
+        &mut self.ex
+    }
+
+    /// Gives the client's output queue another capacity (0: no room for
+    /// anything), keeping what it holds.
+    #[cfg(test)]
+    pub(crate) fn resize_cout(&mut self, cap: usize) {
+        let mut buf = ByteBuf::with_capacity(cap.max(self.cout.len()));
+        buf.extend(self.cout.data());
+        self.cout = buf;
+    }
+
     /// Gives empty buffers back to the pool between calls, so an idle
     /// keep-alive session holds none (an empty `ByteBuf` allocates nothing).
     pub(crate) fn park(&mut self, pool: &mut BufPool) {
@@ -660,6 +709,35 @@ impl InspectCore {
                 *buf = pool.take_at_least(self.buffer);
             }
         }
+    }
+}
+
+/// The pump's contract with the exchange, for a client action on `len`
+/// input bytes with `room` in the output: every action but the stopping
+/// ones moves at least one byte, and none more than there is, or fits.
+fn client_contract(action: &ClientAction, len: usize, room: usize) -> bool {
+    match action {
+        ClientAction::Forward(n) => *n > 0 && *n <= len && *n <= room,
+        ClientAction::Send { consumed, bytes } => {
+            *consumed > 0 && *consumed <= len && bytes.len() <= room
+        }
+        ClientAction::Discard(n) => *n > 0 && *n <= len,
+        ClientAction::Switch { .. } | ClientAction::Wait | ClientAction::Stopped => true,
+    }
+}
+
+/// [`client_contract`], for the upstream's side; an answer of the proxy's
+/// own is never empty nor longer than [`MAX_ANSWER_LEN`].
+fn upstream_contract(action: &UpstreamAction, len: usize, room: usize) -> bool {
+    match action {
+        UpstreamAction::Forward(n) => *n > 0 && *n <= len && *n <= room,
+        UpstreamAction::Send { consumed, bytes } => {
+            *consumed > 0 && *consumed <= len && bytes.len() <= room
+        }
+        UpstreamAction::Answer(bytes) => {
+            !bytes.is_empty() && bytes.len() <= room && bytes.len() <= MAX_ANSWER_LEN
+        }
+        UpstreamAction::Upgrade | UpstreamAction::Wait | UpstreamAction::Close => true,
     }
 }
 

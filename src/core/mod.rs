@@ -9,3 +9,6 @@
 pub(crate) mod inspect;
 pub(crate) mod link;
 pub(crate) mod port;
+
+#[cfg(test)]
+mod tests;

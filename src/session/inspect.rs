@@ -214,6 +214,7 @@ impl Inspect {
                 reason,
                 error,
                 abort,
+                ..
             } => {
                 if let Some(error) = error {
                     conn.log.error = Some(error.into());

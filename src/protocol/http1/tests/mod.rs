@@ -1,13 +1,6 @@
 //! Unit tests for [`crate::protocol::http1`].
 
 mod body;
-mod exchange_bounds;
-mod exchange_flow;
-mod exchange_refusals;
-mod exchange_runs;
-mod exchange_secrets;
-mod exchange_sim;
-mod exchange_upstream;
 mod framing;
 mod headers;
 mod response;

@@ -220,7 +220,7 @@ fn eofs_while_answers_are_due_or_idle() {
     sim.run();
     sim.client_closes();
     sim.run();
-    assert_eq!(sim.ex.status(), Status::Open, "an answer is still due");
+    assert_eq!(sim.ex().status(), Status::Open, "an answer is still due");
     sim.upstream_sends(ok("a"));
     sim.run();
     assert_eq!(sim.outcome().end, Ending::Closed(End::Done));
@@ -234,7 +234,7 @@ fn eofs_while_answers_are_due_or_idle() {
     );
     sim.upstream_sends(ok("a"));
     sim.run();
-    assert_eq!(sim.ex.status(), Status::Open, "idle keep-alive");
+    assert_eq!(sim.ex().status(), Status::Open, "idle keep-alive");
     sim.upstream_closes();
     sim.run();
     assert_eq!(sim.outcome().end, Ending::Closed(End::Done));
@@ -486,7 +486,7 @@ fn forward_mode_switches_once_everything_is_answered() {
     );
     sim.run();
     assert_eq!(sim.outcome().end, Ending::Stalled);
-    assert_eq!(sim.ex.status(), Status::Open);
+    assert_eq!(sim.ex().status(), Status::Open);
     sim.upstream_sends(ok("a"));
     sim.run();
     assert!(matches!(sim.outcome().end, Ending::Switch(_)));
@@ -551,7 +551,7 @@ fn new_rules_judge_the_next_request() {
         Limits::roomy(),
     );
     sim.run();
-    sim.ex.set_rules(Some(api_rules()));
+    sim.ex().set_rules(Some(api_rules()));
     sim.client_sends(get("/v1/admin/y"));
     sim.run();
     let out = sim.outcome();

@@ -43,7 +43,7 @@ fn bytes_behind_an_upgrade_request_wait_for_its_answer() {
     );
     sim.run();
     assert_eq!(String::from_utf8_lossy(&sim.to_upstream), WS);
-    assert_eq!(sim.ex.status(), Status::Open);
+    assert_eq!(sim.ex().status(), Status::Open);
     sim.upstream_sends(ok("no upgrade for you"));
     sim.run();
     assert_eq!(
@@ -387,19 +387,19 @@ fn response_timer_bookkeeping() {
     );
     sim.run();
     // Both requests are out; the first one's answer is awaited.
-    let first = sim.ex.awaiting_response().expect("the clock runs");
+    let first = sim.ex().awaiting_response().expect("the clock runs");
     // Part of a head arrived: the upstream is answering.
     sim.upstream_sends("HTTP/1.1 200 OK\r\n");
     sim.run();
-    assert_eq!(sim.ex.awaiting_response(), None);
-    assert!(!sim.ex.response_timeout(), "a stale timer changes nothing");
-    assert_eq!(sim.ex.status(), Status::Open);
+    assert_eq!(sim.ex().awaiting_response(), None);
+    assert!(!sim.ex().response_timeout(), "a stale timer changes nothing");
+    assert_eq!(sim.ex().status(), Status::Open);
     // The first answer is complete: the second is awaited, a new wait.
     sim.upstream_sends("Content-Length: 1\r\n\r\na");
     sim.run();
-    let second = sim.ex.awaiting_response().expect("the clock runs again");
+    let second = sim.ex().awaiting_response().expect("the clock runs again");
     assert_ne!(first, second, "a new wait restarts the clock");
-    assert!(sim.ex.response_timeout());
+    assert!(sim.ex().response_timeout());
     sim.run();
     let out = sim.outcome();
     assert_eq!(out.end, Ending::Closed(End::ResponseTimeout));
@@ -425,11 +425,11 @@ fn no_response_clock_while_the_client_uploads_or_reads() {
         Limits::roomy(),
     );
     sim.run();
-    assert_eq!(sim.ex.awaiting_response(), None);
+    assert_eq!(sim.ex().awaiting_response(), None);
     sim.client_sends("56789");
     sim.run();
     assert!(
-        sim.ex.awaiting_response().is_some(),
+        sim.ex().awaiting_response().is_some(),
         "wholly sent: the clock runs"
     );
 
@@ -447,7 +447,7 @@ fn no_response_clock_while_the_client_uploads_or_reads() {
         "x".repeat(200_000)
     ));
     sim.run();
-    assert_eq!(sim.ex.awaiting_response(), None, "the upstream answered");
+    assert_eq!(sim.ex().awaiting_response(), None, "the upstream answered");
 
     // 100-continue: the clock runs from the head, stops at the 100 while
     // the body comes, and runs again once it is sent.
@@ -461,17 +461,17 @@ fn no_response_clock_while_the_client_uploads_or_reads() {
         Limits::roomy(),
     );
     sim.run();
-    assert!(sim.ex.awaiting_response().is_some(), "from the head on");
+    assert!(sim.ex().awaiting_response().is_some(), "from the head on");
     sim.upstream_sends("HTTP/1.1 100 Continue\r\n\r\n");
     sim.run();
     assert_eq!(
-        sim.ex.awaiting_response(),
+        sim.ex().awaiting_response(),
         None,
         "the client sends its body now"
     );
     sim.client_sends("hi");
     sim.run();
-    assert!(sim.ex.awaiting_response().is_some());
+    assert!(sim.ex().awaiting_response().is_some());
 
     // A proxy answer due next: no clock.
     let mut config = tunnel();
@@ -484,11 +484,11 @@ fn no_response_clock_while_the_client_uploads_or_reads() {
     );
     sim.resize_cout(0);
     sim.run();
-    assert_eq!(sim.ex.queued().exchanges, 2, "the 403 is stuck in front");
-    assert_eq!(sim.ex.awaiting_response(), None);
+    assert_eq!(sim.ex().queued().exchanges, 2, "the 403 is stuck in front");
+    assert_eq!(sim.ex().awaiting_response(), None);
     sim.resize_cout(64 * 1024);
     sim.run();
-    assert!(sim.ex.awaiting_response().is_some(), "the 403 is out");
+    assert!(sim.ex().awaiting_response().is_some(), "the 403 is out");
 }
 
 /// The head clock (slowloris inside an inspected connection): it runs from
@@ -504,7 +504,7 @@ fn the_head_clock_runs_only_inside_a_head() {
         Limits::roomy(),
     );
     sim.run();
-    assert_eq!(sim.ex.awaiting_head(), None, "nothing sent yet");
+    assert_eq!(sim.ex().awaiting_head(), None, "nothing sent yet");
     let mut ids = Vec::new();
     for head in &heads {
         let mut id = None;
@@ -512,18 +512,18 @@ fn the_head_clock_runs_only_inside_a_head() {
             sim.client_sends([b]);
             sim.run();
             if i + 1 < head.len() {
-                let now = sim.ex.awaiting_head().expect("inside a head");
+                let now = sim.ex().awaiting_head().expect("inside a head");
                 assert_eq!(*id.get_or_insert(now), now, "one head, one wait");
             } else {
-                assert_eq!(sim.ex.awaiting_head(), None, "the head is whole");
+                assert_eq!(sim.ex().awaiting_head(), None, "the head is whole");
             }
         }
         ids.extend(id);
-        assert!(!sim.ex.head_timeout(), "a stale timer changes nothing");
+        assert!(!sim.ex().head_timeout(), "a stale timer changes nothing");
         // Between requests (its response pending or not): no clock.
         sim.upstream_sends(ok("x"));
         sim.run();
-        assert_eq!(sim.ex.awaiting_head(), None);
+        assert_eq!(sim.ex().awaiting_head(), None);
     }
     assert_ne!(ids[0], ids[1], "a new head restarts the clock");
     assert_eq!(sim.outcome().statuses(&["GET", "GET"]), [200, 200]);
@@ -542,8 +542,8 @@ fn a_head_that_does_not_finish_in_time_is_408() {
             Limits::roomy(),
         );
         sim.run();
-        assert!(sim.ex.awaiting_head().is_some(), "cut {cut}");
-        assert!(sim.ex.head_timeout(), "cut {cut}");
+        assert!(sim.ex().awaiting_head().is_some(), "cut {cut}");
+        assert!(sim.ex().head_timeout(), "cut {cut}");
         sim.run();
         assert!(
             sim.to_client.is_empty(),
@@ -582,9 +582,9 @@ fn no_head_clock_while_the_client_is_held_back() {
     );
     sim.run();
     assert_eq!(
-        sim.ex.queued().exchanges,
+        sim.ex().queued().exchanges,
         crate::protocol::http1::exchange::MAX_DUE
     );
-    assert_eq!(sim.ex.awaiting_head(), None);
-    assert!(!sim.ex.head_timeout());
+    assert_eq!(sim.ex().awaiting_head(), None);
+    assert!(!sim.ex().head_timeout());
 }

@@ -41,7 +41,7 @@ fn pipelined_refusals_from_a_client_that_never_reads_stay_bounded() {
     // waits, and the client is no longer read.
     sim.resize_cout(0);
     sim.run();
-    let q = sim.ex.queued();
+    let q = sim.ex().queued();
     assert_eq!(q.exchanges, MAX_DUE, "{q:?}");
     assert!(q.answer_bytes <= MAX_ANSWER_BYTES, "{q:?}");
     assert!(sim.to_client.is_empty());
@@ -53,7 +53,7 @@ fn pipelined_refusals_from_a_client_that_never_reads_stay_bounded() {
     // Still stuck, however often it is asked.
     for _ in 0..3 {
         sim.run();
-        assert_eq!(sim.ex.queued().exchanges, MAX_DUE);
+        assert_eq!(sim.ex().queued().exchanges, MAX_DUE);
     }
     // Room: everything drains, in order, and the machine stays bounded.
     sim.resize_cout(limits.cout);
@@ -76,7 +76,7 @@ fn pipelined_refusals_from_a_client_that_never_reads_stay_bounded() {
         );
     }
     assert_eq!(out.records.len(), count, "one record per request");
-    assert_eq!(sim.ex.records_dropped(), 0);
+    assert_eq!(sim.records_dropped(), 0);
 }
 
 /// A head of a refused request has a cost too: small answers are counted
@@ -93,7 +93,7 @@ fn answer_bytes_cap_the_queue_too() {
     );
     sim.resize_cout(0);
     sim.run();
-    let q = sim.ex.queued();
+    let q = sim.ex().queued();
     assert!(q.exchanges <= MAX_DUE);
     assert!(q.answer_bytes <= MAX_ANSWER_BYTES + 2048, "{q:?}");
 }

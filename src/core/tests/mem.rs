@@ -1,0 +1,120 @@
+//! An in-memory transport for one side of the core: what the peer sent
+//! (then its FIN or reset), what the core wrote, and how much the
+//! transport takes before it would block (a peer that reads slowly).
+
+use std::collections::VecDeque;
+use std::io;
+
+use crate::core::port::Port;
+use crate::io::Io;
+use crate::tls::wire::Wire;
+
+#[derive(Debug, Default)]
+pub(crate) struct MemPort {
+    /// Bytes the peer sent, not yet read by the core.
+    pub(crate) inbox: VecDeque<u8>,
+    /// The peer's FIN follows the inbox.
+    pub(crate) fin: bool,
+    /// The peer reset: reads give what is left of the inbox, then the reset;
+    /// writes fail.
+    pub(crate) reset: bool,
+    /// Bytes the core wrote, not yet taken by the peer.
+    pub(crate) outbox: Vec<u8>,
+    /// Bytes the transport takes before writes would block.
+    pub(crate) room: usize,
+    /// The core sent its FIN.
+    pub(crate) shut: bool,
+    /// Bytes the core has read in all.
+    pub(crate) read_total: usize,
+    /// At most this many bytes per read or write (0: no limit).
+    pub(crate) max_io: usize,
+    want: (bool, bool),
+}
+
+impl MemPort {
+    /// A transport that takes everything written to it.
+    pub(crate) fn roomy() -> MemPort {
+        MemPort {
+            room: usize::MAX,
+            ..MemPort::default()
+        }
+    }
+
+    /// The peer sends `bytes`.
+    pub(crate) fn deliver(&mut self, bytes: &[u8]) {
+        self.inbox.extend(bytes);
+    }
+
+    /// The peer takes what was written to it.
+    pub(crate) fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// The core wants to read, or to write.
+    pub(crate) fn wants(&self) -> (bool, bool) {
+        self.want
+    }
+
+    fn cap(&self, n: usize) -> usize {
+        if self.max_io == 0 {
+            n
+        } else {
+            n.min(self.max_io)
+        }
+    }
+}
+
+impl Wire for MemPort {
+    fn read(&mut self, buf: &mut [u8]) -> Io {
+        if self.inbox.is_empty() {
+            return match (self.reset, self.fin) {
+                (true, _) => Io::PeerGone(io::ErrorKind::ConnectionReset.into()),
+                (false, true) => Io::Eof,
+                (false, false) => Io::WouldBlock,
+            };
+        }
+        let n = self.cap(buf.len().min(self.inbox.len()));
+        for (dst, src) in buf[..n].iter_mut().zip(self.inbox.drain(..n)) {
+            *dst = src;
+        }
+        self.read_total += n;
+        Io::Progress(n)
+    }
+
+    fn write(&mut self, buf: &[u8]) -> Io {
+        if self.reset || self.shut {
+            return Io::PeerGone(io::ErrorKind::BrokenPipe.into());
+        }
+        let n = self.cap(buf.len().min(self.room));
+        if n == 0 {
+            return Io::WouldBlock;
+        }
+        self.outbox.extend_from_slice(&buf[..n]);
+        self.room -= n;
+        Io::Progress(n)
+    }
+}
+
+impl Port for MemPort {
+    fn want_read(&mut self, on: bool) {
+        self.want.0 = on;
+    }
+    fn want_write(&mut self, on: bool) {
+        self.want.1 = on;
+    }
+    fn can_read(&self) -> bool {
+        self.want.0 && (!self.inbox.is_empty() || self.fin || self.reset)
+    }
+    fn can_write(&self) -> bool {
+        self.want.1 && (self.room > 0 || self.reset)
+    }
+    fn failed(&self) -> bool {
+        self.reset
+    }
+    fn peer_finished(&self) -> bool {
+        self.fin
+    }
+    fn shutdown_write(&mut self) {
+        self.shut = true;
+    }
+}
