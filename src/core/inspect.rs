@@ -385,7 +385,10 @@ impl InspectCore {
             }
             let (len, room) = (self.cin.len(), self.uout.room());
             let action = self.ex.on_client(self.cin.data(), room);
-            debug_assert!(client_contract(&action, len, room), "{action:?} of {len}, room {room}");
+            debug_assert!(
+                client_contract(&action, len, room),
+                "{action:?} of {len}, room {room}"
+            );
             match action {
                 ClientAction::Forward(n) => {
                     self.uout.extend(&self.cin.data()[..n]);
@@ -472,7 +475,10 @@ impl InspectCore {
             }
             let (len, room) = (self.uin.len(), self.cout.room());
             let action = self.ex.on_upstream(self.uin.data(), room);
-            debug_assert!(upstream_contract(&action, len, room), "{action:?} of {len}, room {room}");
+            debug_assert!(
+                upstream_contract(&action, len, room),
+                "{action:?} of {len}, room {room}"
+            );
             match action {
                 UpstreamAction::Forward(n) => {
                     self.cout.extend(&self.uin.data()[..n]);

@@ -211,11 +211,12 @@ impl Inspect {
             Stop::Done(reason) => State::Done(reason),
             Stop::Upgraded => upgrade(this.client, this.upstream, parts, conn, ctx),
             Stop::Closed {
+                end,
                 reason,
                 error,
                 abort,
-                ..
             } => {
+                log::debug!("conn={} the exchange ended: {end:?}", conn.id);
                 if let Some(error) = error {
                     conn.log.error = Some(error.into());
                 }

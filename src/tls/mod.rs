@@ -45,7 +45,7 @@ pub mod roots;
 pub(crate) mod wire;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use accept::{alert_record, sniff, ClientHelloInfo, HelloRefusal, Sniff};
 pub use ca::{CaError, CertAuthority};

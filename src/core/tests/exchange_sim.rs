@@ -204,7 +204,9 @@ impl Sim {
             upstream.extend_from_slice(&r.bytes);
         }
         // The core's four queues are one size.
-        assert!(limits.cin == limits.uout && limits.uin == limits.cout && limits.cin == limits.cout);
+        assert!(
+            limits.cin == limits.uout && limits.uin == limits.cout && limits.cin == limits.cout
+        );
         let now = Instant::now();
         let setup = Setup {
             id: 0,
@@ -253,7 +255,10 @@ impl Sim {
 
     /// The exchange inside the core (while it runs).
     pub(super) fn ex(&mut self) -> &mut Exchange {
-        self.core.as_mut().expect("the core has stopped").exchange_mut()
+        self.core
+            .as_mut()
+            .expect("the core has stopped")
+            .exchange_mut()
     }
 
     /// Runs until the core stops or nothing more moves.
@@ -427,10 +432,20 @@ impl Sim {
             }
             // Raw both ways: the queues, then the rest of both peers' bytes.
             Stop::Upgraded => {
-                for q in [cout.data(), uin.data(), &unread_upstream, &self.upstream[self.upstream_pos..]] {
+                for q in [
+                    cout.data(),
+                    uin.data(),
+                    &unread_upstream,
+                    &self.upstream[self.upstream_pos..],
+                ] {
                     self.to_client.extend_from_slice(q);
                 }
-                for q in [uout.data(), cin.data(), &unread_client, &self.client[self.client_pos..]] {
+                for q in [
+                    uout.data(),
+                    cin.data(),
+                    &unread_client,
+                    &self.client[self.client_pos..],
+                ] {
                     self.to_upstream.extend_from_slice(q);
                 }
                 Ending::Upgraded

@@ -392,7 +392,10 @@ fn response_timer_bookkeeping() {
     sim.upstream_sends("HTTP/1.1 200 OK\r\n");
     sim.run();
     assert_eq!(sim.ex().awaiting_response(), None);
-    assert!(!sim.ex().response_timeout(), "a stale timer changes nothing");
+    assert!(
+        !sim.ex().response_timeout(),
+        "a stale timer changes nothing"
+    );
     assert_eq!(sim.ex().status(), Status::Open);
     // The first answer is complete: the second is awaited, a new wait.
     sim.upstream_sends("Content-Length: 1\r\n\r\na");

@@ -50,11 +50,6 @@ impl MemPort {
         std::mem::take(&mut self.outbox)
     }
 
-    /// The core wants to read, or to write.
-    pub(crate) fn wants(&self) -> (bool, bool) {
-        self.want
-    }
-
     fn cap(&self, n: usize) -> usize {
         if self.max_io == 0 {
             n

@@ -9,3 +9,5 @@ mod exchange_secrets;
 mod exchange_sim;
 mod exchange_upstream;
 mod mem;
+mod session;
+mod sim;

@@ -20,7 +20,7 @@ use crate::target::Host;
 use pair::End;
 
 /// A directory removed on drop (no tempfile crate in the tree).
-pub(super) struct TempDir(PathBuf);
+pub(crate) struct TempDir(PathBuf);
 
 impl TempDir {
     pub(super) fn new() -> TempDir {
@@ -46,14 +46,14 @@ impl Drop for TempDir {
 }
 
 /// A generated CA in its own directory, and a minter for it.
-pub(super) struct Fixture {
-    pub(super) _dir: TempDir,
-    pub(super) ca: Arc<CertAuthority>,
-    pub(super) minter: Minter,
+pub(crate) struct Fixture {
+    pub(crate) _dir: TempDir,
+    pub(crate) ca: Arc<CertAuthority>,
+    pub(crate) minter: Minter,
 }
 
 impl Fixture {
-    pub(super) fn new() -> Fixture {
+    pub(crate) fn new() -> Fixture {
         let dir = TempDir::new();
         let ca = Arc::new(CertAuthority::load_or_generate(&dir.path().join("state")).unwrap());
         let minter = Minter::new(ca.clone(), LeafKeys::Shared).unwrap();
@@ -65,11 +65,11 @@ impl Fixture {
     }
 
     /// Client configs trusting exactly this CA.
-    pub(super) fn clients(&self) -> ClientConfigs {
+    pub(crate) fn clients(&self) -> ClientConfigs {
         ClientConfigs::with_roots(self.roots())
     }
 
-    pub(super) fn roots(&self) -> RootCertStore {
+    pub(crate) fn roots(&self) -> RootCertStore {
         let mut roots = RootCertStore::empty();
         roots.add(self.ca.cert_der().clone()).unwrap();
         roots
@@ -121,6 +121,6 @@ impl Fixture {
     }
 }
 
-pub(super) fn domain(s: &str) -> Host {
+pub(crate) fn domain(s: &str) -> Host {
     Host::Domain(s.to_owned())
 }

@@ -1,0 +1,479 @@
+//! Whole inspected sessions in the simulator: every clock the core keeps,
+//! in virtual time; TLS terminated on both sides with real rustls peers in
+//! memory; how each side's end, reset or silence ends the session; policy
+//! reloads; the work bound per call. Each was a wall-clock or socket test,
+//! or not tested at all.
+
+use std::time::Duration;
+
+use super::exchange_runs::api_rules;
+use super::sim::{Options, Session, ORIGIN};
+use crate::core::inspect::Stop;
+use crate::lifecycle::CloseReason;
+use crate::protocol::http1::Decision;
+
+const OK: &str = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi";
+
+fn get(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: {ORIGIN}\r\n\r\n")
+}
+
+/// A WebSocket upgrade request.
+fn ws_request() -> String {
+    format!(
+        "GET /ws HTTP/1.1\r\nHost: {ORIGIN}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+}
+
+fn session() -> Session {
+    Session::new(Options::tunnel())
+}
+
+/// A request forwarded, its response relayed: the baseline every test
+/// below departs from.
+#[test]
+fn a_request_and_its_response_pass() {
+    let mut s = session();
+    s.client_sends(get("/a"));
+    s.drive();
+    assert_eq!(s.upstream_text(), get("/a"));
+    s.upstream_sends(OK);
+    s.drive();
+    assert_eq!(s.client_text(), OK);
+    assert_eq!(s.records.len(), 1);
+    assert_eq!(s.records[0].status, Some(200));
+    assert_eq!(s.relayed, (get("/a").len(), OK.len()));
+    assert!(s.stop.is_none());
+}
+
+/// An upstream that does not answer gets the request a 504 once the
+/// response timeout has passed, not a moment before.
+#[test]
+fn a_silent_upstream_is_answered_504_at_the_response_timeout() {
+    let mut s = session();
+    s.client_sends(get("/slow"));
+    s.drive();
+    let due = s.deadline().expect("the response clock runs");
+    assert_eq!(due - s.now, Duration::from_secs(30));
+    s.elapse(Duration::from_secs(29));
+    assert!(s.stop.is_none() && s.client.got.is_empty());
+    assert!(s.step());
+    assert!(
+        s.client_text().starts_with("HTTP/1.1 504"),
+        "{}",
+        s.client_text()
+    );
+    assert_eq!(s.reason(), Some(CloseReason::ResponseTimeout));
+    assert_eq!(s.elapsed(), Duration::from_secs(30));
+    assert_eq!(s.records[0].status, Some(504));
+}
+
+/// A request head that never finishes is answered 408 at the handshake
+/// timeout (slowloris inside an inspected session).
+#[test]
+fn a_head_that_never_finishes_gets_408_at_the_handshake_timeout() {
+    let mut s = session();
+    s.client_sends(format!(
+        "GET /slow HTTP/1.1\r\nHost: {ORIGIN}\r\nX-A: b\r\n"
+    ));
+    s.drive();
+    assert_eq!(s.deadline().unwrap() - s.now, Duration::from_secs(10));
+    // Dribbling more of the head does not restart the clock.
+    for _ in 0..9 {
+        s.elapse(Duration::from_secs(1));
+        s.client_sends("X-A: b\r\n");
+    }
+    s.drive();
+    assert!(s.stop.is_none());
+    s.elapse(Duration::from_secs(1));
+    assert!(
+        s.client_text().starts_with("HTTP/1.1 408"),
+        "{}",
+        s.client_text()
+    );
+    assert_eq!(s.reason(), Some(CloseReason::HandshakeTimeout));
+    assert!(s.upstream.got.is_empty(), "nothing of the head went up");
+}
+
+/// An idle keep-alive connection is not a slow head: with no idle timeout
+/// it has no deadline at all (no wakeups), and is served after any pause.
+#[test]
+fn an_idle_keep_alive_session_has_no_deadline_and_is_served_later() {
+    let mut s = session();
+    s.client_sends(get("/first"));
+    s.drive();
+    s.upstream_sends(OK);
+    s.drive();
+    assert_eq!(s.deadline(), None, "nothing to wait for");
+    s.elapse(Duration::from_secs(3600));
+    s.client_sends(get("/second"));
+    s.drive();
+    s.upstream_sends(OK);
+    s.drive();
+    assert_eq!(s.client_text(), OK.repeat(2));
+    assert!(s.stop.is_none());
+}
+
+/// Inside terminated TLS too: an idle pause is fine, a dribbled head is
+/// cut at the handshake timeout.
+#[test]
+fn inside_tls_an_idle_pause_is_fine_and_a_slow_head_gets_408() {
+    let mut s = Session::new(Options::terminated());
+    s.client_sends(get("/first"));
+    s.drive();
+    assert_eq!(s.upstream_text(), get("/first"));
+    s.upstream_sends(OK);
+    s.drive();
+    assert_eq!(s.client_text(), OK);
+    assert_eq!(s.deadline(), None);
+    s.elapse(Duration::from_secs(25));
+    s.client_sends(format!("GET /slow HTTP/1.1\r\nHost: {ORIGIN}\r\n"));
+    s.drive();
+    s.elapse(Duration::from_secs(10));
+    assert!(
+        s.client_text()[OK.len()..].starts_with("HTTP/1.1 408"),
+        "{}",
+        s.client_text()
+    );
+    assert_eq!(s.reason(), Some(CloseReason::HandshakeTimeout));
+}
+
+/// The idle timeout closes a quiet session, and only a quiet one: every
+/// byte moves it on.
+#[test]
+fn the_idle_timeout_counts_from_the_last_byte() {
+    let mut s = Session::new(Options {
+        idle: Some(Duration::from_secs(5)),
+        ..Options::tunnel()
+    });
+    s.client_sends(get("/a"));
+    s.drive();
+    s.upstream_sends(OK);
+    s.drive();
+    s.elapse(Duration::from_secs(4));
+    s.client_sends(get("/b"));
+    s.drive();
+    s.upstream_sends(OK);
+    s.drive();
+    s.elapse(Duration::from_secs(4));
+    assert!(s.stop.is_none(), "8 s in, but never 5 s quiet");
+    s.elapse(Duration::from_secs(1));
+    assert_eq!(s.reason(), Some(CloseReason::IdleTimeout));
+    assert_eq!(s.elapsed(), Duration::from_secs(9));
+}
+
+/// The idle timeout does not cut a request whose response is awaited:
+/// the response clock rules then.
+#[test]
+fn a_response_awaited_is_not_idle() {
+    let mut s = Session::new(Options {
+        idle: Some(Duration::from_secs(5)),
+        ..Options::tunnel()
+    });
+    s.client_sends(get("/slow"));
+    s.elapse(Duration::from_secs(20));
+    assert!(s.stop.is_none());
+    s.upstream_sends(OK);
+    s.drive();
+    assert_eq!(s.client_text(), OK);
+}
+
+/// A response that has arrived but waits for a slow client is not late:
+/// the response timeout stops once the upstream answers.
+#[test]
+fn a_slow_reader_of_pipelined_responses_gets_no_504() {
+    let mut s = session();
+    s.cport.room = 0; // the client reads nothing for now
+    s.client_sends(get("/big") + &get("/fine"));
+    s.drive();
+    let big = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: 60000\r\n\r\n{}",
+        "x".repeat(60_000)
+    );
+    s.upstream_sends(&big);
+    s.upstream_sends(OK);
+    s.drive();
+    s.elapse(Duration::from_secs(120));
+    assert!(s.stop.is_none(), "{:?}", s.reason());
+    s.cport.room = usize::MAX;
+    s.drive();
+    assert_eq!(s.client_text(), big + OK);
+    assert_eq!(s.records.len(), 2);
+}
+
+/// A client that half-closes with a response still due: when nothing
+/// moves for the half-close timeout the request is answered 504 and the
+/// session ends (a peer that never finishes holds nothing for ever).
+#[test]
+fn a_half_closed_silent_session_ends_at_the_half_close_timeout() {
+    let mut s = Session::new(Options {
+        timeouts: crate::config::Timeouts {
+            half_close: Duration::from_secs(5),
+            ..Options::tunnel().timeouts
+        },
+        ..Options::tunnel()
+    });
+    s.client_sends(get("/a"));
+    s.client_fin();
+    s.drive();
+    assert_eq!(s.deadline().unwrap() - s.now, Duration::from_secs(5));
+    s.elapse(Duration::from_secs(5));
+    assert!(
+        s.client_text().starts_with("HTTP/1.1 504"),
+        "{}",
+        s.client_text()
+    );
+    assert_eq!(s.reason(), Some(CloseReason::HalfCloseTimeout));
+}
+
+/// A half-closed client still gets its response, and then the session ends.
+#[test]
+fn a_half_closed_client_still_gets_its_response() {
+    let mut s = session();
+    s.client_sends(get("/a"));
+    s.client_fin();
+    s.upstream_sends(OK);
+    s.drive();
+    assert_eq!(s.client_text(), OK);
+    assert_eq!(s.reason(), Some(CloseReason::Done));
+}
+
+/// A terminated client that stops after its ClientHello is closed at the
+/// handshake timeout.
+#[test]
+fn a_client_that_stalls_its_tls_handshake_is_closed_at_the_handshake_timeout() {
+    let mut s = Session::new(Options::terminated());
+    s.client_stalls_after_hello();
+    s.drive();
+    assert_eq!(s.core().stage(), "tls-handshake");
+    assert_eq!(s.deadline().unwrap() - s.now, Duration::from_secs(10));
+    s.elapse(Duration::from_secs(9));
+    assert!(s.stop.is_none());
+    s.elapse(Duration::from_secs(1));
+    assert_eq!(s.reason(), Some(CloseReason::HandshakeTimeout));
+}
+
+/// An upstream that accepts and never answers the TLS handshake: the
+/// request waiting on it is answered 502 at the connect timeout.
+#[test]
+fn an_upstream_that_never_finishes_tls_gets_the_request_a_502() {
+    let mut s = Session::new(Options {
+        upstream_mute: true,
+        ..Options::terminated()
+    });
+    s.client_sends(get("/a"));
+    s.drive();
+    assert!(s.client.handshaken());
+    s.elapse(Duration::from_secs(10));
+    assert!(
+        s.client_text().starts_with("HTTP/1.1 502"),
+        "{}",
+        s.client_text()
+    );
+    assert!(s.client_text().contains("TLS handshake with the upstream"));
+}
+
+/// Terminated TLS both ways, in memory: requests and responses pass
+/// decrypted through the exchange and are encrypted again.
+#[test]
+fn terminated_tls_carries_a_keep_alive_conversation() {
+    let mut s = Session::new(Options::terminated());
+    for i in 0..3 {
+        s.client_sends(get(&format!("/r{i}")));
+        s.drive();
+        s.upstream_sends(OK);
+        s.drive();
+    }
+    assert_eq!(s.client_text(), OK.repeat(3));
+    assert_eq!(
+        s.upstream_text(),
+        (0..3).map(|i| get(&format!("/r{i}"))).collect::<String>()
+    );
+    assert_eq!(s.records.len(), 3);
+    assert_eq!(s.core().stage(), "https");
+}
+
+/// A 101 inside terminated TLS hands both links over, every buffered byte
+/// with them: the shell relays raw from there.
+#[test]
+fn an_upgrade_inside_tls_hands_over_the_links_and_the_bytes() {
+    let mut s = Session::new(Options::terminated());
+    s.client_sends(ws_request());
+    s.drive();
+    s.upstream_sends(
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\nframe-from-upstream",
+    );
+    s.drive();
+    assert!(matches!(s.stop, Some(Stop::Upgraded)), "{:?}", s.stop);
+    let parts = s.parts.as_ref().unwrap();
+    assert!(!parts.client.is_plain() && !parts.upstream.is_plain());
+    let to_client = [parts.cout.data(), parts.uin.data()].concat();
+    let text =
+        String::from_utf8_lossy(&[s.client.got.as_slice(), &to_client].concat()).into_owned();
+    assert!(text.starts_with("HTTP/1.1 101"), "{text}");
+    assert!(text.ends_with("frame-from-upstream"), "{text}");
+}
+
+/// A declined upgrade (no 101) keeps the session in HTTP.
+#[test]
+fn a_declined_upgrade_keeps_http() {
+    let mut s = session();
+    s.client_sends(ws_request());
+    s.upstream_sends(OK);
+    s.drive();
+    s.client_sends(get("/after"));
+    s.upstream_sends(OK);
+    s.drive();
+    assert_eq!(s.client_text(), OK.repeat(2));
+    assert!(s.stop.is_none());
+}
+
+/// A policy reload reaches the next request: what was allowed is refused
+/// after new rules arrive, without touching the session otherwise.
+#[test]
+fn a_reload_rechecks_the_next_request() {
+    let mut s = session();
+    s.client_sends(get("/v1/admin/x"));
+    s.upstream_sends(OK);
+    s.drive();
+    assert_eq!(s.client_text(), OK);
+    s.core().set_rules(Some(api_rules()));
+    s.client_sends(get("/v1/admin/x"));
+    s.drive();
+    assert!(
+        s.client_text()[OK.len()..].starts_with("HTTP/1.1 403"),
+        "{}",
+        s.client_text()
+    );
+    assert_eq!(
+        s.upstream_text(),
+        get("/v1/admin/x"),
+        "the refused request never went up"
+    );
+    assert!(
+        matches!(s.records[1].decision, Decision::Denied(_)),
+        "{:?}",
+        s.records[1]
+    );
+    assert!(s.stop.is_none());
+}
+
+/// An upstream that closes before answering: the client gets a 502 and a
+/// FIN (the answer is whole).
+#[test]
+fn an_upstream_that_closes_before_answering_gets_a_502() {
+    let mut s = session();
+    s.client_sends(get("/a"));
+    s.upstream_fin();
+    s.drive();
+    assert!(
+        s.client_text().starts_with("HTTP/1.1 502"),
+        "{}",
+        s.client_text()
+    );
+    assert!(
+        matches!(s.stop, Some(Stop::Closed { abort: false, .. })),
+        "{:?}",
+        s.stop
+    );
+    assert_eq!(s.reason(), Some(CloseReason::UpstreamGone));
+}
+
+/// An upstream that resets mid-response: the client gets what was sent,
+/// then a reset, never a clean FIN that would make the cut look complete.
+#[test]
+fn an_upstream_reset_mid_response_resets_the_client() {
+    let mut s = session();
+    s.client_sends(get("/a"));
+    s.upstream_sends("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial");
+    s.drive();
+    s.upstream_reset();
+    s.drive();
+    assert!(s.client_text().ends_with("partial"));
+    assert!(
+        matches!(s.stop, Some(Stop::Closed { abort: true, .. })),
+        "{:?}",
+        s.stop
+    );
+}
+
+/// A client that resets is gone at once.
+#[test]
+fn a_client_reset_ends_the_session() {
+    let mut s = session();
+    s.client_sends(get("/a"));
+    s.drive();
+    s.client_reset();
+    s.drive();
+    assert_eq!(s.reason(), Some(CloseReason::ClientGone));
+}
+
+/// A TLS ClientHello on a plaintext inspected tunnel: a handshake_failure
+/// alert, and the session ends saying the rule should terminate.
+#[test]
+fn tls_on_a_plaintext_rule_is_refused_with_an_alert() {
+    let mut s = session();
+    s.client_sends([0x16, 0x03, 0x01, 0x00, 0x05, 1, 0, 0, 1, 0]);
+    s.drive();
+    let Some(Stop::WrongProtocol(alert, why)) = &s.stop else {
+        panic!("{:?}", s.stop);
+    };
+    assert_eq!(alert[0], 0x15, "an alert record");
+    assert!(why.contains("terminate") || why.contains("TLS"), "{why}");
+    assert!(s.upstream.got.is_empty());
+}
+
+/// The proxy's own reply (a CONNECT's 200) goes first and is not counted
+/// as relayed payload.
+#[test]
+fn the_proxys_own_reply_goes_first_and_is_not_payload() {
+    let reply = b"HTTP/1.1 200 Connection established\r\n\r\n".to_vec();
+    let mut s = Session::new(Options {
+        reply: reply.clone(),
+        ..Options::tunnel()
+    });
+    s.client_sends(get("/a"));
+    s.upstream_sends(OK);
+    s.drive();
+    assert_eq!(s.client.got, [reply.as_slice(), OK.as_bytes()].concat());
+    assert_eq!(s.relayed.1, OK.len());
+}
+
+/// One call does bounded work: a large body moves over several calls,
+/// each yielding, and arrives whole.
+#[test]
+fn a_large_body_moves_in_bounded_calls() {
+    let mut s = session();
+    s.cport.max_io = 512;
+    s.uport.max_io = 512;
+    let body = "b".repeat(4 * 1024 * 1024);
+    s.client_sends(get("/big"));
+    s.upstream_sends(format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    ));
+    s.drive();
+    assert!(s.yields > 0, "a call never hit its round limit");
+    assert!(s.client_text().ends_with(&body));
+}
+
+/// The response clock restarts for each request: a second slow response
+/// gets its own full timeout.
+#[test]
+fn each_request_gets_its_own_response_clock() {
+    let mut s = session();
+    s.client_sends(get("/a"));
+    s.drive();
+    s.elapse(Duration::from_secs(20));
+    s.upstream_sends(OK);
+    s.drive();
+    s.client_sends(get("/b"));
+    s.drive();
+    assert_eq!(s.deadline().unwrap() - s.now, Duration::from_secs(30));
+    s.elapse(Duration::from_secs(29));
+    assert!(s.stop.is_none());
+    s.elapse(Duration::from_secs(1));
+    assert_eq!(s.reason(), Some(CloseReason::ResponseTimeout));
+}
