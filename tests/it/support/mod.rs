@@ -24,6 +24,7 @@ pub mod proxy;
 mod scripted;
 pub mod socks;
 pub mod stream;
+pub mod tcp_table;
 pub mod temp_dir;
 pub mod tls;
 pub mod upstream;
@@ -46,6 +47,8 @@ pub use proxy::*;
 pub use socks::*;
 #[allow(unused_imports)]
 pub use stream::*;
+#[allow(unused_imports)]
+pub use tcp_table::*;
 #[allow(unused_imports)]
 pub use temp_dir::*;
 #[allow(unused_imports)]
