@@ -20,6 +20,7 @@ pub mod netns;
 pub mod origin;
 pub mod payload;
 pub mod proxy;
+pub mod reactor;
 #[cfg(test)]
 mod scripted;
 pub mod socks;
@@ -43,6 +44,8 @@ pub use origin::*;
 pub use payload::*;
 #[allow(unused_imports)]
 pub use proxy::*;
+#[allow(unused_imports)]
+pub use reactor::*;
 #[allow(unused_imports)]
 pub use socks::*;
 #[allow(unused_imports)]

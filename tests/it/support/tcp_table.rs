@@ -21,6 +21,9 @@ pub struct TcpRow {
     /// Bytes that arrived and are not read yet; for a listener, the
     /// connections waiting in its accept queue.
     pub rx_queue: usize,
+    /// Its socket's inode (`socket:[inode]` in /proc/PID/fd), 0 for a
+    /// timewait socket.
+    pub inode: u64,
 }
 
 /// `a.b.c.d:port` as /proc/net/tcp writes it (`0100007F:1F90`).
@@ -55,6 +58,7 @@ fn find_row(table: &str, local: SocketAddr, remote: SocketAddr) -> Option<TcpRow
             state: u8::from_str_radix(f.get(3)?, 16).ok()?,
             tx_queue: usize::from_str_radix(tx, 16).ok()?,
             rx_queue: usize::from_str_radix(rx, 16).ok()?,
+            inode: f.get(9)?.parse().ok()?,
         })
     })
 }
@@ -86,7 +90,8 @@ mod tests {
             Some(TcpRow {
                 state: TCP_LISTEN,
                 tx_queue: 0,
-                rx_queue: 1
+                rx_queue: 1,
+                inode: 4242
             })
         );
         let conn = find_row(TABLE, l, "127.0.0.2:54321".parse().unwrap());
@@ -95,7 +100,8 @@ mod tests {
             Some(TcpRow {
                 state: TCP_CLOSE_WAIT,
                 tx_queue: 0,
-                rx_queue: 0x10000
+                rx_queue: 0x10000,
+                inode: 4243
             })
         );
         assert_eq!(find_row(TABLE, l, "127.0.0.3:54321".parse().unwrap()), None);

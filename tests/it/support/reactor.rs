@@ -1,0 +1,125 @@
+//! Whether an in-process proxy's reactor is asleep, from /proc/self: the
+//! threads blocked in `epoll_wait` on the epoll instances that watch its
+//! listener. A reactor asleep there has handled every event that reached
+//! its sockets (a ready event wakes it at once): what wakes it after that
+//! is something new.
+
+use std::net::SocketAddr;
+
+use super::tcp_table::tcp_row;
+
+/// x86_64 and aarch64 numbers of `epoll_wait`, `epoll_pwait`, `epoll_pwait2`.
+#[cfg(target_arch = "x86_64")]
+const EPOLL_WAITS: [u64; 3] = [232, 281, 441];
+#[cfg(target_arch = "aarch64")]
+const EPOLL_WAITS: [u64; 3] = [u64::MAX, 22, 441];
+
+/// Whether a thread of this process is asleep in an epoll instance that
+/// watches the socket listening on `listener`: the reactor of a proxy of
+/// one worker. (Its registry holds a dup of the epoll fd: an instance may
+/// have several fds, and only one is slept on.)
+pub fn reactor_asleep(listener: SocketAddr) -> bool {
+    let unconnected: SocketAddr = "0.0.0.0:0".parse().unwrap();
+    let inode = tcp_row(listener, unconnected)
+        .unwrap_or_else(|| panic!("no socket listening on {listener}"))
+        .inode;
+    let epolls: Vec<u64> = fds_on(&format!("socket:[{inode}]"))
+        .into_iter()
+        .flat_map(epolls_watching)
+        .collect();
+    assert!(!epolls.is_empty(), "no epoll watches {listener}");
+    let asleep = asleep_in_epoll_wait();
+    epolls.iter().any(|e| asleep.contains(e))
+}
+
+/// This process's fds whose link reads `target`.
+fn fds_on(target: &str) -> Vec<u64> {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let link = std::fs::read_link(e.path()).ok()?;
+            (link.to_str()? == target).then(|| e.file_name().to_str()?.parse().ok())?
+        })
+        .collect()
+}
+
+/// This process's epoll fds that watch `fd`.
+fn epolls_watching(fd: u64) -> Vec<u64> {
+    std::fs::read_dir("/proc/self/fdinfo")
+        .expect("/proc/self/fdinfo")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let info = std::fs::read_to_string(e.path()).ok()?;
+            watched(&info)
+                .contains(&fd)
+                .then(|| e.file_name().to_str()?.parse().ok())?
+        })
+        .collect()
+}
+
+/// The fds an epoll instance's fdinfo lists (`tfd: N ...` lines).
+fn watched(fdinfo: &str) -> Vec<u64> {
+    fdinfo
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("tfd:")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// The epoll fds this process's threads are asleep in (state S, blocked
+/// in an `epoll_wait` whose first argument is the fd).
+fn asleep_in_epoll_wait() -> Vec<u64> {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|t| {
+            let t = t.ok()?.path();
+            let stat = std::fs::read_to_string(t.join("stat")).ok()?;
+            let syscall = std::fs::read_to_string(t.join("syscall")).ok()?;
+            epoll_wait_fd(&stat, &syscall)
+        })
+        .collect()
+}
+
+/// The epoll fd a thread sleeps on, from its `stat` and `syscall` files.
+fn epoll_wait_fd(stat: &str, syscall: &str) -> Option<u64> {
+    let state = stat.rsplit(')').next()?.split_whitespace().next()?;
+    let mut f = syscall.split_whitespace();
+    let nr: u64 = f.next()?.parse().ok()?;
+    let fd = u64::from_str_radix(f.next()?.strip_prefix("0x")?, 16).ok()?;
+    (state == "S" && EPOLL_WAITS.contains(&nr)).then_some(fd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoll_fdinfo_lists_the_watched_fds() {
+        let info = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\n\
+                    tfd:        7 events:       19 data:                7  pos:0 ino:4242 sdev:8\n\
+                    tfd:       12 events:8000201d data:                c  pos:0 ino:4243 sdev:8\n";
+        assert_eq!(watched(info), [7, 12]);
+        assert_eq!(watched("pos:\t0\nflags:\t02\n"), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn only_a_sleeping_epoll_wait_counts() {
+        let stat = "4900 (portcullis-rea) S 1 2 3";
+        let nr = EPOLL_WAITS[2];
+        let waiting = format!("{nr} 0x5 0x7f44e4000ba0 0x400 0xffffffff 0x0 0x0 0x7f 0x7f");
+        assert_eq!(epoll_wait_fd(stat, &waiting), Some(5));
+        let running = "4900 (portcullis-rea) R 1 2 3";
+        assert_eq!(epoll_wait_fd(running, &waiting), None);
+        assert_eq!(epoll_wait_fd(stat, "running"), None);
+        assert_eq!(
+            epoll_wait_fd(stat, "0 0x4 0x55b5 0x2000 0x0 0x0 0x0 0x7f 0x7f"),
+            None
+        );
+    }
+}
