@@ -1,8 +1,9 @@
-//! Whether an in-process proxy's reactor is asleep, from /proc/self: the
-//! threads blocked in `epoll_wait` on the epoll instances that watch its
-//! listener. A reactor asleep there has handled every event that reached
-//! its sockets (a ready event wakes it at once): what wakes it after that
-//! is something new.
+//! Whether a proxy's reactor is asleep, from /proc (the test process's own
+//! for an in-process proxy, the binary's for a child): a thread blocked in
+//! `epoll_wait` on an epoll instance that watches one of its sockets. A
+//! reactor asleep there has handled every event that reached that socket
+//! (a ready event wakes it at once): what wakes it after that is something
+//! new.
 
 use std::net::SocketAddr;
 
@@ -20,22 +21,33 @@ const EPOLL_WAITS: [u64; 3] = [u64::MAX, 22, 441];
 /// have several fds, and only one is slept on.)
 pub fn reactor_asleep(listener: SocketAddr) -> bool {
     let unconnected: SocketAddr = "0.0.0.0:0".parse().unwrap();
-    let inode = tcp_row(listener, unconnected)
-        .unwrap_or_else(|| panic!("no socket listening on {listener}"))
-        .inode;
-    let epolls: Vec<u64> = fds_on(&format!("socket:[{inode}]"))
+    let row = tcp_row(listener, unconnected)
+        .unwrap_or_else(|| panic!("no socket listening on {listener}"));
+    asleep_watching("self", row.inode)
+}
+
+/// Whether a thread of process `pid` (a number, or `self`) is asleep in
+/// an epoll instance that watches the socket of inode `inode` (see
+/// [`tcp_row`]): the reactor that serves that socket, whatever the number
+/// of workers. Panics if no epoll of `pid` watches it.
+pub fn asleep_watching(pid: &str, inode: u64) -> bool {
+    let proc = format!("/proc/{pid}");
+    let epolls: Vec<u64> = fds_on(&proc, &format!("socket:[{inode}]"))
         .into_iter()
-        .flat_map(epolls_watching)
+        .flat_map(|fd| epolls_watching(&proc, fd))
         .collect();
-    assert!(!epolls.is_empty(), "no epoll watches {listener}");
-    let asleep = asleep_in_epoll_wait();
+    assert!(
+        !epolls.is_empty(),
+        "no epoll of {proc} watches socket {inode}"
+    );
+    let asleep = asleep_in_epoll_wait(&proc);
     epolls.iter().any(|e| asleep.contains(e))
 }
 
-/// This process's fds whose link reads `target`.
-fn fds_on(target: &str) -> Vec<u64> {
-    std::fs::read_dir("/proc/self/fd")
-        .expect("/proc/self/fd")
+/// The process's fds whose link reads `target`.
+fn fds_on(proc: &str, target: &str) -> Vec<u64> {
+    std::fs::read_dir(format!("{proc}/fd"))
+        .expect("/proc/PID/fd")
         .filter_map(|e| {
             let e = e.ok()?;
             let link = std::fs::read_link(e.path()).ok()?;
@@ -44,10 +56,10 @@ fn fds_on(target: &str) -> Vec<u64> {
         .collect()
 }
 
-/// This process's epoll fds that watch `fd`.
-fn epolls_watching(fd: u64) -> Vec<u64> {
-    std::fs::read_dir("/proc/self/fdinfo")
-        .expect("/proc/self/fdinfo")
+/// The process's epoll fds that watch `fd`.
+fn epolls_watching(proc: &str, fd: u64) -> Vec<u64> {
+    std::fs::read_dir(format!("{proc}/fdinfo"))
+        .expect("/proc/PID/fdinfo")
         .filter_map(|e| {
             let e = e.ok()?;
             let info = std::fs::read_to_string(e.path()).ok()?;
@@ -72,11 +84,11 @@ fn watched(fdinfo: &str) -> Vec<u64> {
         .collect()
 }
 
-/// The epoll fds this process's threads are asleep in (state S, blocked
+/// The epoll fds the process's threads are asleep in (state S, blocked
 /// in an `epoll_wait` whose first argument is the fd).
-fn asleep_in_epoll_wait() -> Vec<u64> {
-    std::fs::read_dir("/proc/self/task")
-        .expect("/proc/self/task")
+fn asleep_in_epoll_wait(proc: &str) -> Vec<u64> {
+    std::fs::read_dir(format!("{proc}/task"))
+        .expect("/proc/PID/task")
         .filter_map(|t| {
             let t = t.ok()?.path();
             let stat = std::fs::read_to_string(t.join("stat")).ok()?;
