@@ -186,11 +186,12 @@ fn unsent(s: &TcpStream) -> usize {
 }
 
 /// Sends on `s` until the proxy stops reading it (every byte sent is in
-/// the proxy's receive queue and stays there): the tunnel toward an
-/// upstream that never reads is full. Stops short of a full receive
-/// window, so the FIN of the close that follows reaches the proxy (a FIN
-/// behind unsent bytes and a zero window never would: no proxy could see it).
-fn fill_until_the_proxy_stops_reading(s: &mut TcpStream, proxy: std::net::SocketAddr) {
+/// the proxy's receive queue and stays there: its reactor sleeps with
+/// them unread): the tunnel toward an upstream that never reads is full.
+/// Stops short of a full receive window, so the FIN of the close that
+/// follows reaches the proxy (a FIN behind unsent bytes and a zero window
+/// never would: no proxy could see it).
+fn fill_until_the_proxy_stops_reading(s: &mut TcpStream, proxy: &ChildProxy) {
     const CHUNK: usize = 32 << 10;
     const QUEUED: usize = 64 << 10;
     let me = s.local_addr().unwrap();
@@ -200,15 +201,15 @@ fn fill_until_the_proxy_stops_reading(s: &mut TcpStream, proxy: std::net::Socket
         wait_for("the proxy's kernel to take every byte", PROMPTLY, || {
             unsent(s) == 0
         });
-        let queued = || {
-            tcp_row(proxy, me)
-                .expect("the proxy's socket in /proc/net/tcp")
-                .rx_queue
-        };
-        if queued() >= QUEUED {
-            let before = queued();
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            if queued() >= before {
+        let row = || tcp_row(proxy.addr, me).expect("the proxy's socket in /proc/net/tcp");
+        if row().rx_queue >= QUEUED {
+            // Every byte reached the proxy's socket, each a readiness event
+            // for its reactor: asleep, it is done reading what it will.
+            let pid = proxy.pid().to_string();
+            wait_for("the proxy's reactor asleep", PROMPTLY, || {
+                asleep_watching(&pid, row().inode)
+            });
+            if row().rx_queue >= QUEUED {
                 return;
             }
         }
@@ -237,7 +238,7 @@ fn a_client_that_fills_a_tunnel_to_a_non_reading_upstream_then_closes_is_release
             connect_via_socks5(proxy.addr, "127.0.0.1", up.port())
                 .unwrap_or_else(|r| panic!("SOCKS5 reply {r:#04x}"))
         };
-        fill_until_the_proxy_stops_reading(&mut s, proxy.addr);
+        fill_until_the_proxy_stops_reading(&mut s, &proxy);
         drop(s);
     }
     wait_for("the upstream to hold every tunnel", PROMPTLY, || {
