@@ -234,7 +234,7 @@ fn idle_proxy_with_admin_on_does_not_wake_up() {
     // The endpoint has closed both connections (it closed first): once
     // asleep, the reactor has handled every event they caused.
     wait_for("the reactor asleep", PROMPTLY, || {
-        reactor_asleep(proxy_addr(&proxy))
+        reactor_in_epoll_wait(proxy_addr(&proxy))
     });
     let s1 = proxy.stats();
     thread::sleep(Duration::from_millis(1100));

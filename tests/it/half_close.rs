@@ -207,7 +207,7 @@ fn fill_until_the_proxy_stops_reading(s: &mut TcpStream, proxy: &ChildProxy) {
             // for its reactor: asleep, it is done reading what it will.
             let pid = proxy.pid().to_string();
             wait_for("the proxy's reactor asleep", PROMPTLY, || {
-                asleep_watching(&pid, row().inode)
+                in_epoll_wait_watching(&pid, row().inode)
             });
             if row().rx_queue >= QUEUED {
                 return;

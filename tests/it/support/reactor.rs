@@ -19,18 +19,18 @@ const EPOLL_WAITS: [u64; 3] = [u64::MAX, 22, 441];
 /// watches the socket listening on `listener`: the reactor of a proxy of
 /// one worker. (Its registry holds a dup of the epoll fd: an instance may
 /// have several fds, and only one is slept on.)
-pub fn reactor_asleep(listener: SocketAddr) -> bool {
+pub fn reactor_in_epoll_wait(listener: SocketAddr) -> bool {
     let unconnected: SocketAddr = "0.0.0.0:0".parse().unwrap();
     let row = tcp_row(listener, unconnected)
         .unwrap_or_else(|| panic!("no socket listening on {listener}"));
-    asleep_watching("self", row.inode)
+    in_epoll_wait_watching("self", row.inode)
 }
 
 /// Whether a thread of process `pid` (a number, or `self`) is asleep in
 /// an epoll instance that watches the socket of inode `inode` (see
 /// [`tcp_row`]): the reactor that serves that socket, whatever the number
 /// of workers. Panics if no epoll of `pid` watches it.
-pub fn asleep_watching(pid: &str, inode: u64) -> bool {
+pub fn in_epoll_wait_watching(pid: &str, inode: u64) -> bool {
     let proc = format!("/proc/{pid}");
     let epolls: Vec<u64> = fds_on(&proc, &format!("socket:[{inode}]"))
         .into_iter()
