@@ -9,11 +9,13 @@ use std::net::SocketAddr;
 
 use super::tcp_table::tcp_row;
 
-/// x86_64 and aarch64 numbers of `epoll_wait`, `epoll_pwait`, `epoll_pwait2`.
+/// The numbers of `epoll_wait`, `epoll_pwait` and `epoll_pwait2` on x86_64.
 #[cfg(target_arch = "x86_64")]
-const EPOLL_WAITS: [u64; 3] = [232, 281, 441];
-#[cfg(target_arch = "aarch64")]
-const EPOLL_WAITS: [u64; 3] = [u64::MAX, 22, 441];
+const EPOLL_WAITS: &[u64] = &[232, 281, 441];
+/// `epoll_pwait` and `epoll_pwait2` in the generic numbering (aarch64,
+/// riscv64, loongarch64: no `epoll_wait`).
+#[cfg(not(target_arch = "x86_64"))]
+const EPOLL_WAITS: &[u64] = &[22, 441];
 
 /// Whether a thread of this process is asleep in an epoll instance that
 /// watches the socket listening on `listener`: the reactor of a proxy of
@@ -123,7 +125,7 @@ mod tests {
     #[test]
     fn only_a_sleeping_epoll_wait_counts() {
         let stat = "4900 (portcullis-rea) S 1 2 3";
-        let nr = EPOLL_WAITS[2];
+        let nr = EPOLL_WAITS[EPOLL_WAITS.len() - 1];
         let waiting = format!("{nr} 0x5 0x7f44e4000ba0 0x400 0xffffffff 0x0 0x0 0x7f 0x7f");
         assert_eq!(epoll_wait_fd(stat, &waiting), Some(5));
         let running = "4900 (portcullis-rea) R 1 2 3";
