@@ -206,13 +206,14 @@ fn atk_a_client_gone_before_the_lookup_is_taken_for_root() {
     };
     let pid = nix::unistd::Pid::from_raw(proxy.pid() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    {
+    let client = {
         let mut s = connect_as(NOBODY, ip("127.0.0.5"), proxy.addr).expect("connect");
         let t = echo.target();
         s.write_all(format!("CONNECT {t} HTTP/1.1\r\nHost: {t}\r\n\r\nhello").as_bytes())
             .unwrap();
-    }
-    std::thread::sleep(Duration::from_millis(200));
+        s.local_addr().unwrap()
+    };
+    gone_before_the_accept(&proxy, client);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
     let line = || {
         proxy
@@ -294,8 +295,30 @@ fn stop(proxy: &ChildProxy) {
     });
 }
 
+/// Waits until the kernel holds `client`'s connection to the stopped
+/// proxy in `state` (its end, waiting in the accept queue or accepted).
+fn proxy_end_in(proxy: &ChildProxy, client: std::net::SocketAddr, state: u8, what: &str) {
+    wait_for(what, PROMPTLY, || {
+        tcp_row(proxy.addr, client).is_some_and(|r| r.state == state)
+    });
+}
+
+/// Waits until `client`, closed, is gone before the stopped proxy accepts
+/// it: its FIN in the proxy's end, acked (the client's end a FIN_WAIT2
+/// timewait socket).
+fn gone_before_the_accept(proxy: &ChildProxy, client: std::net::SocketAddr) {
+    proxy_end_in(
+        proxy,
+        client,
+        TCP_CLOSE_WAIT,
+        "the client's FIN in the proxy's end",
+    );
+    wait_for("the client's end in FIN_WAIT2", PROMPTLY, || {
+        tcp_row(client, proxy.addr).is_some_and(|r| r.state == TCP_FIN_WAIT2)
+    });
+}
+
 fn cont(proxy: &ChildProxy) {
-    std::thread::sleep(Duration::from_millis(200));
     let pid = nix::unistd::Pid::from_raw(proxy.pid() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
 }
@@ -344,9 +367,12 @@ fn atk_a_session_ended_in_the_same_iteration_leaks_into_its_owner() {
         stop(&proxy);
         // P ends ...
         p.shutdown(std::net::Shutdown::Write).unwrap();
-        std::thread::sleep(Duration::from_millis(50));
+        let p_addr = p.local_addr().unwrap();
+        proxy_end_in(&proxy, p_addr, TCP_CLOSE_WAIT, "P's FIN in the proxy's end");
         // ... and a new client's accept fails with EMFILE: shed.
         let x = TcpStream::connect(proxy.addr).unwrap();
+        let x_addr = x.local_addr().unwrap();
+        proxy_end_in(&proxy, x_addr, TCP_ESTABLISHED, "X in the accept queue");
         cont(&proxy);
         wait_for("P gone, P2 shed", PROMPTLY, || {
             stat(&proxy.stats(), "handshake") == 0
@@ -361,17 +387,30 @@ fn atk_a_session_ended_in_the_same_iteration_leaks_into_its_owner() {
     // A client keyed 127.0.0.1: its lookup finds no one (gone before the
     // accept; the pool is full of nobody's handshake so it is asked).
     let _held = pending(NOBODY, &proxy);
+    wait_for("the held handshake", PROMPTLY, || {
+        stat(&proxy.stats(), "handshake") == 1
+    });
+    let accepted = stat(&proxy.stats(), "accepted");
     stop(&proxy);
-    {
+    let client = {
         let mut s = connect_as(NOBODY, ip("127.0.0.1"), proxy.addr).expect("connect");
         let t = echo.target();
         s.write_all(format!("CONNECT {t} HTTP/1.1\r\nHost: {t}\r\n\r\n").as_bytes())
             .unwrap();
-    }
+        s.local_addr().unwrap()
+    };
+    gone_before_the_accept(&proxy, client);
     cont(&proxy);
-    std::thread::sleep(Duration::from_millis(500));
-    // Every line written before the stats line is read with it.
-    let _ = proxy.stats();
+    // Admitted or refused when accepted (a refusal is logged then), and
+    // ended since; every line written before the stats line is read with it.
+    wait_for(
+        "the gone client's connection accepted and ended",
+        PROMPTLY,
+        || {
+            let s = proxy.stats();
+            stat(&s, "accepted") == accepted + 1 && stat(&s, "open") == 1
+        },
+    );
     let refused: Vec<String> = proxy
         .log()
         .into_iter()

@@ -199,7 +199,12 @@ fn a_tunnel_connecting_during_a_reload_takes_the_reloaded_treatment() {
         let _ = s.connect(&addr.into());
         queued.push(s);
     }
-    std::thread::sleep(Duration::from_millis(100));
+    // Backlog 0 holds one: once it waits there, the others' SYNs, and the
+    // proxy's, go unanswered.
+    let unconnected: std::net::SocketAddr = "0.0.0.0:0".parse().unwrap();
+    wait_for("the upstream's accept queue to fill", PROMPTLY, || {
+        tcp_row(addr, unconnected).is_some_and(|r| r.rx_queue >= 1)
+    });
 
     let dir = TempDir::new("attack-reload-connecting");
     let raw = format!(
@@ -675,10 +680,9 @@ fn check_fails_where_a_start_would_on_tls_files() {
             .stderr(std::process::Stdio::piped());
         let mut child = cmd.spawn().unwrap();
         let pid = child.id();
-        let started = std::time::Instant::now();
-        while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(Duration::from_secs(10), || {
+            child.try_wait().unwrap().is_some()
+        });
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid as i32),
             nix::sys::signal::Signal::SIGKILL,

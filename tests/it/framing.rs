@@ -5,6 +5,7 @@
 
 use crate::support;
 
+use std::io::ErrorKind;
 use std::time::Duration;
 
 use portcullis::policy::parse_cli_inspect;
@@ -393,10 +394,18 @@ fn slow_upload_is_not_a_response_timeout() {
     c.send(format!(
         "POST /fine HTTP/1.1\r\nHost: {host}\r\nContent-Length: 3000\r\n\r\n"
     ));
+    // The upload's gaps are reads that find nothing: no answer (no 504)
+    // before the request is wholly sent.
+    c.w.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
     for _ in 0..10 {
-        std::thread::sleep(Duration::from_millis(100));
+        match std::io::BufRead::fill_buf(&mut c.r) {
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            other => panic!("an answer in the middle of the upload: {other:?}"),
+        }
         c.send([b'x'; 300]);
     }
+    c.w.set_read_timeout(Some(BULK)).unwrap();
     let r = c.response("POST");
     assert_eq!(
         r.status, 200,

@@ -185,37 +185,13 @@ fn unsent(s: &TcpStream) -> usize {
     n as usize
 }
 
-/// `a.b.c.d:port` as /proc/net/tcp writes it (`0100007F:1F90`).
-fn proc_net_addr(a: std::net::SocketAddr) -> String {
-    let std::net::SocketAddr::V4(v4) = a else {
-        panic!("IPv4 only: {a}");
-    };
-    format!(
-        "{:08X}:{:04X}",
-        u32::from_le_bytes(v4.ip().octets()),
-        v4.port()
-    )
-}
-
-/// The receive queue of the TCP socket `local` -> `remote` in this network
-/// namespace (from /proc/net/tcp): bytes that arrived and are not read yet.
-fn rx_queue(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Option<usize> {
-    let (l, r) = (proc_net_addr(local), proc_net_addr(remote));
-    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-    table.lines().skip(1).find_map(|line| {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        (f.get(1) == Some(&l.as_str()) && f.get(2) == Some(&r.as_str()))
-            .then(|| usize::from_str_radix(f[4].split_once(':')?.1, 16).ok())
-            .flatten()
-    })
-}
-
 /// Sends on `s` until the proxy stops reading it (every byte sent is in
-/// the proxy's receive queue and stays there): the tunnel toward an
-/// upstream that never reads is full. Stops short of a full receive
-/// window, so the FIN of the close that follows reaches the proxy (a FIN
-/// behind unsent bytes and a zero window never would: no proxy could see it).
-fn fill_until_the_proxy_stops_reading(s: &mut TcpStream, proxy: std::net::SocketAddr) {
+/// the proxy's receive queue and stays there: its reactor sleeps with
+/// them unread): the tunnel toward an upstream that never reads is full.
+/// Stops short of a full receive window, so the FIN of the close that
+/// follows reaches the proxy (a FIN behind unsent bytes and a zero window
+/// never would: no proxy could see it).
+fn fill_until_the_proxy_stops_reading(s: &mut TcpStream, proxy: &ChildProxy) {
     const CHUNK: usize = 32 << 10;
     const QUEUED: usize = 64 << 10;
     let me = s.local_addr().unwrap();
@@ -225,11 +201,15 @@ fn fill_until_the_proxy_stops_reading(s: &mut TcpStream, proxy: std::net::Socket
         wait_for("the proxy's kernel to take every byte", PROMPTLY, || {
             unsent(s) == 0
         });
-        let queued = || rx_queue(proxy, me).expect("the proxy's socket in /proc/net/tcp");
-        if queued() >= QUEUED {
-            let before = queued();
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            if queued() >= before {
+        let row = || tcp_row(proxy.addr, me).expect("the proxy's socket in /proc/net/tcp");
+        if row().rx_queue >= QUEUED {
+            // Every byte reached the proxy's socket, each a readiness event
+            // for its reactor: asleep, it is done reading what it will.
+            let pid = proxy.pid().to_string();
+            wait_for("the proxy's reactor asleep", PROMPTLY, || {
+                in_epoll_wait_watching(&pid, row().inode)
+            });
+            if row().rx_queue >= QUEUED {
                 return;
             }
         }
@@ -258,7 +238,7 @@ fn a_client_that_fills_a_tunnel_to_a_non_reading_upstream_then_closes_is_release
             connect_via_socks5(proxy.addr, "127.0.0.1", up.port())
                 .unwrap_or_else(|r| panic!("SOCKS5 reply {r:#04x}"))
         };
-        fill_until_the_proxy_stops_reading(&mut s, proxy.addr);
+        fill_until_the_proxy_stops_reading(&mut s, &proxy);
         drop(s);
     }
     wait_for("the upstream to hold every tunnel", PROMPTLY, || {

@@ -7,8 +7,8 @@
 use crate::support;
 
 use std::net::TcpStream;
-use std::thread;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use portcullis::{Policy, SpawnedProxy};
 use support::*;
@@ -45,19 +45,30 @@ struct Fixture {
     origin: Origin,
     proxy: SpawnedProxy,
     via: Via,
+    /// `/v1/slow` is answered once this is set.
+    slow_may_answer: Arc<AtomicBool>,
 }
 
 impl Fixture {
     fn new(via: Via) -> Fixture {
-        // `/v1/slow` answers late, so refusals queue behind it.
-        let origin = Origin::start(|r| {
+        // `/v1/slow` answers when the test says, so refusals queue behind it.
+        let slow_may_answer = Arc::new(AtomicBool::new(false));
+        let may = slow_may_answer.clone();
+        let origin = Origin::start(move |r| {
             if r.target.ends_with("/slow") {
-                thread::sleep(Duration::from_millis(300));
+                wait_for("the test to let /v1/slow answer", PROMPTLY, || {
+                    may.load(Ordering::SeqCst)
+                });
             }
             ok(&format!("{} {}", r.method, r.target))
         });
         let proxy = start_proxy(api_policy(origin.port()));
-        Fixture { origin, proxy, via }
+        Fixture {
+            origin,
+            proxy,
+            via,
+            slow_may_answer,
+        }
     }
 
     /// A client connection: a CONNECT tunnel, or a plain connection to the proxy.
@@ -202,6 +213,14 @@ fn pipelined_refusal_in_order(via: Via) {
         + "abc"
         + &f.req("GET", "/v1/fast", "");
     c.send(batch);
+    // The proxy holds the whole batch, the DELETE too, while /v1/slow is
+    // still due: the 403 could go out now, and must wait.
+    let (mine, proxys) = (c.w.local_addr().unwrap(), c.w.peer_addr().unwrap());
+    wait_for("the proxy to read the whole batch", PROMPTLY, || {
+        tcp_row(mine, proxys).is_some_and(|r| r.tx_queue == 0)
+            && tcp_row(proxys, mine).is_some_and(|r| r.rx_queue == 0)
+    });
+    f.slow_may_answer.store(true, Ordering::SeqCst);
     expect_ok(&mut c, "GET", "/v1/slow");
     expect_denied(&mut c, "pipelined DELETE", DENY_RULE);
     expect_ok(&mut c, "GET", "/v1/fast");

@@ -151,10 +151,10 @@ fn client_killed_mid_stream_releases_everything() {
         up.received.load(Ordering::SeqCst) >= MIB
     });
     let before = up.received.load(Ordering::SeqCst);
-    thread::sleep(Duration::from_secs(1));
-    assert!(
-        up.received.load(Ordering::SeqCst) > before,
-        "the tunnel stopped streaming before the kill"
+    wait_for(
+        "the tunnel to stream another MiB before the kill",
+        PROMPTLY,
+        || up.received.load(Ordering::SeqCst) >= before + MIB,
     );
     let s = proxy.stats();
     assert_eq!(stat(&s, "open"), 1, "{s:?}");
@@ -219,7 +219,12 @@ fn upstream_killed_mid_stream_releases_everything() {
     wait_for("upstream data reaching the client", PROMPTLY, || {
         received.load(Ordering::SeqCst) >= MIB
     });
-    thread::sleep(Duration::from_secs(1));
+    let before = received.load(Ordering::SeqCst);
+    wait_for(
+        "the tunnel to stream another MiB before the kill",
+        PROMPTLY,
+        || received.load(Ordering::SeqCst) >= before + MIB,
+    );
     let st = proxy.stats();
     assert_eq!(stat(&st, "open"), 1, "{st:?}");
 
@@ -254,7 +259,12 @@ fn client_killed_in_process_stats() {
     wait_for("the client's data reaching upstream", PROMPTLY, || {
         up.received.load(Ordering::SeqCst) >= MIB
     });
-    thread::sleep(Duration::from_millis(500));
+    let before = up.received.load(Ordering::SeqCst);
+    wait_for(
+        "the tunnel to stream another MiB before the kill",
+        PROMPTLY,
+        || up.received.load(Ordering::SeqCst) >= before + MIB,
+    );
     assert_eq!(proxy.stats().open.established, 1);
 
     client.kill().expect("SIGKILL the client");

@@ -414,16 +414,22 @@ fn stalled_clients(proxy: &ChildProxy, base: Baseline) {
     wait_for("every stalled tunnel established", PROMPTLY, || {
         stat(&proxy.stats(), "established") == STALLED as u64
     });
-    // Buffers fill and the upstream's writes block: its progress stops.
-    let mut last = u64::MAX;
-    wait_for("the upstream to stop making progress", PROMPTLY, || {
-        thread::sleep(Duration::from_millis(300));
-        let now = up.written.load(Ordering::SeqCst);
-        std::mem::replace(&mut last, now) == now
-    });
-    let (s1, rss1) = (proxy.stats(), rss_kib(proxy.pid()));
-    thread::sleep(Duration::from_millis(1100));
-    let (s2, rss2) = (proxy.stats(), rss_kib(proxy.pid()));
+    // Buffers fill and the upstream's writes block: its progress stops. The
+    // second measured is one in which the upstream wrote nothing.
+    let mut second = None;
+    wait_for(
+        "a second of the upstream making no progress",
+        PROMPTLY,
+        || {
+            let before = up.written.load(Ordering::SeqCst);
+            let (s1, rss1) = (proxy.stats(), rss_kib(proxy.pid()));
+            thread::sleep(Duration::from_millis(1100));
+            let (s2, rss2) = (proxy.stats(), rss_kib(proxy.pid()));
+            second = Some((s1, rss1, s2, rss2));
+            up.written.load(Ordering::SeqCst) == before
+        },
+    );
+    let (s1, rss1, s2, rss2) = second.unwrap();
     let written = up.written.load(Ordering::SeqCst);
     eprintln!(
         "(c) stalled: {STALLED} tunnels, upstream wrote {} MiB, RSS {rss1} -> {rss2} KiB (baseline {} KiB), \

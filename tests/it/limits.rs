@@ -10,8 +10,6 @@ use crate::load;
 use crate::support;
 
 use std::net::{SocketAddr, TcpStream};
-use std::thread;
-use std::time::Duration;
 
 use load::*;
 use portcullis::{CloseReason, Limits, SpawnedProxy};
@@ -231,7 +229,9 @@ fn max_pending_handshakes_per_client_spares_other_clients() {
     assert_echo(&mut other, b"served");
     // An established tunnel of the limited client is not a pending handshake.
     assert_echo(&mut established, b"untouched");
-    thread::sleep(Duration::from_millis(100));
+    wait_for("the three refusals closed", PROMPTLY, || {
+        proxy.stats().closed.get(CloseReason::Limit) >= 3
+    });
     let st = proxy.stats();
     assert_eq!(st.closed.get(CloseReason::Limit), 3, "{st}");
     assert_eq!(st.open.established, 2, "{st}");

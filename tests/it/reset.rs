@@ -9,7 +9,6 @@ use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::thread;
 use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
@@ -49,13 +48,25 @@ fn read_all(mut s: TcpStream) -> (usize, End) {
     }
 }
 
-/// Pauses the proxy while `f` runs, then lets it go.
-fn while_paused(proxy: &ChildProxy, f: impl FnOnce()) {
+/// Pauses the proxy while `s` sends `LEN` bytes and resets, then lets it
+/// go once both are in the proxy's end of the connection.
+fn send_then_reset_while_paused(proxy: &ChildProxy, s: TcpStream) {
+    let (proxy_end, peer_end) = (s.peer_addr().unwrap(), s.local_addr().unwrap());
+    assert_eq!(
+        tcp_row(proxy_end, peer_end).map(|r| r.state),
+        Some(TCP_ESTABLISHED),
+        "the proxy's end in /proc/net/tcp"
+    );
     let pid = Pid::from_raw(proxy.pid() as i32);
     kill(pid, Signal::SIGSTOP).expect("SIGSTOP");
-    f();
-    // Let the data and the reset land in the proxy's socket first.
-    thread::sleep(Duration::from_millis(200));
+    send_then_reset(s);
+    // A reset socket leaves the table, and the kernel takes a reset only
+    // in sequence: behind every byte sent before it.
+    wait_for(
+        "the bytes and the reset in the proxy's socket",
+        PROMPTLY,
+        || tcp_row(proxy_end, peer_end).is_none(),
+    );
     kill(pid, Signal::SIGCONT).expect("SIGCONT");
 }
 
@@ -66,7 +77,7 @@ fn upstream_bytes_before_its_reset_reach_the_client() {
     let proxy = ChildProxy::start(&["--allow", &target]);
     let client = connect_via_http(proxy.addr, &target);
     let (upstream, _) = l.accept().unwrap();
-    while_paused(&proxy, || send_then_reset(upstream));
+    send_then_reset_while_paused(&proxy, upstream);
     assert_eq!(
         read_all(client),
         (LEN, End::Reset),
@@ -86,7 +97,7 @@ fn client_bytes_before_its_reset_reach_the_upstream() {
     let proxy = ChildProxy::start(&["--allow", &target]);
     let client = connect_via_http(proxy.addr, &target);
     let (upstream, _) = l.accept().unwrap();
-    while_paused(&proxy, || send_then_reset(client));
+    send_then_reset_while_paused(&proxy, client);
     assert_eq!(
         read_all(upstream),
         (LEN, End::Reset),

@@ -14,7 +14,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::*;
 
@@ -79,14 +79,12 @@ impl Running {
 
     /// Waits for exit (bounded), then for both streams to close.
     fn finish(mut self) -> Output {
-        let deadline = Instant::now() + RUN_LIMIT;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(Instant::now() < deadline, "portcullis run did not exit");
-            thread::sleep(Duration::from_millis(10));
-        };
+        let mut status = None;
+        wait_for("portcullis run to exit", RUN_LIMIT, || {
+            status = self.child.try_wait().unwrap();
+            status.is_some()
+        });
+        let status = status.unwrap();
         for r in self.readers.drain(..) {
             r.join().unwrap();
         }

@@ -10,12 +10,14 @@ use crate::support;
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use load::*;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use portcullis::CloseReason;
 use support::*;
 
@@ -159,7 +161,19 @@ fn slowloris_is_held_by_the_pending_handshake_limit_and_timer() {
                 }
             }
         }
-        thread::sleep(Duration::from_millis(20));
+        // Until a pending connection has something to read (an answer, an
+        // EOF, a reset) or its next byte is due.
+        let wake = next_byte.min(deadline);
+        let mut fds: Vec<PollFd> = slow
+            .iter()
+            .filter(|c| c.fate == Fate::Pending)
+            .map(|c| PollFd::new(c.s.as_fd(), PollFlags::POLLIN))
+            .collect();
+        let ms = wake.saturating_duration_since(Instant::now()).as_millis();
+        match poll(&mut fds, PollTimeout::try_from(ms).unwrap()) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => panic!("poll: {e}"),
+        }
     }
     stop.store(true, Ordering::SeqCst);
     watcher.join().unwrap();

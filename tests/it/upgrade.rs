@@ -14,7 +14,6 @@ use std::net::TcpStream;
 use std::sync::mpsc::{self, Receiver};
 use std::sync::Mutex;
 use std::thread;
-use std::time::Duration;
 
 use portcullis::policy::parse_cli_inspect;
 use portcullis::{Policy, SpawnedProxy};
@@ -44,23 +43,31 @@ type Outcome = Result<(Seen, WsReport), String>;
 /// SERVER_HELLO unprompted, echoes the client's first message, then pushes
 /// `len` bytes while hashing what the client sends (until "done" both ways).
 fn upgrade_server(len: u64) -> (Server, Receiver<Outcome>) {
-    upgrade_server_pausing(len, Duration::ZERO)
+    upgrade_server_with(len, false)
 }
 
-/// Like [`upgrade_server`], pausing `pause` between the 101 and its hello,
-/// so the hello cannot ride in the same read as the 101.
-fn upgrade_server_pausing(len: u64, pause: Duration) -> (Server, Receiver<Outcome>) {
+/// Like [`upgrade_server`], saying its hello only once the proxy has read
+/// the 101, so the hello cannot ride in the same read as the 101.
+fn upgrade_server_speaking_late(len: u64) -> (Server, Receiver<Outcome>) {
+    upgrade_server_with(len, true)
+}
+
+fn upgrade_server_with(len: u64, late: bool) -> (Server, Receiver<Outcome>) {
     let (tx, rx) = mpsc::channel();
     let tx = Mutex::new(tx);
     let server = Server::start(move |stream| {
-        let r = serve(stream, len, pause);
+        let r = serve(stream, len, late);
         let _ = tx.lock().unwrap().send(r);
     });
     (server, rx)
 }
 
-fn serve(stream: TcpStream, len: u64, pause: Duration) -> Outcome {
+fn serve(stream: TcpStream, len: u64, late: bool) -> Outcome {
     let writer_stream = stream.try_clone().map_err(|e| e.to_string())?;
+    let (mine, proxys) = (
+        stream.local_addr().map_err(|e| e.to_string())?,
+        stream.peer_addr().map_err(|e| e.to_string())?,
+    );
     let (seen_tx, seen_rx) = mpsc::channel();
     // The Err type is tungstenite's, not ours to shrink.
     #[allow(clippy::result_large_err)]
@@ -80,7 +87,15 @@ fn serve(stream: TcpStream, len: u64, pause: Duration) -> Outcome {
     let mut ws = tungstenite::accept_hdr_with_config(stream, callback, Some(ws_config()))
         .map_err(|e| format!("ws accept: {e}"))?;
     let seen = seen_rx.recv().map_err(|e| e.to_string())?;
-    thread::sleep(pause);
+    // Late: every byte of the 101 acked by the proxy's kernel and read by
+    // the proxy (the client sends nothing meanwhile).
+    let read_by_the_proxy = || {
+        tcp_row(mine, proxys).is_some_and(|r| r.tx_queue == 0)
+            && tcp_row(proxys, mine).is_some_and(|r| r.rx_queue == 0)
+    };
+    if late && !wait_until(PROMPTLY, read_by_the_proxy) {
+        return Err("the proxy did not read the 101".into());
+    }
     // Speak first: the client has sent nothing since its request.
     ws.send(Message::text(SERVER_HELLO))
         .map_err(|e| format!("server hello: {e}"))?;
@@ -296,12 +311,12 @@ fn declined_upgrade_keeps_http() {
     assert_eq!(s.requests, 4, "{s:?}");
 }
 
-/// The server speaks first a moment after the 101 (a separate read for the
-/// proxy): the frame must still reach a client that sends nothing.
+/// The server speaks first once the proxy has read the 101 (a separate read
+/// for the proxy): the frame must still reach a client that sends nothing.
 #[test]
 fn server_speaks_first_after_a_pause() {
     for how in ["connect", "socks5", "forward"] {
-        let (server, rx) = upgrade_server_pausing(64 * 1024, Duration::from_millis(300));
+        let (server, rx) = upgrade_server_speaking_late(64 * 1024);
         let proxy = start_proxy(inspect(&server));
         let p = proxy_addr(&proxy);
         let (stream, target) = match how {

@@ -9,7 +9,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
 
 use super::wait::{wait_for, wait_until, PROMPTLY};
 
@@ -196,7 +195,7 @@ impl ChildProxy {
         let stderr = child.stderr.take().unwrap();
         let lines = Arc::new(Mutex::new(Vec::new()));
         let l = lines.clone();
-        thread::spawn(move || {
+        let reader = thread::spawn(move || {
             let r = BufReader::new(stderr);
             for line in r.lines() {
                 let Ok(line) = line else { break };
@@ -212,8 +211,8 @@ impl ChildProxy {
         let mut addr = None;
         let found = wait_until(PROMPTLY, || {
             if let Ok(Some(status)) = cp.child.try_wait() {
-                // Give the stderr reader a moment to collect the last words.
-                thread::sleep(Duration::from_millis(100));
+                // The stderr reader has the last words once it reads EOF.
+                wait_until(PROMPTLY, || reader.is_finished());
                 panic!(
                     "the binary exited ({status}) before listening; stderr: {:?}",
                     cp.lines.lock().unwrap()

@@ -20,10 +20,12 @@ pub mod netns;
 pub mod origin;
 pub mod payload;
 pub mod proxy;
+pub mod reactor;
 #[cfg(test)]
 mod scripted;
 pub mod socks;
 pub mod stream;
+pub mod tcp_table;
 pub mod temp_dir;
 pub mod tls;
 pub mod upstream;
@@ -43,9 +45,13 @@ pub use payload::*;
 #[allow(unused_imports)]
 pub use proxy::*;
 #[allow(unused_imports)]
+pub use reactor::*;
+#[allow(unused_imports)]
 pub use socks::*;
 #[allow(unused_imports)]
 pub use stream::*;
+#[allow(unused_imports)]
+pub use tcp_table::*;
 #[allow(unused_imports)]
 pub use temp_dir::*;
 #[allow(unused_imports)]
