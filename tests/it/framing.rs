@@ -477,32 +477,3 @@ fn unsolicited_upstream_bytes_close_without_an_answer() {
     c.expect_eof("after bytes that answer nothing");
     wait_no_open_sessions(&proxy);
 }
-
-/// A response that has arrived but waits for a slow client is not late: the
-/// response timeout stops once the upstream answers.
-#[test]
-fn slow_reader_of_pipelined_responses_gets_no_504() {
-    let origin = origin();
-    let proxy = spawn(
-        proxy_builder(inspect_policy(&origin)).timeouts(timeouts(|t| {
-            t.response = Duration::from_millis(300);
-        })),
-    );
-    let mut c = HttpConn::new(connect_via_http(proxy_addr(&proxy), &origin.target()));
-    let host = origin.target();
-    c.send(format!("GET /chunked/3000000/5/0 HTTP/1.1\r\nHost: {host}\r\n\r\nGET /fine HTTP/1.1\r\nHost: {host}\r\n\r\n"));
-    // Read nothing for well over the response timeout: both responses are
-    // sent at once and wait in the proxy's buffers and the socket's.
-    std::thread::sleep(Duration::from_millis(1200));
-    let big = c.response("GET");
-    assert_eq!(big.status, 200, "{}", big.raw_head);
-    assert_eq!(hex(&big.body.hash), hex(&expected_hash(5, 3_000_000)));
-    let small = c.response("GET");
-    assert_eq!(
-        (small.status, small.text()),
-        (200, "GET /fine 0".to_string()),
-        "{}",
-        small.raw_head
-    );
-    assert_eq!(proxy.stats().closed.get(CloseReason::ResponseTimeout), 0);
-}
