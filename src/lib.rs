@@ -80,6 +80,8 @@ pub(crate) mod core;
 pub mod duration;
 pub mod events;
 pub(crate) mod fd_budget;
+#[doc(hidden)]
+pub mod fuzzing;
 pub(crate) mod io;
 pub mod lifecycle;
 pub mod logging;

@@ -681,6 +681,11 @@ impl InspectCore {
         }
     }
 
+    /// What the exchange holds now (for bounds checks).
+    pub(crate) fn queued(&self) -> crate::protocol::http1::exchange::Queued {
+        self.ex.queued()
+    }
+
     /// The exchange, for tests that look inside or reconfigure it.
     #[cfg(test)]
     pub(crate) fn exchange_mut(&mut self) -> &mut Exchange {

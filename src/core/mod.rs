@@ -8,6 +8,7 @@
 
 pub(crate) mod inspect;
 pub(crate) mod link;
+pub(crate) mod mem;
 pub(crate) mod port;
 
 #[cfg(test)]

@@ -8,11 +8,11 @@
 //! after every round.
 
 pub(super) use super::exchange_runs::*;
-use super::mem::MemPort;
 use crate::buffer::BufPool;
 use crate::config::Timeouts;
 use crate::core::inspect::{InspectCore, Parts, Setup, Stop};
 use crate::core::link::Link;
+use crate::core::mem::MemPort;
 use crate::protocol::http1::exchange::{
     Queued, MAX_ANSWER_BYTES, MAX_ANSWER_LEN, MAX_DUE, MAX_RECORDS,
 };

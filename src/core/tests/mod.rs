@@ -8,6 +8,6 @@ mod exchange_runs;
 mod exchange_secrets;
 mod exchange_sim;
 mod exchange_upstream;
-mod mem;
+mod fuzz_smoke;
 mod session;
 mod sim;

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConnection, Connection, ServerConnection};
 
-use super::mem::MemPort;
 use crate::buffer::BufPool;
 use crate::config::Timeouts;
 use crate::core::inspect::{InspectCore, Parts, Setup, Stop};
 use crate::core::link::Link;
+use crate::core::mem::MemPort;
 use crate::lifecycle::CloseReason;
 use crate::policy::RequestRules;
 use crate::protocol::http1::{ExchangeConfig, Mode, Record};

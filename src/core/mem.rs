@@ -1,6 +1,7 @@
 //! An in-memory transport for one side of the core: what the peer sent
 //! (then its FIN or reset), what the core wrote, and how much the
-//! transport takes before it would block (a peer that reads slowly).
+//! transport takes before it would block (a peer that reads slowly). The
+//! simulator and the fuzz target lend it to the core in place of a socket.
 
 use std::collections::VecDeque;
 use std::io;

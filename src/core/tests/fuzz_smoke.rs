@@ -1,0 +1,79 @@
+//! The fuzz target's driver ([`crate::fuzzing::inspect_session`]) on its
+//! committed seeds and on seeded random scripts built from HTTP fragments:
+//! what `scripts/fuzz.sh` explores for minutes, a few thousand steps of in
+//! every test run.
+
+use crate::fuzzing::inspect_session;
+
+/// A small deterministic generator (xorshift), so a failure reproduces.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+const FRAGMENTS: &[&str] = &[
+    "GET /v1/a HTTP/1.1\r\nHost: origin.test\r\n\r\n",
+    "GET /v1/admin/x HTTP/1.1\r\nHost: origin.test\r\n\r\n",
+    "POST /v1/b HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 5\r\n\r\nhello",
+    "POST /c HTTP/1.1\r\nHost: origin.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    "GET http://origin.test/v1/a HTTP/1.1\r\nHost: origin.test\r\n\r\n",
+    "GET http://other.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n",
+    "GET /ws HTTP/1.1\r\nHost: origin.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi",
+    "HTTP/1.1 100 Continue\r\n\r\n",
+    "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    "HTTP/1.1 204 No Content\r\n\r\n",
+    "\r\n",
+    "Content-Length: 99999999999999999999\r\n",
+];
+
+fn script(rng: &mut Rng) -> Vec<u8> {
+    let mut out = vec![rng.next() as u8];
+    for _ in 0..rng.below(40) {
+        let op = rng.below(10) as u8;
+        if op <= 1 {
+            let mut bytes = FRAGMENTS[rng.below(FRAGMENTS.len())].as_bytes().to_vec();
+            if rng.below(8) == 0 && !bytes.is_empty() {
+                let at = rng.below(bytes.len());
+                bytes[at] = rng.next() as u8;
+            }
+            // In pieces, as the fuzzer cuts them.
+            for piece in bytes.chunks(1 + rng.below(255)) {
+                out.extend_from_slice(&[op, piece.len() as u8]);
+                out.extend_from_slice(piece);
+            }
+        } else {
+            out.extend_from_slice(&[op, rng.next() as u8]);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_committed_seeds_run() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/inspect_session");
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        inspect_session(&std::fs::read(entry.unwrap().path()).unwrap());
+        n += 1;
+    }
+    assert!(n >= 8, "{n} seeds");
+}
+
+#[test]
+fn random_scripts_keep_the_cores_rules() {
+    let mut rng = Rng(0x5eed_c0de_1234_5678);
+    for _ in 0..10_000 {
+        inspect_session(&script(&mut rng));
+    }
+}

@@ -1,0 +1,151 @@
+//! Entry points for the fuzz targets (`fuzz/`): not a stable API.
+//!
+//! [`inspect_session`] drives a whole inspected session's core, the one
+//! production runs, on in-memory transports with virtual time, from a
+//! fuzzer-chosen script.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::buffer::BufPool;
+use crate::config::Timeouts;
+use crate::core::inspect::{InspectCore, Setup};
+use crate::core::link::Link;
+use crate::core::mem::MemPort;
+use crate::policy::{RequestRuleConfig, RequestRules};
+use crate::protocol::http1::exchange::{MAX_ANSWER_BYTES, MAX_ANSWER_LEN, MAX_DUE, MAX_RECORDS};
+use crate::protocol::http1::{ExchangeConfig, Mode};
+use crate::target::Target;
+
+/// Runs one inspected session from `data`: its first byte chooses the mode
+/// (tunnel or forward proxy), request rules, and queue sizes; the rest is a
+/// script of steps, each an opcode and an argument: a peer sends bytes
+/// (taken from the script), half-closes or resets; a peer's read room
+/// changes; virtual time passes (firing what is due); the rules are
+/// reloaded. Panics when the core breaks a rule: the exchange's bounds,
+/// the pump's contract (debug assertions), or a deadline still due after
+/// it fired (a timer spin).
+pub fn inspect_session(data: &[u8]) {
+    let Some((&flags, mut script)) = data.split_first() else {
+        return;
+    };
+    let origin = Target::new("origin.test", 80).expect("a valid target");
+    let mode = if flags & 1 == 0 {
+        Mode::Tunnel {
+            target: origin,
+            tls: false,
+        }
+    } else {
+        Mode::Forward {
+            upstream: origin,
+            tls: false,
+        }
+    };
+    let rules = || Some(fuzz_rules());
+    let max_head = 1024;
+    let buffer = if flags & 4 == 0 {
+        max_head + 1024
+    } else {
+        64 * 1024
+    };
+    let start = Instant::now();
+    let mut now = start;
+    let setup = Setup {
+        id: 0,
+        exchange: ExchangeConfig {
+            rules: if flags & 2 != 0 { rules() } else { None },
+            max_head_bytes: max_head,
+            ..ExchangeConfig::new(mode)
+        },
+        timeouts: Timeouts {
+            handshake: Duration::from_secs(10),
+            connect: Duration::from_secs(10),
+            response: Duration::from_secs(30),
+            half_close: Duration::from_secs(60),
+            ..Timeouts::default()
+        },
+        idle: (flags & 8 != 0).then(|| Duration::from_secs(20)),
+        buffer,
+    };
+    let mut pool = BufPool::new(buffer, 0);
+    let mut core = InspectCore::new(setup, Link::Plain, Link::Plain, &[], &[], &mut pool, now);
+    let mut client = MemPort::roomy();
+    let mut upstream = MemPort::roomy();
+    let mut reloaded = false;
+    while let [op, arg, rest @ ..] = script {
+        script = rest;
+        let n = usize::from(*arg);
+        match op % 10 {
+            0 | 1 => {
+                let (bytes, rest) = script.split_at(n.min(script.len()));
+                script = rest;
+                let port = if op % 10 == 0 {
+                    &mut client
+                } else {
+                    &mut upstream
+                };
+                port.deliver(bytes);
+            }
+            2 => client.fin = true,
+            3 => upstream.fin = true,
+            4 => client.reset = true,
+            5 => upstream.reset = true,
+            6 => client.room = n * 64,
+            7 => upstream.room = n * 64,
+            8 => {
+                // As the shell does: fire what is due, pump, re-arm.
+                now += Duration::from_millis(n as u64 * 500);
+                if core.poll_timeout(&client).is_some_and(|due| due <= now) {
+                    if core.handle_timeout(now, &client).is_err() {
+                        return;
+                    }
+                    if core.pump(now, &mut client, &mut upstream).is_err() {
+                        return;
+                    }
+                    if let Some(again) = core.poll_timeout(&client) {
+                        assert!(
+                            again > now,
+                            "a deadline still due after it fired: a timer spin"
+                        );
+                    }
+                }
+            }
+            _ => {
+                reloaded = !reloaded;
+                core.set_rules(if reloaded { rules() } else { None });
+            }
+        }
+        let result = core.pump(now, &mut client, &mut upstream);
+        let _ = core.take_records().count();
+        let _ = core.take_relayed();
+        let q = core.queued();
+        assert!(q.exchanges <= MAX_DUE, "{q:?}");
+        assert!(q.answer_bytes <= MAX_ANSWER_BYTES + MAX_ANSWER_LEN, "{q:?}");
+        assert!(q.records <= MAX_RECORDS, "{q:?}");
+        client.take();
+        upstream.take();
+        if result.is_err() {
+            return;
+        }
+    }
+}
+
+/// `GET /v1/**` allowed, `/v1/admin/**` denied, everything else denied.
+fn fuzz_rules() -> Arc<RequestRules> {
+    let rule = |action: &str, method: &str, path: &str| {
+        toml::from_str::<RequestRuleConfig>(&format!(
+            "action = \"{action}\"\nmethod = \"{method}\"\npath = \"{path}\""
+        ))
+        .expect("a valid rule")
+    };
+    Arc::new(
+        RequestRules::new(
+            "fuzz".into(),
+            &[
+                rule("allow", "GET", "/v1/**"),
+                rule("deny", "*", "/v1/admin/**"),
+            ],
+        )
+        .expect("valid rules"),
+    )
+}
