@@ -12,6 +12,7 @@ use crate::config::Timeouts;
 use crate::core::inspect::{InspectCore, Setup};
 use crate::core::link::Link;
 use crate::core::mem::MemPort;
+use crate::core::verdicts;
 use crate::policy::{RequestRuleConfig, RequestRules};
 use crate::protocol::http1::exchange::{MAX_ANSWER_BYTES, MAX_ANSWER_LEN, MAX_DUE, MAX_RECORDS};
 use crate::protocol::http1::{ExchangeConfig, Mode};
@@ -53,7 +54,7 @@ pub fn inspect_session(data: &[u8]) {
     let setup = Setup {
         id: 0,
         exchange: ExchangeConfig {
-            rules: if flags & 2 != 0 { rules() } else { None },
+            rules: verdicts::judge(if flags & 2 != 0 { rules() } else { None }),
             max_head_bytes: max_head,
             ..ExchangeConfig::new(mode)
         },

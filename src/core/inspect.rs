@@ -27,10 +27,12 @@ use std::time::{Duration, Instant};
 
 use super::link::Link;
 use super::port::Port;
+use super::verdicts;
 use crate::buffer::{BufPool, ByteBuf};
 use crate::config::Timeouts;
 use crate::io::Io;
 use crate::lifecycle::CloseReason;
+use crate::policy::secret::Secrets;
 use crate::policy::RequestRules;
 use crate::protocol::http1::exchange::{
     ClientAction, End, Exchange, ExchangeConfig, Mode, Record, SameLogin, Status, UpstreamAction,
@@ -45,7 +47,8 @@ const ROUNDS_PER_CALL: usize = 32;
 pub(crate) struct Setup {
     /// The session's id, for log lines.
     pub(crate) id: u64,
-    /// The exchange's mode, rules, secrets and head limit.
+    /// The exchange's mode, head limit, and the policy's answers
+    /// ([`verdicts::judge`], [`verdicts::secrets`]).
     pub(crate) exchange: ExchangeConfig,
     /// The session's timeouts.
     pub(crate) timeouts: Timeouts,
@@ -228,12 +231,12 @@ impl InspectCore {
 
     /// New request rules after a policy reload (`None`: every request allowed).
     pub(crate) fn set_rules(&mut self, rules: Option<Arc<RequestRules>>) {
-        self.ex.set_rules(rules);
+        self.ex.set_rules(verdicts::judge(rules));
     }
 
     /// The secrets of a reloaded policy.
-    pub(crate) fn set_secrets(&mut self, secrets: Option<Arc<crate::policy::secret::Secrets>>) {
-        self.ex.set_secrets(secrets);
+    pub(crate) fn set_secrets(&mut self, secrets: Option<Arc<Secrets>>) {
+        self.ex.set_secrets(verdicts::secrets(secrets));
     }
 
     /// What the session waits for: a response (its clock runs), the

@@ -10,6 +10,7 @@ pub(crate) mod inspect;
 pub(crate) mod link;
 pub(crate) mod mem;
 pub(crate) mod port;
+pub(crate) mod verdicts;
 
 #[cfg(test)]
 mod tests;

@@ -22,6 +22,7 @@ use super::refusal::Dialect;
 use super::state::State;
 use crate::buffer::ByteBuf;
 use crate::core::inspect::{InspectCore, Parts, Setup, Stop};
+use crate::core::verdicts;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::{RequestRules, Target};
 use crate::protocol::http1::exchange::{Decision, ExchangeConfig, Mode, SameLogin};
@@ -105,8 +106,8 @@ impl Inspect {
         let setup = Setup {
             id: conn.id,
             exchange: ExchangeConfig {
-                rules,
-                secrets: ctx.policy.secrets().cloned(),
+                rules: verdicts::judge(rules),
+                secrets: verdicts::secrets(ctx.policy.secrets().cloned()),
                 max_head_bytes: ctx.settings.limits.max_head_bytes,
                 ..ExchangeConfig::new(mode)
             },

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::exchange_sim::{Ending, Limits, Plan, Script, Sim, HEAD_MAX};
 use crate::policy::{RequestRuleConfig, RequestRules};
+use crate::protocol::http1::exchange::RequestJudge;
 use crate::protocol::http1::{
     parse_response_head, response_body_kind, Body, ExchangeConfig, Mode, Record,
 };
@@ -236,7 +237,12 @@ pub(super) fn forward() -> ExchangeConfig {
 }
 
 /// `allow GET /v1/**`, `deny * /v1/admin/**`, rule `api`.
-pub(super) fn api_rules() -> Arc<RequestRules> {
+pub(super) fn api_rules() -> Arc<dyn RequestJudge> {
+    Arc::new(crate::core::verdicts::Rules(api_request_rules()))
+}
+
+/// [`api_rules`] as the policy holds them.
+pub(super) fn api_request_rules() -> Arc<RequestRules> {
     let rule = |action: &str, method: &str, path: &str| {
         toml::from_str::<RequestRuleConfig>(&format!(
             "action = \"{action}\"\nmethod = \"{method}\"\npath = \"{path}\""

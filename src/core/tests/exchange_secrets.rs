@@ -79,7 +79,7 @@ fn plaintext_http_is_refused_unless_the_secret_allows_it() {
 }
 
 fn with(mut c: ExchangeConfig, s: Arc<Secrets>) -> ExchangeConfig {
-    c.secrets = Some(s);
+    c.secrets = crate::core::verdicts::secrets(Some(s));
     c
 }
 

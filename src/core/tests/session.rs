@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::exchange_runs::api_rules;
+use super::exchange_runs::api_request_rules;
 use super::sim::{Options, Session, ORIGIN};
 use crate::core::inspect::Stop;
 use crate::lifecycle::CloseReason;
@@ -339,7 +339,7 @@ fn a_reload_rechecks_the_next_request() {
     s.upstream_sends(OK);
     s.drive();
     assert_eq!(s.client_text(), OK);
-    s.core().set_rules(Some(api_rules()));
+    s.core().set_rules(Some(api_request_rules()));
     s.client_sends(get("/v1/admin/x"));
     s.drive();
     assert!(

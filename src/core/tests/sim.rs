@@ -224,7 +224,7 @@ impl Session {
         let setup = Setup {
             id: 1,
             exchange: ExchangeConfig {
-                rules: options.rules,
+                rules: crate::core::verdicts::judge(options.rules),
                 max_head_bytes: 8 * 1024,
                 ..ExchangeConfig::new(options.mode)
             },

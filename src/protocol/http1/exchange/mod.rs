@@ -84,16 +84,16 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::policy::secret::Secrets;
-use crate::policy::RequestRules;
 use crate::protocol::http1::Body;
 use crate::target::Target;
 
 mod checks;
+mod judge;
 mod record;
 mod request;
 mod response;
 
+pub use judge::{HeaderSecrets, Headers, RequestJudge, SecretRefusal, Verdict};
 pub(crate) use record::forward_fields;
 pub use record::{Decision, Record};
 
@@ -142,7 +142,7 @@ pub struct ExchangeConfig {
     /// Tunnel or forward proxy.
     pub mode: Mode,
     /// The allowing rule's request rules; `None`: every request allowed.
-    pub rules: Option<Arc<RequestRules>>,
+    pub rules: Option<Arc<dyn RequestJudge>>,
     /// The largest request or response head (431 / 502 beyond).
     pub max_head_bytes: usize,
     /// `Upgrade` protocols that may switch the connection to raw bytes
@@ -157,7 +157,7 @@ pub struct ExchangeConfig {
     /// `[[secrets]]`: placeholders in request headers are replaced by the
     /// value when the request goes to one of the secret's hosts, and the
     /// request is refused (`403 secret-not-allowed`) otherwise.
-    pub secrets: Option<Arc<Secrets>>,
+    pub secrets: Option<Arc<dyn HeaderSecrets>>,
     /// A raw tunnel on a port an inspecting rule covers: the host its first
     /// request named, which the fronting check cleared. Every request must
     /// name this host (`421` otherwise) instead of the tunnel's target (an
@@ -459,15 +459,14 @@ impl Exchange {
     /// (`name` or `name/version`, any case)? The inspecting rules decide
     /// (every one must list it; an audit-mode rule only would-deny), and
     /// without rules the configured tokens (by default `websocket`).
-    pub(crate) fn upgrade_verdict(&self, token: &str) -> crate::policy::RequestVerdict {
-        use crate::policy::RequestVerdict;
+    pub(crate) fn upgrade_verdict(&self, token: &str) -> Verdict {
         let name = token.split_once('/').map_or(token, |(n, _)| n);
         match &self.config.rules {
-            Some(rules) => rules.check_upgrade(name),
+            Some(rules) => rules.upgrade(name),
             None if checks::upgrade_allowed(&token.to_ascii_lowercase(), &self.config.upgrades) => {
-                RequestVerdict::Allow(format!("upgrade {name:?}").into())
+                Verdict::Allow(format!("upgrade {name:?}").into())
             }
-            None => RequestVerdict::Deny(format!("upgrade {name:?} is not allowed").into()),
+            None => Verdict::Deny(format!("upgrade {name:?} is not allowed").into()),
         }
     }
 
@@ -562,12 +561,12 @@ impl Exchange {
 
     /// New request rules after a policy reload (`None`: every request
     /// allowed); they judge the next request parsed.
-    pub fn set_rules(&mut self, rules: Option<Arc<RequestRules>>) {
+    pub fn set_rules(&mut self, rules: Option<Arc<dyn RequestJudge>>) {
         self.config.rules = rules;
     }
 
     /// New secrets after a reload; they apply from the next request parsed.
-    pub fn set_secrets(&mut self, secrets: Option<Arc<Secrets>>) {
+    pub fn set_secrets(&mut self, secrets: Option<Arc<dyn HeaderSecrets>>) {
         self.config.secrets = secrets;
     }
 

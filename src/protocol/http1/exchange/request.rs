@@ -9,7 +9,7 @@ use super::{
     Resp, MAX_ANSWER_BYTES, MAX_DUE, VIA,
 };
 
-use crate::policy::RequestVerdict;
+use super::Verdict;
 use crate::protocol::http::{parse_request_head, HeadError, RequestHead};
 use crate::protocol::http1::{self, Body, BodyKind, HeadEdit};
 use crate::target::{normalize_path, Target};
@@ -341,14 +341,14 @@ impl Exchange {
 
     /// The head's headers with the placeholders of secrets replaced
     /// (`None`: none in it), or why it may not go: see
-    /// [`Secrets::inject`](crate::policy::secret::Secrets::inject). The
+    /// [`HeaderSecrets::inject`](super::HeaderSecrets::inject). The
     /// destination is the tunnel's (`Host` was checked against it) or the
     /// absolute URI's.
     fn inject(
         &self,
         head: &RequestHead,
         uri: Option<&Named>,
-    ) -> Result<Option<crate::policy::secret::Headers>, crate::policy::secret::SecretRefusal> {
+    ) -> Result<Option<super::Headers>, super::SecretRefusal> {
         let Some(secrets) = &self.config.secrets else {
             return Ok(None);
         };
@@ -473,10 +473,10 @@ impl Exchange {
         }
         let mut decision = match &self.config.rules {
             None => Decision::Allowed(None),
-            Some(rules) => match rules.check(&judged.method, &judged.path) {
-                RequestVerdict::Allow(rule) => Decision::Allowed(Some(rule)),
-                RequestVerdict::WouldDeny(rule) => Decision::WouldDeny(rule),
-                RequestVerdict::Deny(rule) => {
+            Some(rules) => match rules.request(&judged.method, &judged.path) {
+                Verdict::Allow(rule) => Decision::Allowed(Some(rule)),
+                Verdict::WouldDeny(rule) => Decision::WouldDeny(rule),
+                Verdict::Deny(rule) => {
                     let path = clip(&judged.path, MAX_ECHO);
                     return Err(Refusal {
                         status: 403,
@@ -490,13 +490,13 @@ impl Exchange {
         if judged.upgrade {
             for token in checks::upgrade_tokens(head) {
                 match self.upgrade_verdict(&token) {
-                    RequestVerdict::Allow(_) => {}
-                    RequestVerdict::WouldDeny(rule) => {
+                    Verdict::Allow(_) => {}
+                    Verdict::WouldDeny(rule) => {
                         if matches!(decision, Decision::Allowed(_)) {
                             decision = Decision::WouldDeny(rule);
                         }
                     }
-                    RequestVerdict::Deny(_) => {
+                    Verdict::Deny(_) => {
                         let token = clip(&token, 64);
                         let why = format!("upgrading to {token} is not allowed here");
                         let cause = format!("upgrade-not-allowed; token={token}");

@@ -4,8 +4,8 @@
 
 use super::checks;
 use super::record::Decision;
+use super::Verdict;
 use super::{Due, End, Exchange, Mode, Phase, Progress, Req, Resp, UpstreamAction, VIA};
-use crate::policy::RequestVerdict;
 use crate::protocol::http::{error_response, HeadError};
 use crate::protocol::http1::{self, Body, BodyKind, HeadEdit, ResponseHead};
 
@@ -163,7 +163,7 @@ impl Exchange {
             // one whose bytes would escape the request rules.
             let chosen = first_token(&head);
             match chosen {
-                Some(t) if !matches!(self.upgrade_verdict(&t), RequestVerdict::Deny(_)) => {}
+                Some(t) if !matches!(self.upgrade_verdict(&t), Verdict::Deny(_)) => {}
                 other => {
                     let t = other.unwrap_or_else(|| "nothing".into());
                     let t = super::record::clip(&t, 64);
