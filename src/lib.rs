@@ -103,3 +103,6 @@ pub use control::{ControlError, SessionInfo};
 pub use events::Event;
 pub use policy::Policy;
 pub use stats::{CloseReason, StatsSnapshot, UdpDrop, UdpStats, WorkerStats};
+
+#[cfg(test)]
+mod layers_tests;
