@@ -14,6 +14,9 @@
 //!
 //! # The pump
 //!
+//! The one implementation is the session core's, `core::inspect::InspectCore::pump`
+//! (production, the simulator and the fuzz target all run it); in outline:
+//!
 //! ```text
 //! loop {
 //!     read the client into cin; at its EOF: ex.client_eof()
@@ -48,7 +51,7 @@
 //! }
 //! ```
 //!
-//! Rules the pump must keep:
+//! Rules the pump must keep (the core checks the action sizes in debug builds):
 //! - All four queues hold at least `max_head_bytes + 1024` bytes: a head is
 //!   parsed (or found too large) only once it fits in an input, it goes out
 //!   whole (rewritten ones grow a little), and so does an answer (at most
