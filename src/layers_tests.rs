@@ -69,5 +69,9 @@ fn layers_import_only_what_they_may() {
             }
         }
     }
-    assert!(broken.is_empty(), "imports against the layers:\n{}", broken.join("\n"));
+    assert!(
+        broken.is_empty(),
+        "imports against the layers:\n{}",
+        broken.join("\n")
+    );
 }
