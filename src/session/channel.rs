@@ -12,10 +12,12 @@ use crate::io::Io;
 use crate::tls::layer::TlsLayer;
 use crate::tls::wire::Wire;
 
-/// A socket, and plaintext or TLS over it.
-pub(crate) struct Channel {
-    ep: Endpoint,
-    link: Link,
+/// A socket, and plaintext or TLS over it. A plain socket is held as it
+/// is: an idle raw tunnel pays nothing for the TLS it does not use.
+pub(crate) enum Channel {
+    Plain(Endpoint),
+    /// The socket and its link (always [`Link::Tls`]).
+    Tls(Box<(Endpoint, Link)>),
 }
 
 /// The endpoint as the wire under a TLS layer: it answers `WouldBlock`
@@ -80,101 +82,132 @@ impl Port for Endpoint {
 impl Channel {
     /// Plaintext over `ep`.
     pub(crate) fn plain(ep: Endpoint) -> Channel {
-        Channel {
-            ep,
-            link: Link::Plain,
-        }
+        Channel::Plain(ep)
     }
 
     /// TLS over `ep`, through `layer`.
     pub(crate) fn tls(ep: Endpoint, layer: TlsLayer) -> Channel {
-        Channel {
-            ep,
-            link: Link::tls(layer),
-        }
+        Channel::Tls(Box::new((ep, Link::tls(layer))))
     }
 
     /// A socket and the link above it, together again.
     pub(crate) fn from_parts(ep: Endpoint, link: Link) -> Channel {
-        Channel { ep, link }
+        match link {
+            Link::Plain => Channel::Plain(ep),
+            tls @ Link::Tls(_) => Channel::Tls(Box::new((ep, tls))),
+        }
     }
 
     /// The socket and the link above it, apart (for the core).
     pub(crate) fn into_parts(self) -> (Endpoint, Link) {
-        (self.ep, self.link)
+        match self {
+            Channel::Plain(ep) => (ep, Link::Plain),
+            Channel::Tls(b) => *b,
+        }
+    }
+
+    /// The link and the socket under it, for one call.
+    fn with<R>(&mut self, f: impl FnOnce(&mut Link, &mut Endpoint) -> R) -> R {
+        match self {
+            Channel::Plain(ep) => f(&mut Link::Plain, ep),
+            Channel::Tls(b) => {
+                let (ep, link) = &mut **b;
+                f(link, ep)
+            }
+        }
+    }
+
+    fn ep(&self) -> &Endpoint {
+        match self {
+            Channel::Plain(ep) => ep,
+            Channel::Tls(b) => &b.0,
+        }
+    }
+
+    fn link(&self) -> &Link {
+        match self {
+            Channel::Plain(_) => &Link::Plain,
+            Channel::Tls(b) => &b.1,
+        }
     }
 
     /// The socket under the channel (readiness events go here).
     pub(crate) fn endpoint(&mut self) -> &mut Endpoint {
-        &mut self.ep
+        match self {
+            Channel::Plain(ep) => ep,
+            Channel::Tls(b) => &mut b.0,
+        }
     }
 
     /// The socket, when the channel is plaintext (splice moves its bytes).
     pub(crate) fn plain_endpoint(&mut self) -> Option<&mut Endpoint> {
-        self.link.is_plain().then_some(&mut self.ep)
+        match self {
+            Channel::Plain(ep) => Some(ep),
+            Channel::Tls(_) => None,
+        }
     }
 
     pub(crate) fn is_plain(&self) -> bool {
-        self.link.is_plain()
+        matches!(self, Channel::Plain(_))
     }
 
     /// The kernel reported an error on the socket.
     pub(crate) fn failed(&self) -> bool {
-        self.ep.failed()
+        self.ep().failed()
     }
 
     /// The peer's FIN arrived on the socket (bytes before it may be unread).
     pub(crate) fn peer_finished(&self) -> bool {
-        self.ep.peer_finished()
+        self.ep().peer_finished()
     }
 
     /// Says whether plaintext is wanted from this side now.
     pub(crate) fn want_read(&mut self, on: bool) {
-        self.link.want_read(&mut self.ep, on)
+        self.with(|link, ep| link.want_read(ep, on))
     }
 
     /// Says whether plaintext waits to go to this side.
     pub(crate) fn want_write(&mut self, on: bool) {
-        self.link.want_write(&mut self.ep, on)
+        self.with(|link, ep| link.want_write(ep, on))
     }
 
     /// A read may make progress.
     pub(crate) fn can_read(&self) -> bool {
-        self.link.can_read(&self.ep)
+        self.link().can_read(self.ep())
     }
 
     /// A write may make progress.
     pub(crate) fn can_write(&self) -> bool {
-        self.ep.can_write()
+        self.ep().can_write()
     }
 
     /// Reads plaintext into `buf` (never empty).
     pub(crate) fn read(&mut self, buf: &mut [u8]) -> Io {
-        self.link.read(&mut self.ep, buf)
+        self.with(|link, ep| link.read(ep, buf))
     }
 
     /// Writes plaintext from `buf` (never empty).
     pub(crate) fn write(&mut self, buf: &[u8]) -> Io {
-        self.link.write(&mut self.ep, buf)
+        self.with(|link, ep| link.write(ep, buf))
     }
 
     /// See [`Link::progress`].
     pub(crate) fn progress(&mut self) -> Result<bool, std::io::Error> {
-        self.link.progress(&mut self.ep)
+        self.with(|link, ep| link.progress(ep))
     }
 
     /// Ends our sending side: a FIN, or close_notify and then a FIN.
     pub(crate) fn shutdown_write(&mut self) {
-        self.link.shutdown_write(&mut self.ep)
+        self.with(|link, ep| link.shutdown_write(ep))
     }
 
     /// Makes the coming close abortive (the peer sees a reset).
     pub(crate) fn abort_on_close(&self) {
-        self.ep.abort_on_close()
+        self.ep().abort_on_close()
     }
 
     /// See [`Link::owes_wire`].
     pub(crate) fn owes_wire(&self) -> bool {
-        self.link.owes_wire()
+        self.link().owes_wire()
     }
 }
