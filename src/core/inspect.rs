@@ -302,20 +302,22 @@ impl InspectCore {
             moved |= self.send_upstream(upstream);
             moved |= self.read_upstream(upstream);
             moved |= self.responses()?;
-            if self.records_full() {
-                // The shell takes them before more requests are answered:
-                // a flood of refused requests must not drop access lines.
-                self.yielded = true;
-                self.relay_out(client)?;
-                break;
-            }
+            // Records wait: the shell takes them before more requests are
+            // answered (a flood of refused requests must not drop access
+            // lines), once this round is done.
+            let full = self.records_full();
             moved |= self.relay_out(client)?;
             self.check_status()?;
+            self.yielded = full;
             if !moved {
                 break;
             }
+            // What filled the records moved too: the session is not idle.
             active = true;
             self.clocks.last_active = now;
+            if full {
+                break;
+            }
         }
         // As in a tunnel, an error event ends a side only once nothing more
         // moves: what it sent before failing is read and relayed first.
