@@ -31,3 +31,78 @@ fn a_steady_stream_of_refused_requests_is_not_idle() {
     assert!(s.stop.is_none(), "closed {:?}", s.reason());
     assert_eq!(s.records.len(), 10 * MAX_RECORDS / 2);
 }
+
+/// A 101 with a client that sent its first frames behind the upgrade
+/// request, and an upstream that sent its first frames behind the 101:
+/// every byte reaches the raw relay, in order, none twice; one record.
+#[test]
+fn an_upgrade_hands_over_every_early_byte_both_ways() {
+    let mut s = Session::new(Options::tunnel());
+    let ws = format!(
+        "GET /ws HTTP/1.1\r\nHost: {ORIGIN}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    s.client_sends(format!("{ws}client-frame-1"));
+    s.drive();
+    s.client_sends("client-frame-2");
+    s.drive();
+    let switching = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\
+                     Upgrade: websocket\r\n\r\n";
+    s.upstream_sends(format!("{switching}server-frame"));
+    s.drive();
+    assert!(
+        matches!(s.stop, Some(crate::core::inspect::Stop::Upgraded)),
+        "{:?}",
+        s.stop
+    );
+    let parts = s.parts.as_ref().unwrap();
+    let up = [
+        s.upstream.got.as_slice(),
+        parts.uout.data(),
+        parts.cin.data(),
+    ]
+    .concat();
+    let down = [s.client.got.as_slice(), parts.cout.data(), parts.uin.data()].concat();
+    assert_eq!(
+        String::from_utf8_lossy(&up),
+        format!("{ws}client-frame-1client-frame-2")
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&down),
+        format!("{switching}server-frame")
+    );
+    assert_eq!(s.records.len(), 1);
+}
+
+/// The forward proxy's switch to another host: the request for it is
+/// handed over whole, with what follows it, and the login goes along.
+#[test]
+fn a_forward_switch_hands_over_the_next_requests_and_the_login() {
+    let mut s = Session::new(Options {
+        mode: crate::protocol::http1::Mode::Forward {
+            upstream: super::sim::origin(),
+            tls: false,
+        },
+        ..Options::tunnel()
+    });
+    s.core()
+        .set_login(Some(crate::protocol::http1::exchange::SameLogin::new(
+            |_| true,
+        )));
+    let a = "GET http://origin.test/a HTTP/1.1\r\nHost: origin.test\r\n\r\n";
+    let b = "GET http://other.test/b HTTP/1.1\r\nHost: other.test\r\n\r\n";
+    let c = "GET http://other.test/c HTTP/1.1\r\nHost: other.test\r\n\r\n";
+    s.client_sends(format!("{a}{b}{c}"));
+    s.drive();
+    assert!(s.stop.is_none());
+    s.upstream_sends("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi");
+    s.drive();
+    let Some(crate::core::inspect::Stop::Switch(target, false)) = &s.stop else {
+        panic!("{:?}", s.stop);
+    };
+    assert_eq!(target.to_string(), "other.test:80");
+    let parts = s.parts.as_ref().unwrap();
+    assert_eq!(String::from_utf8_lossy(parts.cin.data()), format!("{b}{c}"));
+    assert!(parts.login.is_some(), "the login goes along");
+    assert_eq!(s.records.len(), 1);
+}
