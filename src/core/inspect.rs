@@ -279,6 +279,26 @@ impl InspectCore {
         client: &mut impl Port,
         upstream: &mut impl Port,
     ) -> Result<(), Stop> {
+        let result = self.pump_rounds(now, client, upstream);
+        self.ended(result)
+    }
+
+    /// A stop that drops the conversation where it stands (the client
+    /// gone, a clock with nothing to answer) still records each request
+    /// due: the shell takes the records before it acts on the stop.
+    fn ended(&mut self, result: Result<(), Stop>) -> Result<(), Stop> {
+        if let Err(Stop::ClientGone(_) | Stop::Done(_)) = &result {
+            self.ex.abandon();
+        }
+        result
+    }
+
+    fn pump_rounds(
+        &mut self,
+        now: Instant,
+        client: &mut impl Port,
+        upstream: &mut impl Port,
+    ) -> Result<(), Stop> {
         let mut active = false;
         self.yielded = false;
         for round in 0.. {
@@ -589,6 +609,11 @@ impl InspectCore {
 
     /// Acts on every clock that ran out by `now`. The shell pumps after.
     pub(crate) fn handle_timeout(&mut self, now: Instant, client: &impl Port) -> Result<(), Stop> {
+        let result = self.clocks_ran_out(now, client);
+        self.ended(result)
+    }
+
+    fn clocks_ran_out(&mut self, now: Instant, client: &impl Port) -> Result<(), Stop> {
         if let Some(until) = self.clocks.handshake_until {
             if now >= until && self.client.is_handshaking() {
                 log::info!(

@@ -106,3 +106,43 @@ fn a_forward_switch_hands_over_the_next_requests_and_the_login() {
     assert!(parts.login.is_some(), "the login goes along");
     assert_eq!(s.records.len(), 1);
 }
+
+/// A client that resets once its requests went up, before their answers:
+/// each request is still recorded (an access line, unanswered), or a
+/// client could send what it likes upstream and leave no trace of it but
+/// the session's byte count.
+#[test]
+fn requests_sent_before_the_client_resets_are_recorded() {
+    let mut s = Session::new(Options::tunnel());
+    s.client_sends(get("/a") + &get("/b"));
+    s.drive();
+    assert_eq!(s.upstream_text(), get("/a") + &get("/b"));
+    s.client_reset();
+    s.drive();
+    assert_eq!(s.reason(), Some(crate::lifecycle::CloseReason::ClientGone));
+    let paths: Vec<_> = s.records.iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, [Some("/a".into()), Some("/b".into())]);
+    assert!(s.records.iter().all(|r| r.status.is_none()));
+}
+
+/// The same when a clock ends the session: a half-closed client whose
+/// large upload is still being sent to an upstream that reads nothing (no
+/// response is awaited yet, so no 504 answers it).
+#[test]
+fn a_request_cut_by_the_half_close_timeout_is_recorded() {
+    let mut s = Session::new(Options::tunnel());
+    s.uport.room = 0; // the upstream reads nothing
+    let body = "u".repeat(100_000);
+    s.client_sends(format!(
+        "POST /up HTTP/1.1\r\nHost: {ORIGIN}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    ));
+    s.client_fin();
+    s.drive();
+    s.elapse(Duration::from_secs(60));
+    assert_eq!(
+        s.reason(),
+        Some(crate::lifecycle::CloseReason::HalfCloseTimeout)
+    );
+    assert_eq!(s.records.len(), 1, "{:?}", s.records);
+}

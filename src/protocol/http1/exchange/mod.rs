@@ -556,6 +556,15 @@ impl Exchange {
         true
     }
 
+    /// The connection ended under the machine (the client went, a clock
+    /// ran out with nothing to answer): every request still due is
+    /// recorded, unanswered, as when the conversation ends by itself.
+    pub fn abandon(&mut self) {
+        if matches!(self.phase, Phase::Open) {
+            self.close(End::Done, None);
+        }
+    }
+
     /// The host every request must name, when not the tunnel's target: see
     /// [`ExchangeConfig::vetted_host`].
     pub fn set_vetted_host(&mut self, host: Option<Target>) {
