@@ -68,7 +68,9 @@
 //! - An upstream that resets is best reported as [`Exchange::upstream_eof`]
 //!   (after relaying what it sent): the client then gets its 502 when
 //!   nothing of the response had gone out. A client that resets is gone:
-//!   drop the machine.
+//!   call [`Exchange::abandon`] (each request still due is recorded, so
+//!   none goes up unlogged), take the records, drop the machine; the same
+//!   when a clock ends the connection with nothing to answer.
 //! - `Switch` is acted on only once `uout` and `cout` are flushed; take the
 //!   records before dropping the machine.
 //! - [`ClientAction::Wait`] may mean backpressure on the client: the machine
