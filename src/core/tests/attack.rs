@@ -146,3 +146,31 @@ fn a_request_cut_by_the_half_close_timeout_is_recorded() {
     );
     assert_eq!(s.records.len(), 1, "{:?}", s.records);
 }
+
+/// Pipelined requests whose responses arrive in one burst, after a long
+/// wait: the burst that fills the records is traffic, so the idle clock
+/// starts from it, not from when the requests went up.
+#[test]
+fn a_burst_of_pipelined_responses_restarts_the_idle_clock() {
+    let mut s = Session::new(Options {
+        idle: Some(Duration::from_secs(10)),
+        ..Options::tunnel()
+    });
+    let n = MAX_RECORDS / 2;
+    s.client_sends(get("/p").repeat(n));
+    s.drive();
+    s.elapse(Duration::from_secs(20));
+    assert!(s.stop.is_none(), "{:?}", s.reason());
+    s.upstream_sends("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi".repeat(n));
+    s.drive();
+    assert_eq!(s.records.len(), n);
+    s.elapse(Duration::from_secs(9));
+    assert!(
+        s.stop.is_none(),
+        "closed {:?} at {:?}",
+        s.reason(),
+        s.elapsed()
+    );
+    s.elapse(Duration::from_secs(1));
+    assert_eq!(s.reason(), Some(crate::lifecycle::CloseReason::IdleTimeout));
+}
