@@ -315,7 +315,7 @@ impl InspectCore {
             if !self.upstream_gone {
                 match self.upstream.progress(upstream) {
                     Ok(m) => moved |= m,
-                    Err(e) => moved |= self.upstream_lost(&e),
+                    Err(e) => moved |= self.upstream_lost(&e, false),
                 }
             }
             moved |= self.requests(client)?;
@@ -346,8 +346,11 @@ impl InspectCore {
         }
         if !active && upstream.failed() && !self.upstream_gone {
             self.upstream_gone = true;
-            self.upstream_eof = true;
-            self.ex.upstream_eof();
+            if !self.upstream_eof {
+                // An error (a reset) before any clean end: cut short.
+                self.upstream_eof = true;
+                self.ex.upstream_cut();
+            }
             self.responses()?;
             self.check_status()?;
         }
@@ -443,7 +446,7 @@ impl InspectCore {
                 self.relayed.0 += payload;
                 written > 0
             }
-            Err(e) => self.upstream_lost(&e),
+            Err(e) => self.upstream_lost(&e, false),
         }
     }
 
@@ -456,11 +459,15 @@ impl InspectCore {
             Io::Progress(_) => true,
             Io::Eof => {
                 self.upstream_eof = true;
-                self.ex.upstream_eof();
+                if self.upstream.truncated() {
+                    self.ex.upstream_cut();
+                } else {
+                    self.ex.upstream_eof();
+                }
                 true
             }
             Io::WouldBlock => false,
-            Io::PeerGone(e) => self.upstream_lost(&e),
+            Io::PeerGone(e) => self.upstream_lost(&e, true),
         }
     }
 
@@ -475,13 +482,17 @@ impl InspectCore {
     /// The upstream reset, failed its TLS, or broke: what it sent was
     /// relayed already; the machine hears it as an EOF, so a request still
     /// waiting gets its 502.
-    fn upstream_lost(&mut self, e: &std::io::Error) -> bool {
+    /// `reading`: the loss came from reading it (a reset), so a body that
+    /// runs to the end of the connection is cut short; a write that fails
+    /// may follow a clean end the reads have not reached yet.
+    fn upstream_lost(&mut self, e: &std::io::Error, reading: bool) -> bool {
         log::debug!("conn={} upstream lost: {e}", self.id);
         self.upstream_gone = true;
         if !self.upstream_eof {
             self.upstream_eof = true;
             match crate::tls::TlsFailure::of(e) {
                 Some(f) => self.ex.upstream_failed("upstream-tls", f.reason()),
+                None if reading => self.ex.upstream_cut(),
                 None => self.ex.upstream_eof(),
             }
         }

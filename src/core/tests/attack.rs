@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::exchange_runs::api_request_rules;
 use super::sim::{Options, Session, ORIGIN};
+use crate::core::inspect::Stop;
 use crate::protocol::http1::exchange::MAX_RECORDS;
 
 fn get(path: &str) -> String {
@@ -50,11 +51,7 @@ fn an_upgrade_hands_over_every_early_byte_both_ways() {
                      Upgrade: websocket\r\n\r\n";
     s.upstream_sends(format!("{switching}server-frame"));
     s.drive();
-    assert!(
-        matches!(s.stop, Some(crate::core::inspect::Stop::Upgraded)),
-        "{:?}",
-        s.stop
-    );
+    assert!(matches!(s.stop, Some(Stop::Upgraded)), "{:?}", s.stop);
     let parts = s.parts.as_ref().unwrap();
     let up = [
         s.upstream.got.as_slice(),
@@ -97,7 +94,7 @@ fn a_forward_switch_hands_over_the_next_requests_and_the_login() {
     assert!(s.stop.is_none());
     s.upstream_sends("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi");
     s.drive();
-    let Some(crate::core::inspect::Stop::Switch(target, false)) = &s.stop else {
+    let Some(Stop::Switch(target, false)) = &s.stop else {
         panic!("{:?}", s.stop);
     };
     assert_eq!(target.to_string(), "other.test:80");
@@ -174,4 +171,58 @@ fn a_burst_of_pipelined_responses_restarts_the_idle_clock() {
     );
     s.elapse(Duration::from_secs(1));
     assert_eq!(s.reason(), Some(crate::lifecycle::CloseReason::IdleTimeout));
+}
+
+/// A close-delimited response (no length: it ends with the connection)
+/// cut by an upstream reset: the client must get a reset too, never the
+/// clean end that says the body is whole.
+#[test]
+fn a_close_delimited_body_cut_by_an_upstream_reset_resets_the_client() {
+    let mut s = Session::new(Options::tunnel());
+    s.client_sends(get("/a"));
+    s.upstream_sends("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\npartial");
+    s.drive();
+    s.upstream_reset();
+    s.drive();
+    assert!(s.client_text().ends_with("partial"));
+    assert!(
+        matches!(s.stop, Some(Stop::Closed { abort: true, .. })),
+        "{:?}",
+        s.stop
+    );
+}
+
+/// The same over TLS to the upstream: a TCP FIN without close_notify
+/// (a forged FIN, a crashed server) is a truncation, and the client, whose
+/// TLS the proxy terminates, must not get a close_notify that vouches for
+/// the body; with the upstream's close_notify the end is clean.
+#[test]
+fn a_tls_close_delimited_body_ends_cleanly_only_with_close_notify() {
+    let response = "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\npartial";
+    let mut s = Session::new(Options::terminated());
+    s.client_sends(get("/a"));
+    s.upstream_sends(response);
+    s.drive();
+    s.upstream_fin();
+    s.drive();
+    assert!(s.client_text().ends_with("partial"), "{}", s.client_text());
+    assert!(
+        matches!(s.stop, Some(Stop::Closed { abort: true, .. })),
+        "a truncated body closed cleanly: {:?}",
+        s.stop
+    );
+
+    let mut s = Session::new(Options::terminated());
+    s.client_sends(get("/a"));
+    s.upstream_sends(response);
+    s.drive();
+    s.upstream_close_notify();
+    s.upstream_fin();
+    s.drive();
+    assert_eq!(s.client_text(), response);
+    assert!(
+        matches!(s.stop, Some(Stop::Closed { abort: false, .. })),
+        "{:?}",
+        s.stop
+    );
 }
