@@ -279,6 +279,26 @@ impl InspectCore {
         client: &mut impl Port,
         upstream: &mut impl Port,
     ) -> Result<(), Stop> {
+        let result = self.pump_rounds(now, client, upstream);
+        self.ended(result)
+    }
+
+    /// A stop that drops the conversation where it stands (the client
+    /// gone, a clock with nothing to answer) still records each request
+    /// due: the shell takes the records before it acts on the stop.
+    fn ended(&mut self, result: Result<(), Stop>) -> Result<(), Stop> {
+        if let Err(Stop::ClientGone(_) | Stop::Done(_)) = &result {
+            self.ex.abandon();
+        }
+        result
+    }
+
+    fn pump_rounds(
+        &mut self,
+        now: Instant,
+        client: &mut impl Port,
+        upstream: &mut impl Port,
+    ) -> Result<(), Stop> {
         let mut active = false;
         self.yielded = false;
         for round in 0.. {
@@ -295,27 +315,29 @@ impl InspectCore {
             if !self.upstream_gone {
                 match self.upstream.progress(upstream) {
                     Ok(m) => moved |= m,
-                    Err(e) => moved |= self.upstream_lost(&e),
+                    Err(e) => moved |= self.upstream_lost(&e, false),
                 }
             }
             moved |= self.requests(client)?;
             moved |= self.send_upstream(upstream);
             moved |= self.read_upstream(upstream);
             moved |= self.responses()?;
-            if self.records_full() {
-                // The shell takes them before more requests are answered:
-                // a flood of refused requests must not drop access lines.
-                self.yielded = true;
-                self.relay_out(client)?;
-                break;
-            }
+            // Records wait: the shell takes them before more requests are
+            // answered (a flood of refused requests must not drop access
+            // lines), once this round is done.
+            let full = self.records_full();
             moved |= self.relay_out(client)?;
             self.check_status()?;
+            self.yielded = full;
             if !moved {
                 break;
             }
+            // What filled the records moved too: the session is not idle.
             active = true;
             self.clocks.last_active = now;
+            if full {
+                break;
+            }
         }
         // As in a tunnel, an error event ends a side only once nothing more
         // moves: what it sent before failing is read and relayed first.
@@ -324,8 +346,11 @@ impl InspectCore {
         }
         if !active && upstream.failed() && !self.upstream_gone {
             self.upstream_gone = true;
-            self.upstream_eof = true;
-            self.ex.upstream_eof();
+            if !self.upstream_eof {
+                // An error (a reset) before any clean end: cut short.
+                self.upstream_eof = true;
+                self.ex.upstream_cut();
+            }
             self.responses()?;
             self.check_status()?;
         }
@@ -421,7 +446,7 @@ impl InspectCore {
                 self.relayed.0 += payload;
                 written > 0
             }
-            Err(e) => self.upstream_lost(&e),
+            Err(e) => self.upstream_lost(&e, false),
         }
     }
 
@@ -434,11 +459,15 @@ impl InspectCore {
             Io::Progress(_) => true,
             Io::Eof => {
                 self.upstream_eof = true;
-                self.ex.upstream_eof();
+                if self.upstream.truncated() {
+                    self.ex.upstream_cut();
+                } else {
+                    self.ex.upstream_eof();
+                }
                 true
             }
             Io::WouldBlock => false,
-            Io::PeerGone(e) => self.upstream_lost(&e),
+            Io::PeerGone(e) => self.upstream_lost(&e, true),
         }
     }
 
@@ -453,13 +482,17 @@ impl InspectCore {
     /// The upstream reset, failed its TLS, or broke: what it sent was
     /// relayed already; the machine hears it as an EOF, so a request still
     /// waiting gets its 502.
-    fn upstream_lost(&mut self, e: &std::io::Error) -> bool {
+    /// `reading`: the loss came from reading it (a reset), so a body that
+    /// runs to the end of the connection is cut short; a write that fails
+    /// may follow a clean end the reads have not reached yet.
+    fn upstream_lost(&mut self, e: &std::io::Error, reading: bool) -> bool {
         log::debug!("conn={} upstream lost: {e}", self.id);
         self.upstream_gone = true;
         if !self.upstream_eof {
             self.upstream_eof = true;
             match crate::tls::TlsFailure::of(e) {
                 Some(f) => self.ex.upstream_failed("upstream-tls", f.reason()),
+                None if reading => self.ex.upstream_cut(),
                 None => self.ex.upstream_eof(),
             }
         }
@@ -587,6 +620,11 @@ impl InspectCore {
 
     /// Acts on every clock that ran out by `now`. The shell pumps after.
     pub(crate) fn handle_timeout(&mut self, now: Instant, client: &impl Port) -> Result<(), Stop> {
+        let result = self.clocks_ran_out(now, client);
+        self.ended(result)
+    }
+
+    fn clocks_ran_out(&mut self, now: Instant, client: &impl Port) -> Result<(), Stop> {
         if let Some(until) = self.clocks.handshake_until {
             if now >= until && self.client.is_handshaking() {
                 log::info!(

@@ -4,7 +4,7 @@
 
 use super::port::Port;
 use crate::io::Io;
-use crate::tls::layer::TlsLayer;
+use crate::tls::layer::{PeerClose, TlsLayer};
 
 /// Plaintext, or TLS over the transport.
 pub(crate) enum Link {
@@ -113,6 +113,12 @@ impl Link {
                 }
             }
         }
+    }
+
+    /// The peer's TLS ended with a TCP EOF and no close_notify (plaintext
+    /// never says): what it sent may be cut short.
+    pub(crate) fn truncated(&self) -> bool {
+        matches!(self, Link::Tls(s) if s.layer.peer_close() == Some(PeerClose::Truncated))
     }
 
     /// A TLS handshake has not finished yet.

@@ -296,6 +296,14 @@ impl Session {
         self.uport.fin = true;
     }
 
+    /// The upstream's TLS close_notify (after what it sent).
+    pub(super) fn upstream_close_notify(&mut self) {
+        if let Some(conn) = &mut self.upstream.tls {
+            conn.send_close_notify();
+        }
+        self.drive();
+    }
+
     /// The client resets.
     pub(super) fn client_reset(&mut self) {
         self.cport.reset = true;

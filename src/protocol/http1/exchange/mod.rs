@@ -68,7 +68,9 @@
 //! - An upstream that resets is best reported as [`Exchange::upstream_eof`]
 //!   (after relaying what it sent): the client then gets its 502 when
 //!   nothing of the response had gone out. A client that resets is gone:
-//!   drop the machine.
+//!   call [`Exchange::abandon`] (each request still due is recorded, so
+//!   none goes up unlogged), take the records, drop the machine; the same
+//!   when a clock ends the connection with nothing to answer.
 //! - `Switch` is acted on only once `uout` and `cout` are flushed; take the
 //!   records before dropping the machine.
 //! - [`ClientAction::Wait`] may mean backpressure on the client: the machine
@@ -306,6 +308,10 @@ pub struct Exchange {
     records_dropped: u64,
     client_eof: bool,
     upstream_eof: bool,
+    /// The upstream's stream ended without a clean end (a reset, an error,
+    /// a TLS EOF without close_notify): a body that ends with the
+    /// connection is cut short, not whole.
+    upstream_cut: bool,
     /// The upstream failed for a reason the client should hear (cause, why):
     /// the request due, or the next one, is answered 502 with it.
     upstream_failure: Option<(String, String)>,
@@ -449,6 +455,7 @@ impl Exchange {
             records_dropped: 0,
             client_eof: false,
             upstream_eof: false,
+            upstream_cut: false,
             upstream_failure: None,
             upstream_pending: false,
             wait_id: 0,
@@ -486,12 +493,24 @@ impl Exchange {
         self.upstream_eof = true;
     }
 
+    /// The upstream's stream ended without a clean end: a reset, an
+    /// error, or over TLS a TCP EOF with no close_notify (a forged FIN, a
+    /// crashed server). Like [`Exchange::upstream_eof`], except that a
+    /// response whose body runs to the end of the connection is cut short
+    /// ([`End::UpstreamClosed`], no answer: the client is reset), not
+    /// complete: only a clean end vouches for such a body.
+    pub fn upstream_cut(&mut self) {
+        self.upstream_eof = true;
+        self.upstream_cut = true;
+    }
+
     /// The upstream failed for a reason the client should hear (a TLS
-    /// certificate it would not accept, say): like [`Exchange::upstream_eof`],
+    /// certificate it would not accept, say): like [`Exchange::upstream_cut`],
     /// but the 502 carries `X-Proxy-Error: <cause>; <why>`, and if no
     /// request is due yet, the client's next request is answered with it.
     pub fn upstream_failed(&mut self, cause: &str, why: &str) {
         self.upstream_eof = true;
+        self.upstream_cut = true;
         self.upstream_failure = Some((cause.to_owned(), why.to_owned()));
     }
 
@@ -554,6 +573,15 @@ impl Exchange {
         let answer = crate::protocol::http::error_response(504, "response-timeout", why, &[]);
         self.close(End::ResponseTimeout, Some((504, answer)));
         true
+    }
+
+    /// The connection ended under the machine (the client went, a clock
+    /// ran out with nothing to answer): every request still due is
+    /// recorded, unanswered, as when the conversation ends by itself.
+    pub fn abandon(&mut self) {
+        if matches!(self.phase, Phase::Open) {
+            self.close(End::Done, None);
+        }
     }
 
     /// The host every request must name, when not the tunnel's target: see

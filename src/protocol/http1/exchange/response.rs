@@ -240,7 +240,7 @@ impl Exchange {
             if !self.upstream_eof {
                 return UpstreamAction::Wait;
             }
-            if body.kind() == BodyKind::UntilClose {
+            if body.kind() == BodyKind::UntilClose && !self.upstream_cut {
                 // The body ends with the upstream's EOF, and so does the
                 // connection: nothing may follow it (the client reads to
                 // EOF, so an answer to a pipelined request would become
@@ -250,7 +250,8 @@ impl Exchange {
                     self.close(End::Done, None);
                 }
             } else {
-                // Cut short: the client must not take it for complete.
+                // Cut short (by its length, or by an end that was not
+                // clean): the client must not take it for complete.
                 self.close(End::UpstreamClosed, None);
             }
             return UpstreamAction::Close;

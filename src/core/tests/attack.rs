@@ -1,0 +1,228 @@
+//! Attacks on the sans-IO core from outside: what a hostile client or
+//! upstream can do with bytes and time alone.
+
+use std::time::Duration;
+
+use super::exchange_runs::api_request_rules;
+use super::sim::{Options, Session, ORIGIN};
+use crate::core::inspect::Stop;
+use crate::protocol::http1::exchange::MAX_RECORDS;
+
+fn get(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: {ORIGIN}\r\n\r\n")
+}
+
+/// A client that keeps sending refused requests, a batch each second, is
+/// busy, not idle: the yield that lets the shell take the batch's records
+/// must not leave the idle clock where it was.
+#[test]
+fn a_steady_stream_of_refused_requests_is_not_idle() {
+    let mut s = Session::new(Options {
+        idle: Some(Duration::from_secs(5)),
+        rules: Some(api_request_rules()),
+        ..Options::tunnel()
+    });
+    let batch = get("/v1/admin/x").repeat(MAX_RECORDS / 2);
+    for second in 0..10 {
+        s.client_sends(&batch);
+        s.drive();
+        assert!(s.stop.is_none(), "closed {:?} after {second} s", s.reason());
+        s.elapse(Duration::from_secs(1));
+    }
+    assert!(s.stop.is_none(), "closed {:?}", s.reason());
+    assert_eq!(s.records.len(), 10 * MAX_RECORDS / 2);
+}
+
+/// A 101 with a client that sent its first frames behind the upgrade
+/// request, and an upstream that sent its first frames behind the 101:
+/// every byte reaches the raw relay, in order, none twice; one record.
+#[test]
+fn an_upgrade_hands_over_every_early_byte_both_ways() {
+    let mut s = Session::new(Options::tunnel());
+    let ws = format!(
+        "GET /ws HTTP/1.1\r\nHost: {ORIGIN}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    s.client_sends(format!("{ws}client-frame-1"));
+    s.drive();
+    s.client_sends("client-frame-2");
+    s.drive();
+    let switching = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\
+                     Upgrade: websocket\r\n\r\n";
+    s.upstream_sends(format!("{switching}server-frame"));
+    s.drive();
+    assert!(matches!(s.stop, Some(Stop::Upgraded)), "{:?}", s.stop);
+    let parts = s.parts.as_ref().unwrap();
+    let up = [
+        s.upstream.got.as_slice(),
+        parts.uout.data(),
+        parts.cin.data(),
+    ]
+    .concat();
+    let down = [s.client.got.as_slice(), parts.cout.data(), parts.uin.data()].concat();
+    assert_eq!(
+        String::from_utf8_lossy(&up),
+        format!("{ws}client-frame-1client-frame-2")
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&down),
+        format!("{switching}server-frame")
+    );
+    assert_eq!(s.records.len(), 1);
+}
+
+/// The forward proxy's switch to another host: the request for it is
+/// handed over whole, with what follows it, and the login goes along.
+#[test]
+fn a_forward_switch_hands_over_the_next_requests_and_the_login() {
+    let mut s = Session::new(Options {
+        mode: crate::protocol::http1::Mode::Forward {
+            upstream: super::sim::origin(),
+            tls: false,
+        },
+        ..Options::tunnel()
+    });
+    s.core()
+        .set_login(Some(crate::protocol::http1::exchange::SameLogin::new(
+            |_| true,
+        )));
+    let a = "GET http://origin.test/a HTTP/1.1\r\nHost: origin.test\r\n\r\n";
+    let b = "GET http://other.test/b HTTP/1.1\r\nHost: other.test\r\n\r\n";
+    let c = "GET http://other.test/c HTTP/1.1\r\nHost: other.test\r\n\r\n";
+    s.client_sends(format!("{a}{b}{c}"));
+    s.drive();
+    assert!(s.stop.is_none());
+    s.upstream_sends("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi");
+    s.drive();
+    let Some(Stop::Switch(target, false)) = &s.stop else {
+        panic!("{:?}", s.stop);
+    };
+    assert_eq!(target.to_string(), "other.test:80");
+    let parts = s.parts.as_ref().unwrap();
+    assert_eq!(String::from_utf8_lossy(parts.cin.data()), format!("{b}{c}"));
+    assert!(parts.login.is_some(), "the login goes along");
+    assert_eq!(s.records.len(), 1);
+}
+
+/// A client that resets once its requests went up, before their answers:
+/// each request is still recorded (an access line, unanswered), or a
+/// client could send what it likes upstream and leave no trace of it but
+/// the session's byte count.
+#[test]
+fn requests_sent_before_the_client_resets_are_recorded() {
+    let mut s = Session::new(Options::tunnel());
+    s.client_sends(get("/a") + &get("/b"));
+    s.drive();
+    assert_eq!(s.upstream_text(), get("/a") + &get("/b"));
+    s.client_reset();
+    s.drive();
+    assert_eq!(s.reason(), Some(crate::lifecycle::CloseReason::ClientGone));
+    let paths: Vec<_> = s.records.iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, [Some("/a".into()), Some("/b".into())]);
+    assert!(s.records.iter().all(|r| r.status.is_none()));
+}
+
+/// The same when a clock ends the session: a half-closed client whose
+/// large upload is still being sent to an upstream that reads nothing (no
+/// response is awaited yet, so no 504 answers it).
+#[test]
+fn a_request_cut_by_the_half_close_timeout_is_recorded() {
+    let mut s = Session::new(Options::tunnel());
+    s.uport.room = 0; // the upstream reads nothing
+    let body = "u".repeat(100_000);
+    s.client_sends(format!(
+        "POST /up HTTP/1.1\r\nHost: {ORIGIN}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    ));
+    s.client_fin();
+    s.drive();
+    s.elapse(Duration::from_secs(60));
+    assert_eq!(
+        s.reason(),
+        Some(crate::lifecycle::CloseReason::HalfCloseTimeout)
+    );
+    assert_eq!(s.records.len(), 1, "{:?}", s.records);
+}
+
+/// Pipelined requests whose bodiless responses (204) arrive in one burst,
+/// after a long wait: the burst that fills the records is traffic, so the
+/// idle clock starts from it, not from when the requests went up (the
+/// session was closed as idle the moment the answers came).
+#[test]
+fn a_burst_of_pipelined_responses_restarts_the_idle_clock() {
+    let mut s = Session::new(Options {
+        idle: Some(Duration::from_secs(10)),
+        ..Options::tunnel()
+    });
+    let n = MAX_RECORDS / 2;
+    s.client_sends(get("/p").repeat(n));
+    s.drive();
+    s.elapse(Duration::from_secs(20));
+    assert!(s.stop.is_none(), "{:?}", s.reason());
+    s.upstream_sends("HTTP/1.1 204 No Content\r\n\r\n".repeat(n));
+    s.drive();
+    assert_eq!(s.records.len(), n);
+    s.elapse(Duration::from_secs(9));
+    assert!(
+        s.stop.is_none(),
+        "closed {:?} at {:?}",
+        s.reason(),
+        s.elapsed()
+    );
+    s.elapse(Duration::from_secs(1));
+    assert_eq!(s.reason(), Some(crate::lifecycle::CloseReason::IdleTimeout));
+}
+
+/// A close-delimited response (no length: it ends with the connection)
+/// cut by an upstream reset: the client must get a reset too, never the
+/// clean end that says the body is whole.
+#[test]
+fn a_close_delimited_body_cut_by_an_upstream_reset_resets_the_client() {
+    let mut s = Session::new(Options::tunnel());
+    s.client_sends(get("/a"));
+    s.upstream_sends("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\npartial");
+    s.drive();
+    s.upstream_reset();
+    s.drive();
+    assert!(s.client_text().ends_with("partial"));
+    assert!(
+        matches!(s.stop, Some(Stop::Closed { abort: true, .. })),
+        "{:?}",
+        s.stop
+    );
+}
+
+/// The same over TLS to the upstream: a TCP FIN without close_notify
+/// (a forged FIN, a crashed server) is a truncation, and the client, whose
+/// TLS the proxy terminates, must not get a close_notify that vouches for
+/// the body; with the upstream's close_notify the end is clean.
+#[test]
+fn a_tls_close_delimited_body_ends_cleanly_only_with_close_notify() {
+    let response = "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\npartial";
+    let mut s = Session::new(Options::terminated());
+    s.client_sends(get("/a"));
+    s.upstream_sends(response);
+    s.drive();
+    s.upstream_fin();
+    s.drive();
+    assert!(s.client_text().ends_with("partial"), "{}", s.client_text());
+    assert!(
+        matches!(s.stop, Some(Stop::Closed { abort: true, .. })),
+        "a truncated body closed cleanly: {:?}",
+        s.stop
+    );
+
+    let mut s = Session::new(Options::terminated());
+    s.client_sends(get("/a"));
+    s.upstream_sends(response);
+    s.drive();
+    s.upstream_close_notify();
+    s.upstream_fin();
+    s.drive();
+    assert_eq!(s.client_text(), response);
+    assert!(
+        matches!(s.stop, Some(Stop::Closed { abort: false, .. })),
+        "{:?}",
+        s.stop
+    );
+}
