@@ -178,18 +178,7 @@ fn a_burst_of_pipelined_responses_restarts_the_idle_clock() {
 /// clean end that says the body is whole.
 #[test]
 fn a_close_delimited_body_cut_by_an_upstream_reset_resets_the_client() {
-    let mut s = Session::new(Options::tunnel());
-    s.client_sends(get("/a"));
-    s.upstream_sends("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\npartial");
-    s.drive();
-    s.upstream_reset();
-    s.drive();
-    assert!(s.client_text().ends_with("partial"));
-    assert!(
-        matches!(s.stop, Some(Stop::Closed { abort: true, .. })),
-        "{:?}",
-        s.stop
-    );
+    super::session::reset_mid_response_resets_the_client("Connection: close\r\n");
 }
 
 /// The same over TLS to the upstream: a TCP FIN without close_notify

@@ -3,6 +3,7 @@
 //! random conversations keep the contract (sizes, progress, bounds).
 
 use super::exchange_sim::*;
+use super::Rng;
 use crate::protocol::http1::exchange::{MAX_ANSWER_BYTES, MAX_DUE, MAX_RECORDS};
 use crate::protocol::http1::{ClientAction, Exchange, ExchangeConfig, UpstreamAction};
 
@@ -117,21 +118,6 @@ fn untaken_records_are_capped() {
     assert_eq!(answered, MAX_RECORDS * 3);
     assert_eq!(ex.records_dropped(), (MAX_RECORDS * 2) as u64);
     assert_eq!(ex.take_records().count(), MAX_RECORDS);
-}
-
-/// Pseudo-random numbers (xorshift), fixed seeds.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.next() as usize % items.len()]
-    }
 }
 
 const CLIENT_PIECES: &[&str] = &[

@@ -3,22 +3,8 @@
 //! what `scripts/fuzz.sh` explores for minutes, a few thousand steps of in
 //! every test run.
 
+use super::Rng;
 use crate::fuzzing::inspect_session;
-
-/// A small deterministic generator (xorshift), so a failure reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 const FRAGMENTS: &[&str] = &[
     "GET /v1/a HTTP/1.1\r\nHost: origin.test\r\n\r\n",

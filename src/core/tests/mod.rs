@@ -12,3 +12,25 @@ mod exchange_upstream;
 mod fuzz_smoke;
 mod session;
 mod sim;
+
+/// Pseudo-random numbers (xorshift) from a fixed seed, so a failure
+/// reproduces.
+pub(super) struct Rng(pub(super) u64);
+
+impl Rng {
+    pub(super) fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n`.
+    pub(super) fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    pub(super) fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
+    }
+}

@@ -385,9 +385,15 @@ fn an_upstream_that_closes_before_answering_gets_a_502() {
 /// then a reset, never a clean FIN that would make the cut look complete.
 #[test]
 fn an_upstream_reset_mid_response_resets_the_client() {
+    reset_mid_response_resets_the_client("Content-Length: 100\r\n");
+}
+
+/// A response whose head carries `framing` reaches the client in part,
+/// then the upstream resets: the client is reset after what it got.
+pub(super) fn reset_mid_response_resets_the_client(framing: &str) {
     let mut s = session();
     s.client_sends(get("/a"));
-    s.upstream_sends("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial");
+    s.upstream_sends(format!("HTTP/1.1 200 OK\r\n{framing}\r\npartial"));
     s.drive();
     s.upstream_reset();
     s.drive();
