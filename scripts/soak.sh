@@ -4,7 +4,7 @@
 #   scripts/soak.sh [--minutes N] [--profile release|dev]   defaults 10, release
 #
 # CI runs it with --profile dev: the binary `cargo test` already built (our
-# crate at opt-level 1, dependencies at 3), with no release build to wait for.
+# whole build at opt-level 1), with no release build to wait for.
 #
 # Builds the release binary, starts it on loopback with a policy allowing the
 # loopback upstreams the load generator (examples/soak.rs) starts, runs the
