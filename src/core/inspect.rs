@@ -129,6 +129,17 @@ struct Clocks {
     handshake_until: Option<Instant>,
 }
 
+/// How far the upstream's stream has got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UpstreamEnd {
+    /// Read and written.
+    Open,
+    /// Its end was read; what is owed to it is still written.
+    Ended,
+    /// It reset or failed: nothing more is read from or written to it.
+    Gone,
+}
+
 /// The inspected session's machine; see the module docs.
 pub(crate) struct InspectCore {
     client: Link,
@@ -139,9 +150,7 @@ pub(crate) struct InspectCore {
     uin: ByteBuf,
     cout: ByteBuf,
     client_eof: bool,
-    upstream_eof: bool,
-    /// The upstream reset or failed: nothing more is read from or written to it.
-    upstream_gone: bool,
+    upstream_end: UpstreamEnd,
     clocks: Clocks,
     /// The client's first bytes are still to be looked at (a plaintext
     /// tunnel: a TLS ClientHello there means the rule should terminate).
@@ -206,8 +215,7 @@ impl InspectCore {
             uin: take(),
             cout,
             client_eof: false,
-            upstream_eof: false,
-            upstream_gone: false,
+            upstream_end: UpstreamEnd::Open,
             clocks,
             client_tls: None,
             own: to_client.len(),
@@ -312,7 +320,7 @@ impl InspectCore {
                 .client
                 .progress(client)
                 .map_err(|e| self.client_lost(&e))?;
-            if !self.upstream_gone {
+            if self.upstream_end != UpstreamEnd::Gone {
                 match self.upstream.progress(upstream) {
                     Ok(m) => moved |= m,
                     Err(e) => moved |= self.upstream_lost(&e, false),
@@ -344,13 +352,12 @@ impl InspectCore {
         if !active && client.failed() {
             return Err(Stop::ClientGone(self.client_tls.take()));
         }
-        if !active && upstream.failed() && !self.upstream_gone {
-            self.upstream_gone = true;
-            if !self.upstream_eof {
+        if !active && upstream.failed() && self.upstream_end != UpstreamEnd::Gone {
+            if self.upstream_end == UpstreamEnd::Open {
                 // An error (a reset) before any clean end: cut short.
-                self.upstream_eof = true;
                 self.ex.upstream_cut();
             }
+            self.upstream_end = UpstreamEnd::Gone;
             self.responses()?;
             self.check_status()?;
         }
@@ -438,7 +445,7 @@ impl InspectCore {
 
     /// Writes what the machine sent the upstream's way.
     fn send_upstream(&mut self, port: &mut impl Port) -> bool {
-        if self.upstream_gone {
+        if self.upstream_end == UpstreamEnd::Gone {
             return false;
         }
         match flush(&mut self.upstream, port, &mut self.uout, &mut 0) {
@@ -452,13 +459,13 @@ impl InspectCore {
 
     /// Reads the upstream.
     fn read_upstream(&mut self, port: &mut impl Port) -> bool {
-        if self.upstream_eof {
+        if self.upstream_end != UpstreamEnd::Open {
             return false;
         }
         match fill(&mut self.upstream, port, &mut self.uin) {
             Io::Progress(_) => true,
             Io::Eof => {
-                self.upstream_eof = true;
+                self.upstream_end = UpstreamEnd::Ended;
                 if self.upstream.truncated() {
                     self.ex.upstream_cut();
                 } else {
@@ -487,9 +494,9 @@ impl InspectCore {
     /// may follow a clean end the reads have not reached yet.
     fn upstream_lost(&mut self, e: &std::io::Error, reading: bool) -> bool {
         log::debug!("conn={} upstream lost: {e}", self.id);
-        self.upstream_gone = true;
-        if !self.upstream_eof {
-            self.upstream_eof = true;
+        let was_open = self.upstream_end == UpstreamEnd::Open;
+        self.upstream_end = UpstreamEnd::Gone;
+        if was_open {
             match crate::tls::TlsFailure::of(e) {
                 Some(f) => self.ex.upstream_failed("upstream-tls", f.reason()),
                 None if reading => self.ex.upstream_cut(),
@@ -579,7 +586,7 @@ impl InspectCore {
         if !self.client.is_handshaking() {
             self.clocks.handshake_until = None;
         }
-        if self.upstream_gone || !self.upstream.is_handshaking() {
+        if self.upstream_end == UpstreamEnd::Gone || !self.upstream.is_handshaking() {
             self.clocks.upstream_tls_until = None;
         }
     }
@@ -635,7 +642,10 @@ impl InspectCore {
             }
         }
         if let Some(until) = self.clocks.upstream_tls_until {
-            if now >= until && self.upstream.is_handshaking() && !self.upstream_gone {
+            if now >= until
+                && self.upstream.is_handshaking()
+                && self.upstream_end != UpstreamEnd::Gone
+            {
                 // The connect timeout: a server that accepts and never
                 // answers the ClientHello (a plaintext one, a wrong port).
                 // A request due gets its 502; with none due, the next one.
@@ -693,8 +703,7 @@ impl InspectCore {
     fn upstream_tls_timed_out(&mut self) -> Result<(), Stop> {
         let why = "the TLS handshake with the upstream did not complete in time";
         log::info!("conn={} {why}", self.id);
-        self.upstream_gone = true;
-        self.upstream_eof = true;
+        self.upstream_end = UpstreamEnd::Gone;
         self.ex.upstream_failed("upstream-tls", why);
         let _ = self.responses();
         self.check_status()
@@ -712,7 +721,7 @@ impl InspectCore {
             uout: self.uout,
             uin: self.uin,
             cout: self.cout,
-            eof: (self.client_eof, self.upstream_eof),
+            eof: (self.client_eof, self.upstream_end != UpstreamEnd::Open),
         }
     }
 
