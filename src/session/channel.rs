@@ -107,7 +107,7 @@ impl Channel {
     }
 
     /// The link and the socket under it, for one call.
-    fn with<R>(&mut self, f: impl FnOnce(&mut Link, &mut Endpoint) -> R) -> R {
+    pub(crate) fn with<R>(&mut self, f: impl FnOnce(&mut Link, &mut Endpoint) -> R) -> R {
         match self {
             Channel::Plain(ep) => f(&mut Link::Plain, ep),
             Channel::Tls(b) => {
@@ -184,11 +184,6 @@ impl Channel {
     /// Reads plaintext into `buf` (never empty).
     pub(crate) fn read(&mut self, buf: &mut [u8]) -> Io {
         self.with(|link, ep| link.read(ep, buf))
-    }
-
-    /// Writes plaintext from `buf` (never empty).
-    pub(crate) fn write(&mut self, buf: &[u8]) -> Io {
-        self.with(|link, ep| link.write(ep, buf))
     }
 
     /// See [`Link::progress`].

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConnection, Connection, ServerConnection};
 
-use crate::buffer::BufPool;
+use crate::buffer::{BufPool, ByteBuf};
 use crate::config::Timeouts;
+use crate::core::closing::{ClosingCore, Next};
 use crate::core::inspect::{InspectCore, Parts, Setup, Stop};
 use crate::core::link::Link;
 use crate::core::mem::MemPort;
@@ -35,6 +36,8 @@ pub(super) struct Peer {
     pub(super) got: Vec<u8>,
     /// Plaintext still to send.
     pending: Vec<u8>,
+    /// TLS only: the proxy's close_notify arrived.
+    pub(super) close_notify: bool,
 }
 
 impl Peer {
@@ -43,6 +46,7 @@ impl Peer {
             tls: None,
             got: Vec::new(),
             pending: Vec::new(),
+            close_notify: false,
         }
     }
 
@@ -87,7 +91,10 @@ impl Peer {
                 let mut buf = [0u8; 16 * 1024];
                 loop {
                     match conn.reader().read(&mut buf) {
-                        Ok(0) => break,
+                        Ok(0) => {
+                            self.close_notify = true;
+                            break;
+                        }
                         Ok(n) => {
                             self.got.extend_from_slice(&buf[..n]);
                             moved = true;
@@ -192,6 +199,11 @@ pub(super) struct Session {
     pub(super) relayed: (usize, usize),
     /// Core calls that yielded at their round limit.
     pub(super) yields: usize,
+    /// The close under way after a [`Stop::Closed`].
+    pub(super) closing: Option<Closing>,
+    /// How the close ended: the reason, and whether the client was reset.
+    pub(super) closed: Option<(CloseReason, bool)>,
+    close_timeout: Duration,
     _fixture: Option<Fixture>,
 }
 
@@ -256,6 +268,9 @@ impl Session {
             records: Vec::new(),
             relayed: (0, 0),
             yields: 0,
+            closing: None,
+            closed: None,
+            close_timeout: options.timeouts.close,
             _fixture: fixture,
         }
     }
@@ -326,6 +341,9 @@ impl Session {
 
     /// How the session ended, if it did: the close reason the shell would log.
     pub(super) fn reason(&self) -> Option<CloseReason> {
+        if let Some((reason, _)) = self.closed {
+            return Some(reason);
+        }
         match self.stop.as_ref()? {
             Stop::Closed { reason, .. } | Stop::Done(reason) => Some(*reason),
             Stop::ClientGone(_) => Some(CloseReason::ClientGone),
@@ -337,7 +355,7 @@ impl Session {
     pub(super) fn drive(&mut self) {
         for _ in 0..10_000 {
             if self.stop.is_some() {
-                return;
+                return self.drive_closing();
             }
             let mut moved = self.client.trade(&mut self.cport);
             if self.upstream_mute {
@@ -364,6 +382,9 @@ impl Session {
 
     /// The core's next deadline (none: it waits for bytes alone).
     pub(super) fn deadline(&self) -> Option<Instant> {
+        if let Some(c) = &self.closing {
+            return Some(c.until);
+        }
         self.core.as_ref()?.poll_timeout(&self.cport)
     }
 
@@ -387,7 +408,7 @@ impl Session {
             self.now = self.now.max(due);
             self.fire();
         }
-        if self.stop.is_none() {
+        if self.stop.is_none() || self.closing.is_some() {
             self.now = until;
         }
     }
@@ -395,6 +416,13 @@ impl Session {
     /// Fires the deadline due now. A deadline that is still due after it
     /// fired would wake the reactor in a loop: a spin, which fails the test.
     fn fire(&mut self) {
+        if let Some(mut c) = self.closing.take() {
+            assert!(self.now >= c.until, "the close timer fired early");
+            let reason = c.core.timed_out(&mut c.link, &mut self.cport);
+            // The shell closes the socket: a clean close, as the timer's.
+            self.closed = Some((reason, false));
+            return;
+        }
         let core = self.core.as_mut().unwrap();
         match core.handle_timeout(self.now, &self.cport) {
             Ok(()) => self.drive(),
@@ -423,23 +451,26 @@ impl Session {
         }
     }
 
-    /// The core stopped: what is owed reaches the client (as the shell's
-    /// Closing would flush it).
+    /// The core stopped. A close goes on as the shell's does: the real
+    /// [`ClosingCore`] flushes what is owed to the client, then FINs and
+    /// lingers (or resets), under the close timer.
     fn stopped(&mut self, stop: Stop) {
         let mut parts = self.core.take().unwrap().into_parts();
-        if matches!(stop, Stop::Closed { .. }) {
-            let mut link = std::mem::replace(&mut parts.client, Link::Plain);
-            let mut owed = parts.cout.data();
-            while !owed.is_empty() {
-                match link.write(&mut self.cport, owed) {
-                    crate::io::Io::Progress(n) => owed = &owed[n..],
-                    other => panic!("flushing what the client is owed: {other:?}"),
-                }
-                let _ = link.progress(&mut self.cport);
-            }
-            let _ = link.progress(&mut self.cport);
-            self.client.trade(&mut self.cport);
-            parts.client = link;
+        if let Stop::Closed { reason, abort, .. } = &stop {
+            let owed = std::mem::replace(&mut parts.cout, ByteBuf::with_capacity(0));
+            let owed = (!owed.is_empty()).then_some(owed);
+            let core = if *abort {
+                ClosingCore::abort(owed, *reason)
+            } else {
+                ClosingCore::graceful(owed, *reason, true)
+            };
+            let link = std::mem::replace(&mut parts.client, Link::Plain);
+            self.closing = Some(Closing {
+                core,
+                link,
+                until: self.now + self.close_timeout,
+                stage_seen: "",
+            });
         }
         if let Stop::WrongProtocol(bytes, _) = &stop {
             // The shell answers a plaintext client with these bytes as they are.
@@ -447,5 +478,43 @@ impl Session {
         }
         self.stop = Some(stop);
         self.parts = Some(parts);
+        self.drive_closing();
     }
+
+    /// Runs the close until it waits, as the shell would on each readiness.
+    fn drive_closing(&mut self) {
+        for _ in 0..10_000 {
+            let Some(c) = self.closing.as_mut() else {
+                return;
+            };
+            let before = self.cport.read_total;
+            let next = c.core.pump(&mut c.link, &mut self.cport);
+            self.relayed.1 += c.core.take_relayed();
+            let mut moved = self.client.trade(&mut self.cport);
+            moved |= self.cport.read_total > before;
+            match next {
+                Next::Close { reason, abort } => {
+                    self.closing = None;
+                    self.closed = Some((reason, abort));
+                    return;
+                }
+                Next::Again => {}
+                // A new sub-stage (flush, then linger) is driven again.
+                Next::Wait if moved || c.core.stage() != c.stage_seen => {
+                    c.stage_seen = c.core.stage();
+                }
+                Next::Wait => return,
+            }
+        }
+        panic!("the close never settles");
+    }
+}
+
+/// The close after the core stopped: the survivor (the client) and the
+/// close timer.
+pub(super) struct Closing {
+    pub(super) core: ClosingCore<ByteBuf>,
+    link: Link,
+    until: Instant,
+    stage_seen: &'static str,
 }

@@ -7,8 +7,11 @@
 //! pipe costs two fds, and idle or chatty tunnels must cost none.
 
 use crate::buffer::ByteBuf;
+use crate::core::closing::Owed;
+use crate::core::link::Link;
 use crate::io::Io;
 use crate::session::channel::Channel;
+use crate::session::endpoint::Endpoint;
 
 /// What one attempt to read into a carrier did.
 pub(crate) enum Fill {
@@ -80,19 +83,24 @@ impl Carrier {
 
     /// One write to `dst`; `Progress(n)` says how many bytes left.
     pub(crate) fn drain_to(&mut self, dst: &mut Channel) -> Io {
-        match (&mut *self, dst) {
-            (Carrier::Buf(b), dst) => {
-                let io = dst.write(b.data());
-                if let Io::Progress(n) = io {
-                    b.consume(n);
-                }
-                io
-            }
+        dst.with(|link, ep| Owed::drain_to(self, link, ep))
+    }
+}
+
+/// A pipe drains only to a plain socket (splice); a buffer through the
+/// link, as the core's own.
+impl Owed<Endpoint> for Carrier {
+    fn is_empty(&self) -> bool {
+        Carrier::is_empty(self)
+    }
+
+    fn drain_to(&mut self, link: &mut Link, ep: &mut Endpoint) -> Io {
+        match self {
+            Carrier::Buf(b) => Owed::<Endpoint>::drain_to(b, link, ep),
             #[cfg(target_os = "linux")]
-            (Carrier::Pipe(p), dst) => match dst.plain_endpoint() {
-                Some(ep) => ep.splice_out(p),
-                None => no_splice_through_tls(),
-            },
+            Carrier::Pipe(p) if link.is_plain() => ep.splice_out(p),
+            #[cfg(target_os = "linux")]
+            Carrier::Pipe(_) => no_splice_through_tls(),
         }
     }
 }

@@ -1,0 +1,209 @@
+//! Closing, as the core runs it: flush what is owed to the side that is
+//! left (a refusal, a SOCKS reply, the tail of a tunnel), then either a FIN
+//! and a linger until the peer's EOF, or a reset. The shell owns the
+//! survivor's socket and the close timer (every close is bounded by it);
+//! this decides what to do with them.
+
+use super::link::Link;
+use super::port::Port;
+use crate::buffer::ByteBuf;
+use crate::io::Io;
+use crate::lifecycle::CloseReason;
+
+/// Reads per call while lingering, before yielding to other sessions.
+const LINGER_READS_PER_CALL: usize = 16;
+
+/// Bytes owed to the survivor: a buffer here, a kernel pipe in the shell
+/// (which alone can splice, so the carrier is generic over the port).
+pub(crate) trait Owed<P: Port> {
+    fn is_empty(&self) -> bool;
+    /// One write of what is owed to `port`, through `link`; `Progress(n)`
+    /// says how many bytes left.
+    fn drain_to(&mut self, link: &mut Link, port: &mut P) -> Io;
+}
+
+impl<P: Port> Owed<P> for ByteBuf {
+    fn is_empty(&self) -> bool {
+        ByteBuf::is_empty(self)
+    }
+
+    fn drain_to(&mut self, link: &mut Link, port: &mut P) -> Io {
+        let io = link.write(port, self.data());
+        if let Io::Progress(n) = io {
+            self.consume(n);
+        }
+        io
+    }
+}
+
+/// What the survivor hears last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Writing what is owed, then a FIN and a linger.
+    Flush,
+    /// Writing what is owed, then a reset: the other end aborted, and a FIN
+    /// would make a cut-off stream look complete.
+    FlushThenAbort,
+    /// FIN sent; reading and discarding until the peer's EOF, so that
+    /// closing does not reset the connection before the peer has read our
+    /// answer.
+    Linger,
+}
+
+/// What a call left the shell to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Wait for the survivor's readiness (or the close timer).
+    Wait,
+    /// This call's share is spent with work left: run again next iteration.
+    Again,
+    /// Close the survivor's socket, abortively (a reset) when `abort`.
+    Close { reason: CloseReason, abort: bool },
+}
+
+/// Flushing what is owed to the survivor, then closing it.
+pub(crate) struct ClosingCore<O> {
+    owed: Option<O>,
+    stage: Stage,
+    reason: CloseReason,
+    /// What is owed is relayed payload (counted in the byte stats), not the
+    /// proxy's own answer.
+    payload: bool,
+    /// Payload written since the shell last asked.
+    relayed: usize,
+}
+
+impl<O> ClosingCore<O> {
+    /// Flush `owed`, send FIN, then linger until the peer's EOF, so our
+    /// last bytes are read, not reset away. `payload`: `owed` is relayed
+    /// bytes, not the proxy's own answer.
+    pub(crate) fn graceful(owed: Option<O>, reason: CloseReason, payload: bool) -> Self {
+        Self::new(owed, reason, payload, Stage::Flush)
+    }
+
+    /// The other side aborted (a reset, a dead process): flush `owed`,
+    /// then reset the survivor too, so a cut-off stream cannot pass for a
+    /// complete one.
+    pub(crate) fn abort(owed: Option<O>, reason: CloseReason) -> Self {
+        Self::new(owed, reason, true, Stage::FlushThenAbort)
+    }
+
+    fn new(owed: Option<O>, reason: CloseReason, payload: bool, stage: Stage) -> Self {
+        ClosingCore {
+            owed,
+            stage,
+            reason,
+            payload,
+            relayed: 0,
+        }
+    }
+
+    pub(crate) fn stage(&self) -> &'static str {
+        match self.stage {
+            Stage::Flush => "flush",
+            Stage::FlushThenAbort => "flush-then-reset",
+            Stage::Linger => "linger",
+        }
+    }
+
+    /// Payload written since the last call (for the byte stats).
+    pub(crate) fn take_relayed(&mut self) -> usize {
+        std::mem::take(&mut self.relayed)
+    }
+
+    /// The owed carrier, once all of it is written (for the shell's pool).
+    pub(crate) fn take_spent<P: Port>(&mut self) -> Option<O>
+    where
+        O: Owed<P>,
+    {
+        if self.owes() {
+            return None;
+        }
+        self.owed.take()
+    }
+
+    fn owes<P: Port>(&self) -> bool
+    where
+        O: Owed<P>,
+    {
+        self.owed.as_ref().is_some_and(|o| !o.is_empty())
+    }
+
+    /// Moves what the survivor's readiness allows.
+    pub(crate) fn pump<P: Port>(&mut self, link: &mut Link, port: &mut P) -> Next
+    where
+        O: Owed<P>,
+    {
+        let close = Next::Close {
+            reason: self.reason,
+            abort: false,
+        };
+        if port.failed() || link.progress(port).is_err() {
+            return close;
+        }
+        if self.stage != Stage::Linger {
+            while self.owes::<P>() {
+                link.want_read(port, false);
+                link.want_write(port, true);
+                if !port.can_write() {
+                    return Next::Wait;
+                }
+                let Some(owed) = self.owed.as_mut() else {
+                    break;
+                };
+                match owed.drain_to(link, port) {
+                    Io::Progress(n) if self.payload => self.relayed += n,
+                    Io::Progress(_) => {}
+                    Io::WouldBlock => return Next::Wait,
+                    Io::Eof | Io::PeerGone(_) => return close,
+                }
+            }
+            if self.stage == Stage::FlushThenAbort {
+                return Next::Close {
+                    reason: self.reason,
+                    abort: true,
+                };
+            }
+            link.shutdown_write(port);
+            self.stage = Stage::Linger;
+            // The sub-stage changed: the shell logs it and calls again.
+            return Next::Wait;
+        }
+        // A close_notify still owed goes out before the FIN (progress above).
+        let owes_wire = link.owes_wire();
+        link.want_read(port, true);
+        link.want_write(port, owes_wire);
+        let mut scratch = [0u8; 4096];
+        for _ in 0..LINGER_READS_PER_CALL {
+            if !link.can_read(port) {
+                return Next::Wait;
+            }
+            match link.read(port, &mut scratch) {
+                Io::Progress(_) | Io::WouldBlock => {}
+                Io::Eof | Io::PeerGone(_) => return close,
+            }
+        }
+        Next::Again
+    }
+
+    /// The close timer fired: whatever is left is abandoned. Input already
+    /// queued is read away first: closing over unread input sends a reset,
+    /// which can destroy the answer the peer has not read yet. Returns why
+    /// the session closed: the close timeout when bytes were still owed.
+    pub(crate) fn timed_out<P: Port>(&mut self, link: &mut Link, port: &mut P) -> CloseReason
+    where
+        O: Owed<P>,
+    {
+        let mut scratch = [0u8; 4096];
+        for _ in 0..LINGER_READS_PER_CALL {
+            if !matches!(link.read(port, &mut scratch), Io::Progress(_)) {
+                break;
+            }
+        }
+        if self.owes::<P>() {
+            CloseReason::CloseTimeout
+        } else {
+            self.reason
+        }
+    }
+}
