@@ -130,6 +130,11 @@ fn c_libraries() -> &'static Path {
             .arg(&profile)
             .arg("--target-dir")
             .arg(target_dir)
+            // The crate itself unoptimised: a test of the boundary needs no
+            // speed, and opt-level 1's codegen took four times as long (70 s
+            // against 17 here), beside the other tests, on every CI run.
+            // Its dependencies are the profile's, shared with the tests.
+            .args(["--", "-C", "opt-level=0"])
             .output()
             .expect("run cargo");
         assert!(
