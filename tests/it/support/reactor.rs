@@ -431,4 +431,38 @@ mod tests {
         let me = nix::unistd::gettid().as_raw() as u64;
         assert_eq!(asleep(me), None, "this thread is running");
     }
+
+    #[test]
+    fn a_sleep_after_a_wakeup_is_another_sleep() {
+        let mut poll = mio::Poll::new().unwrap();
+        let waker = mio::Waker::new(poll.registry(), mio::Token(0)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sleeper = std::thread::spawn(move || {
+            tx.send(nix::unistd::gettid().as_raw() as u64).unwrap();
+            let mut events = mio::Events::with_capacity(4);
+            poll.poll(&mut events, None).unwrap();
+            poll.poll(&mut events, None).unwrap();
+        });
+        let tid = rx.recv().unwrap();
+        let sleep = || {
+            let mut seen = None;
+            assert!(wait_until(PROMPTLY, || {
+                seen = sleepers("/proc/self").into_iter().find(|s| s.tid == tid);
+                seen.is_some()
+            }));
+            seen.unwrap()
+        };
+        let first = Parked {
+            proc: "/proc/self".into(),
+            sleepers: vec![sleep()],
+        };
+        first.assert_still_asleep();
+        waker.wake().unwrap();
+        // Asleep again, the same call on the same epoll: a later sleep.
+        assert!(wait_until(PROMPTLY, || sleep().switches > first.sleepers[0].switches));
+        let woke = std::panic::catch_unwind(|| first.assert_still_asleep());
+        assert!(woke.is_err(), "a wakeup in between goes unseen");
+        waker.wake().unwrap();
+        sleeper.join().unwrap();
+    }
 }
