@@ -147,8 +147,10 @@ fn fd_exhaustion_pauses_accepts_without_spinning_and_recovers() {
         proxy.fds() == base_fds && stat(&proxy.stats(), "open") == 0
     });
     let s1 = proxy.stats();
-    thread::sleep(Duration::from_millis(1100));
+    // The accept-pause timer is gone with the episode: no timeout left.
+    let parked = wait_child_parked_for_good(proxy.pid(), proxy.addr);
     let s2 = proxy.stats();
+    parked.assert_still_asleep();
     assert_eq!(
         stat(&s1, "wakeups"),
         stat(&s2, "wakeups"),

@@ -10,8 +10,6 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::process::Command;
-use std::thread;
-use std::time::Duration;
 
 use portcullis::policy::{Policy, RuleConfig};
 use portcullis::{AdminConfig, ListenAddr, SpawnedProxy};
@@ -232,12 +230,11 @@ fn idle_proxy_with_admin_on_does_not_wake_up() {
     assert_eq!(get(a, "/metrics").0, 200);
     assert_eq!(get(a, "/stats").0, 200);
     // The endpoint has closed both connections (it closed first): once
-    // asleep, the reactor has handled every event they caused.
-    wait_for("the reactor asleep", PROMPTLY, || {
-        reactor_in_epoll_wait(proxy_addr(&proxy))
-    });
+    // asleep, the reactor has handled every event they caused; with no
+    // timeout, no timer is left to wake it.
+    let parked = wait_reactor_parked_for_good(proxy_addr(&proxy));
     let s1 = proxy.stats();
-    thread::sleep(Duration::from_millis(1100));
+    parked.assert_still_asleep();
     let s2 = proxy.stats();
     assert_eq!(s1.wakeups, s2.wakeups, "idle proxy woke up: {s1} then {s2}");
     // And it still answers.

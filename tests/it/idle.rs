@@ -27,8 +27,10 @@ fn idle_proxy_does_not_wake_up() {
     wait_no_open_sessions(&proxy);
 
     let s1 = proxy.stats();
-    thread::sleep(Duration::from_millis(1100));
+    // Asleep with no timer armed: nothing but a new event wakes it.
+    let parked = wait_reactor_parked_for_good(proxy_addr(&proxy));
     let s2 = proxy.stats();
+    parked.assert_still_asleep();
     assert_eq!(s1.wakeups, s2.wakeups, "idle proxy woke up: {s1} then {s2}");
     assert_eq!(s1.events, s2.events);
 }
@@ -41,11 +43,12 @@ fn idle_tunnel_without_timeout_stays_open() {
     assert_echo(&mut s, b"before the pause");
 
     let s1 = proxy.stats();
-    thread::sleep(Duration::from_secs(2));
+    // Nothing to do while the tunnel is quiet: no timers, no wakeups.
+    let parked = wait_reactor_parked_for_good(proxy_addr(&proxy));
     let s2 = proxy.stats();
+    parked.assert_still_asleep();
     assert_eq!(s2.open.established, 1, "{s2}");
     assert_eq!(s2.closed.total(), 0, "{s2}");
-    // Nothing to do while the tunnel is quiet: no timers, no wakeups.
     assert_eq!(s1.wakeups, s2.wakeups, "{s1} then {s2}");
 
     assert_echo(&mut s, b"after the pause");

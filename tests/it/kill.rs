@@ -118,8 +118,11 @@ fn assert_released(proxy: &ChildProxy, baseline: usize) {
     let closed = wait_until(Duration::from_secs(2), || stat(&proxy.stats(), "open") == 0);
     let s1 = proxy.stats();
     assert!(closed, "open sessions after the kill: {s1:?}");
-    thread::sleep(Duration::from_millis(1100));
+    // No timer left behind: asleep with no timeout. (SIGUSR1, which the
+    // stats come by, is another thread's.)
+    let parked = wait_child_parked_for_good(proxy.pid(), proxy.addr);
     let s2 = proxy.stats();
+    parked.assert_still_asleep();
     assert_eq!(
         stat(&s1, "wakeups"),
         stat(&s2, "wakeups"),
@@ -278,8 +281,9 @@ fn client_killed_in_process_stats() {
     assert_eq!(s1.closed.get(CloseReason::ClientGone), 1, "{s1}");
     assert_eq!(s1.closed.total(), 1, "{s1}");
     assert!(s1.bytes_up >= MIB && s1.bytes_down > 0, "{s1}");
-    thread::sleep(Duration::from_millis(1100));
+    let parked = wait_reactor_parked_for_good(p);
     let s2 = proxy.stats();
+    parked.assert_still_asleep();
     assert_eq!(
         s1.wakeups, s2.wakeups,
         "an idle proxy woke up: {s1} then {s2}"

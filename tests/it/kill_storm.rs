@@ -9,8 +9,9 @@
 //!     goes quiet; then the clients are SIGKILLed.
 //!
 //! After each phase: no open sessions and fds back to baseline within the
-//! close timeout (plus slack), no wakeup over a second of idle, RSS within
-//! 32 MiB of the baseline. The machine has 2 cores: processes run in waves.
+//! close timeout (plus slack), the reactor parked for good (asleep in
+//! `epoll_wait` with no timeout) without a wakeup, RSS within 32 MiB of the
+//! baseline. The machine has 2 cores: processes run in waves.
 
 use crate::load;
 use crate::support;

@@ -426,9 +426,10 @@ fn udp_bad_datagrams_limits_and_idle() {
 #[test]
 fn an_idle_association_does_not_wake_the_proxy() {
     use crate::support::proxy::{allow_ports, proxy_addr, start_proxy};
-    use crate::support::reactor::reactor_in_epoll_wait;
+    use crate::support::reactor::{wait_reactors_parked, Sleep};
     use crate::support::wait::{wait_for, PROMPTLY};
     use std::time::Duration;
+    const MINUTE: Duration = Duration::from_secs(60);
     let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
     let echo_port = echo.local_addr().unwrap().port();
     let proxy = start_proxy(allow_ports(&[echo_port]));
@@ -448,11 +449,11 @@ fn an_idle_association_does_not_wake_the_proxy() {
     });
     // Every event the test caused has reached the proxy's sockets (the
     // client has the reply): once asleep, the reactor has handled them all.
-    wait_for("the reactor asleep", PROMPTLY, || {
-        reactor_in_epoll_wait(proxy_addr(&proxy))
-    });
+    // Its one timer is the association's idle deadline, minutes away
+    // (DEFAULT_IDLE, 300 s): a sleep of a minute at least.
+    let parked = wait_reactors_parked("self", proxy_addr(&proxy), 1, Sleep::AtLeast(MINUTE));
     let s1 = proxy.stats();
-    thread::sleep(Duration::from_millis(1100));
+    parked.assert_still_asleep();
     let s2 = proxy.stats();
     assert_eq!(s1.wakeups, s2.wakeups, "an idle association woke the proxy");
     assert_eq!(s2.open.established, 1, "the association is still open");

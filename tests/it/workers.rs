@@ -10,8 +10,6 @@ use crate::support;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::thread;
-use std::time::Duration;
 
 use portcullis::policy::{parse_cli_rule, Action};
 use portcullis::{AdminConfig, CloseReason, ListenAddr, ListenerProtocol, Policy, SpawnedProxy};
@@ -269,10 +267,13 @@ fn idle_proxy_with_two_workers_does_not_wake_up() {
     wait_no_open_sessions(&proxy);
     let s1 = proxy.stats();
     let w1 = proxy.worker_stats();
-    thread::sleep(Duration::from_millis(1100));
+    // Both reactors (one listener each, SO_REUSEPORT) asleep for good.
+    let parked = wait_reactors_parked("self", proxy_addr(&proxy), 2, Sleep::Forever);
     let s2 = proxy.stats();
+    let w2 = proxy.worker_stats();
+    parked.assert_still_asleep();
     assert_eq!(s1.wakeups, s2.wakeups, "idle proxy woke up: {s1} then {s2}");
-    assert_eq!(w1, proxy.worker_stats());
+    assert_eq!(w1, w2);
 }
 
 #[test]

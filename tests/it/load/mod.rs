@@ -103,8 +103,9 @@ pub fn baseline(p: &ChildProxy) -> Baseline {
 }
 
 /// After a fault phase: no open sessions and fds at baseline (polled, bounded
-/// by `within`), then no reactor wakeup over 1.1 s of idle, and RSS within
-/// `rss_slack_kib` of the baseline. Returns the last stats.
+/// by `within`), then the reactor parked for good (no timer left) without
+/// a wakeup, and RSS within `rss_slack_kib` of the baseline. Returns the
+/// last stats.
 #[track_caller]
 pub fn assert_back_to_baseline(
     p: &ChildProxy,
@@ -123,8 +124,9 @@ pub fn assert_back_to_baseline(
         p.fds(),
         base.fds
     );
-    thread::sleep(Duration::from_millis(1100));
+    let parked = wait_child_parked_for_good(p.pid(), p.addr);
     let s2 = p.stats();
+    parked.assert_still_asleep();
     assert_eq!(
         stat(&s1, "wakeups"),
         stat(&s2, "wakeups"),

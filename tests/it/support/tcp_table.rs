@@ -42,25 +42,39 @@ pub fn proc_net_addr(a: SocketAddr) -> String {
 /// (a listener's remote is `0.0.0.0:0`), if the kernel lists one: a socket
 /// that was reset or closed for good is not listed.
 pub fn tcp_row(local: SocketAddr, remote: SocketAddr) -> Option<TcpRow> {
+    tcp_rows(local, remote).into_iter().next()
+}
+
+/// Every row of `local` -> `remote`: one per listener bound with
+/// `SO_REUSEPORT` on the same address (one per worker).
+pub fn tcp_rows(local: SocketAddr, remote: SocketAddr) -> Vec<TcpRow> {
     let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-    find_row(&table, local, remote)
+    find_rows(&table, local, remote)
 }
 
 fn find_row(table: &str, local: SocketAddr, remote: SocketAddr) -> Option<TcpRow> {
+    find_rows(table, local, remote).into_iter().next()
+}
+
+fn find_rows(table: &str, local: SocketAddr, remote: SocketAddr) -> Vec<TcpRow> {
     let (l, r) = (proc_net_addr(local), proc_net_addr(remote));
-    table.lines().skip(1).find_map(|line| {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.get(1) != Some(&l.as_str()) || f.get(2) != Some(&r.as_str()) {
-            return None;
-        }
-        let (tx, rx) = f.get(4)?.split_once(':')?;
-        Some(TcpRow {
-            state: u8::from_str_radix(f.get(3)?, 16).ok()?,
-            tx_queue: usize::from_str_radix(tx, 16).ok()?,
-            rx_queue: usize::from_str_radix(rx, 16).ok()?,
-            inode: f.get(9)?.parse().ok()?,
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.get(1) != Some(&l.as_str()) || f.get(2) != Some(&r.as_str()) {
+                return None;
+            }
+            let (tx, rx) = f.get(4)?.split_once(':')?;
+            Some(TcpRow {
+                state: u8::from_str_radix(f.get(3)?, 16).ok()?,
+                tx_queue: usize::from_str_radix(tx, 16).ok()?,
+                rx_queue: usize::from_str_radix(rx, 16).ok()?,
+                inode: f.get(9)?.parse().ok()?,
+            })
         })
-    })
+        .collect()
 }
 
 #[cfg(test)]
@@ -70,6 +84,7 @@ mod tests {
     const TABLE: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 0100007F:1F90 00000000:0000 0A 00000000:00000001 00:00000000 00000000  1000        0 4242 1 0000000000000000 100 0 0 10 0
    1: 0100007F:1F90 0200007F:D431 08 00000000:00010000 00:00000000 00000000  1000        0 4243 1 0000000000000000 20 4 30 10 -1
+   2: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 4244 1 0000000000000000 100 0 0 10 0
 ";
 
     #[test]
@@ -105,5 +120,11 @@ mod tests {
             })
         );
         assert_eq!(find_row(TABLE, l, "127.0.0.3:54321".parse().unwrap()), None);
+        // Two listeners on one address (SO_REUSEPORT): both are found.
+        let inodes: Vec<u64> = find_rows(TABLE, l, "0.0.0.0:0".parse().unwrap())
+            .iter()
+            .map(|r| r.inode)
+            .collect();
+        assert_eq!(inodes, [4242, 4244]);
     }
 }
