@@ -6,6 +6,7 @@
 //! and passes the time in. The simulator in this module's tests lends
 //! in-memory ports and virtual time to the same code.
 
+pub(crate) mod dial;
 pub(crate) mod inspect;
 pub(crate) mod link;
 pub(crate) mod mem;
