@@ -2,6 +2,7 @@
 //! sessions (TLS, timeouts, ends) in the simulator with virtual time.
 
 mod attack;
+mod dial;
 mod exchange_bounds;
 mod exchange_flow;
 mod exchange_refusals;
