@@ -3,10 +3,13 @@
 //!
 //! The shell (`session/`, driven by the reactor) owns the sockets and
 //! their readiness; it lends each side to the core as a [`port::Port`]
-//! and passes the time in. The simulator in this module's tests lends
-//! in-memory ports and virtual time to the same code.
+//! and passes the time in, and carries out the actions a core asks for
+//! (such as [`dial::DialCore::poll_action`]'s connects). The simulator in
+//! this module's tests lends in-memory ports and virtual time to the same
+//! code.
 
 pub(crate) mod closing;
+pub(crate) mod dial;
 pub(crate) mod inspect;
 pub(crate) mod link;
 pub(crate) mod mem;

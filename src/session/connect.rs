@@ -1,6 +1,12 @@
 //! Resolving and Connecting: policy on the name, DNS off the loop, policy on
 //! every resolved address, then a non-blocking connect to each vetted address
 //! in turn, all within one connect deadline.
+//!
+//! Connecting is the shell around the sans-IO [`DialCore`], which decides
+//! what to dial next, asks a parent proxy for the tunnel, and says which
+//! refusal a failure earns; the shell starts the connects (and registers
+//! them), lends the upstream socket to the core, logs, and builds the
+//! state that follows an open upstream.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -21,12 +27,11 @@ use super::state::State;
 use super::vetting::Vetting;
 use crate::client::ClientKey;
 use crate::config::ListenAddr;
-use crate::io::Io;
+use crate::core::dial::{Action, DialCore, Input, Outcome, Unreachable};
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::{Allowed, Denial, Host, NameVerdict, RequestRules, Route, Target, Verdict};
 use crate::protocol::http1::SameLogin;
-use crate::protocol::parent::{ParentHandshake, ParentProxy, Progress};
 use crate::protocol::{http, socks5};
 
 /// What the handshake hands on: where to, how to answer, the client's
@@ -200,17 +205,14 @@ fn decide(
                 true => Decision::Allowed(Arc::clone(&allowed.rule)),
             };
             conn.decide(decision, ctx);
+            let core = DialCore::new(allowed.addrs, request.target.port, parent);
             let plan = Plan {
                 request,
-                addrs: allowed.addrs,
-                next: 0,
-                last_error: None,
                 idle: allowed.idle_timeout,
                 terminate,
                 inspect: allowed.inspect,
-                parent,
             };
-            plan.attempt(client, conn, ctx)
+            plan.dial(core, client, conn, ctx)
         }
     }
 }
@@ -445,30 +447,25 @@ impl Resolving {
     }
 }
 
-/// What a connect needs across attempts: the request, the vetted addresses
-/// and what the allowing rule said.
+/// What the session goes on with once connected: the request and what the
+/// allowing rule said. (The addresses and the parent are the [`DialCore`]'s.)
 struct Plan {
     request: Request,
-    /// The addresses policy vetted; we dial exactly these.
-    addrs: Vec<IpAddr>,
-    next: usize,
-    last_error: Option<io::Error>,
     /// The allowing rule's idle timeout, if it sets one.
     idle: Option<Duration>,
     /// The allowing rule's request rules, when it inspects HTTP.
     inspect: Option<Arc<RequestRules>>,
     /// TLS is terminated and inspected inside.
     terminate: bool,
-    /// The parent proxy to ask for the tunnel, if any.
-    parent: Option<Arc<ParentProxy>>,
 }
 
-/// A connect in flight; owns the client and the pending upstream.
+/// A connect in flight; owns the client and the pending upstream, and
+/// carries out what the [`DialCore`] decides.
 pub(crate) struct Connecting {
     client: Endpoint,
     upstream: Endpoint,
     plan: Plan,
-    stage: Dial,
+    core: DialCore,
 }
 
 impl Connecting {
@@ -489,34 +486,18 @@ impl Connecting {
         if tunnel && stricter {
             return false;
         }
-        let next = self.plan.next.min(self.plan.addrs.len());
-        let mut rest = self.plan.addrs.split_off(next);
-        rest.retain(|a| same_treatment(*a));
-        self.plan.addrs.extend(rest);
+        self.core.retain_untried(same_treatment);
         self.plan.inspect = allowed.inspect.clone();
         self.plan.idle = allowed.idle_timeout;
         true
     }
 }
 
-/// How far the connect is.
-enum Dial {
-    /// The TCP connect (to the destination, or to the parent proxy).
-    Tcp,
-    /// Asking the parent proxy for a tunnel to `to`.
-    Parent { hs: ParentHandshake },
-}
-
 impl Plan {
-    /// Starts a connect to the next vetted address, or refuses when none is left.
-    fn attempt(mut self, client: Endpoint, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        while let Some(&ip) = self.addrs.get(self.next) {
-            self.next += 1;
-            // Through a parent: it is asked for exactly the vetted address.
-            let addr = match &self.parent {
-                Some(p) => p.addr,
-                None => SocketAddr::new(ip, self.request.target.port),
-            };
+    /// Starts the connects the core asks for until one is in flight, or
+    /// refuses when none can start.
+    fn dial(self, mut core: DialCore, client: Endpoint, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        while let Some(Action::Dial(addr, ip)) = core.poll_action() {
             let upstream = mio::net::TcpStream::connect(addr)
                 .and_then(|s| Endpoint::dialled(Stream::Tcp(s), ctx.tokens.upstream, ctx.registry));
             match upstream {
@@ -533,35 +514,37 @@ impl Plan {
                         client,
                         upstream,
                         plan: self,
-                        stage: Dial::Tcp,
+                        core,
                     }));
                 }
                 Err(e) => {
                     log::debug!("conn={} connect {addr}: {e}", conn.id);
-                    self.last_error = Some(e);
-                    if self.parent.is_some() {
-                        break; // the next address goes through the same parent
+                    if let Outcome::Unreachable(why) = core.handle(Input::Failed(e)) {
+                        return self.unreachable(why, client, conn, ctx);
                     }
                 }
             }
         }
-        self.unreachable(client, conn, ctx)
+        // Not one address to dial.
+        let why = core.give_up();
+        self.unreachable(why, client, conn, ctx)
     }
 
-    /// No connect succeeded: the destination's fault, or the parent
-    /// proxy's when there is one (it is the only address dialled).
-    fn unreachable(mut self, client: Endpoint, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let e = self
-            .last_error
-            .take()
-            .unwrap_or_else(|| io::Error::other("no address to connect to"));
-        let refusal = match &self.parent {
-            Some(parent) => {
-                let why = format!("cannot connect to {parent}: {e}");
+    /// No upstream: the refusal the core chose.
+    fn unreachable(
+        self,
+        why: Unreachable,
+        client: Endpoint,
+        conn: &mut Conn,
+        ctx: &mut Ctx,
+    ) -> State {
+        let refusal = match why {
+            Unreachable::Connect(e) => Refusal::Connect(e),
+            Unreachable::Parent(why) => {
                 log::info!("conn={} {why}", conn.id);
                 Refusal::Parent(why)
             }
-            None => Refusal::Connect(e),
+            Unreachable::Timeout => Refusal::Timeout,
         };
         refuse_request(refusal, &self.request, client, conn, ctx)
     }
@@ -576,10 +559,7 @@ impl Connecting {
     }
 
     pub(crate) fn stage(&self) -> &'static str {
-        match self.stage {
-            Dial::Tcp => "tcp",
-            Dial::Parent { .. } => "parent-proxy",
-        }
+        self.core.stage()
     }
 
     pub(crate) fn drive(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
@@ -587,113 +567,45 @@ impl Connecting {
         if self.client.failed() {
             return State::Done(CloseReason::ClientGone);
         }
-        // The parent's handshake is lent to `parent`, which puts it back
-        // whenever the connect goes on waiting.
-        if let Dial::Parent { hs } = std::mem::replace(&mut self.stage, Dial::Tcp) {
-            return self.parent(hs, conn, ctx);
-        }
-        // epoll reports a finished connect as writable, a failed one as an
-        // error (with hang-up): no syscall is needed to tell them apart, and
-        // SO_ERROR is read only to say why it failed.
-        if self.upstream.failed() {
-            let e = self
-                .upstream
-                .connect_error()
-                .unwrap_or_else(|| io::ErrorKind::ConnectionRefused.into());
-            log::debug!("conn={} connect {:?}: {e}", conn.id, conn.log.dialled);
-            self.plan.last_error = Some(e);
-            // The failed socket closes here, before the next attempt.
-            let Connecting { client, plan, .. } = *self;
-            if plan.parent.is_some() {
-                return plan.unreachable(client, conn, ctx);
+        let outcome = if self.core.connecting() {
+            // epoll reports a finished connect as writable, a failed one as
+            // an error (with hang-up): no syscall is needed to tell them
+            // apart, and SO_ERROR is read only to say why it failed.
+            if self.upstream.failed() {
+                let e = self
+                    .upstream
+                    .connect_error()
+                    .unwrap_or_else(|| io::ErrorKind::ConnectionRefused.into());
+                log::debug!("conn={} connect {:?}: {e}", conn.id, conn.log.dialled);
+                // The failed socket closes here, before the next attempt.
+                let Connecting {
+                    client,
+                    plan,
+                    mut core,
+                    ..
+                } = *self;
+                return match core.handle(Input::Failed(e)) {
+                    Outcome::Unreachable(why) => plan.unreachable(why, client, conn, ctx),
+                    _ => plan.dial(core, client, conn, ctx),
+                };
             }
-            return plan.attempt(client, conn, ctx);
-        }
-        if !self.upstream.can_write() {
-            return State::Connecting(self);
-        }
-        if let (Some(parent), Some(ip)) = (&self.plan.parent, conn.log.dialled) {
-            let to = SocketAddr::new(ip, self.plan.request.target.port);
-            self.stage = Dial::Parent {
-                hs: ParentHandshake::new(parent, to),
-            };
-            // Through the transition point: the sub-stage is logged.
-            return State::Connecting(self);
-        }
-        self.established(Vec::new(), conn, ctx)
-    }
-
-    /// The parent proxy's handshake: our request out, its answer in.
-    fn parent(
-        mut self: Box<Self>,
-        mut hs: ParentHandshake,
-        conn: &mut Conn,
-        ctx: &mut Ctx,
-    ) -> State {
-        if self.upstream.failed() {
-            let why = "the parent proxy closed the connection".to_string();
-            return self.parent_failed(why, conn, ctx);
-        }
-        loop {
-            let pending = !hs.to_send().is_empty();
-            self.upstream.want(!pending, pending);
-            if pending {
-                if !self.upstream.can_write() {
-                    return self.waiting(hs);
-                }
-                match self.upstream.write(hs.to_send()) {
-                    Io::Progress(n) => hs.sent(n),
-                    Io::WouldBlock => return self.waiting(hs),
-                    Io::Eof => {
-                        let why = "the parent proxy closed the connection".to_string();
-                        return self.parent_failed(why, conn, ctx);
-                    }
-                    Io::PeerGone(e) => {
-                        return self.parent_failed(format!("the parent proxy: {e}"), conn, ctx)
-                    }
-                }
-                continue;
+            if !self.upstream.can_write() {
+                return State::Connecting(self);
             }
-            if !self.upstream.can_read() {
-                return self.waiting(hs);
-            }
-            let mut buf = [0u8; 4096];
-            let got = match self.upstream.read(&mut buf) {
-                Io::Progress(n) => &buf[..n],
-                Io::WouldBlock => return self.waiting(hs),
-                Io::Eof => &[][..],
-                Io::PeerGone(e) => {
-                    return self.parent_failed(format!("the parent proxy: {e}"), conn, ctx)
-                }
-            };
-            let eof = got.is_empty();
-            match hs.received(got) {
-                Progress::NeedMore if eof => {
-                    let why = "the parent proxy closed the connection before answering";
-                    return self.parent_failed(why.into(), conn, ctx);
-                }
-                Progress::NeedMore => {}
-                Progress::Open(leftover) => return self.established(leftover, conn, ctx),
-                Progress::Failed(why) => return self.parent_failed(why, conn, ctx),
+            // Through a parent, the core goes on to ask it: through the
+            // transition point, where the sub-stage is logged.
+            self.core.handle(Input::Connected)
+        } else {
+            self.core.pump(&mut self.upstream)
+        };
+        match outcome {
+            Outcome::Working => State::Connecting(self),
+            Outcome::Open { leftover } => self.established(leftover, conn, ctx),
+            Outcome::Unreachable(why) => {
+                let Connecting { client, plan, .. } = *self;
+                plan.unreachable(why, client, conn, ctx)
             }
         }
-    }
-
-    /// Still in the parent stage: waits with its handshake.
-    fn waiting(mut self: Box<Self>, hs: ParentHandshake) -> State {
-        self.stage = Dial::Parent { hs };
-        State::Connecting(self)
-    }
-
-    fn parent_failed(self: Box<Self>, why: String, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        log::info!("conn={} {why}", conn.id);
-        refuse_request(
-            Refusal::Parent(why),
-            &self.plan.request,
-            self.client,
-            conn,
-            ctx,
-        )
     }
 
     /// `from_upstream`: bytes the destination sent already (behind a parent
@@ -829,14 +741,8 @@ impl Connecting {
     }
 
     pub(crate) fn on_timeout(self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        if let Some(parent) = &self.plan.parent {
-            // Connecting to it, or waiting for its answer: the parent's delay.
-            let why = match self.stage {
-                Dial::Tcp => format!("timed out connecting to {parent}"),
-                Dial::Parent { .. } => format!("no answer from {parent} in time"),
-            };
-            return self.parent_failed(why, conn, ctx);
-        }
-        refuse_request(Refusal::Timeout, &self.plan.request, self.client, conn, ctx)
+        let why = self.core.timed_out();
+        let Connecting { client, plan, .. } = *self;
+        plan.unreachable(why, client, conn, ctx)
     }
 }

@@ -3,6 +3,7 @@
 
 mod attack;
 mod closing;
+mod dial;
 mod exchange_bounds;
 mod exchange_flow;
 mod exchange_refusals;
