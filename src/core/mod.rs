@@ -16,6 +16,7 @@ pub(crate) mod mem;
 pub(crate) mod port;
 pub(crate) mod securing;
 pub(crate) mod verdicts;
+pub(crate) mod vetting;
 
 #[cfg(test)]
 mod tests;

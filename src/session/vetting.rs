@@ -22,7 +22,8 @@
 //!   client had asked for that name ([`super::connect::switch`]: its rule,
 //!   its addresses, the first flight as the pipelined bytes).
 //!
-//! Each is logged `fronting sni=NAME target=HOST:PORT: ...` (`host=` for a
+//! The reading and the judging are [`VettingCore`]'s (sans-IO); this shell
+//! owns the sockets and carries the verdict out. Each is logged `fronting sni=NAME target=HOST:PORT: ...` (`host=` for a
 //! `Host`). Nothing of the first flight reaches the first upstream before
 //! the verdict. ECH, malformed and oversized first flights are refused; no
 //! SNI, neither TLS nor HTTP, and an upstream that speaks first (not a TLS
@@ -39,25 +40,18 @@ use super::inspect::Inspect;
 use super::passthrough::{Passthrough, Preload};
 use super::refusal::Dialect;
 use super::state::State;
-use crate::io::Io;
+use crate::core::vetting::{Next, Verdict, VettingCore};
 use crate::lifecycle::{CloseReason, Side};
-use crate::policy::{Fronting, Target};
-use crate::protocol::first_flight::{self, FirstFlight};
-use crate::protocol::http;
-use crate::tls::alert_record;
+use crate::policy::Target;
 
-/// Bytes read per call into the first flight.
-const CHUNK: usize = 4096;
-
+/// The shell: both sockets and what the tunnel goes on with; the core
+/// reads and judges the first flight.
 pub(crate) struct Vetting {
     client: Endpoint,
     upstream: Endpoint,
-    /// The proxy's success reply, still owed to the client.
-    reply: Vec<u8>,
+    core: VettingCore,
     /// What the destination sent behind a parent proxy's answer.
     from_upstream: Vec<u8>,
-    /// The client's first flight so far (what it pipelined included).
-    first: Vec<u8>,
     target: Target,
     dialect: Dialect,
     idle: Option<Duration>,
@@ -78,9 +72,8 @@ impl Vetting {
         Vetting {
             client,
             upstream,
-            reply,
+            core: VettingCore::new(reply, early, target.clone()),
             from_upstream,
-            first: early,
             target,
             dialect,
             idle,
@@ -95,188 +88,65 @@ impl Vetting {
     }
 
     pub(crate) fn stage(&self) -> &'static str {
-        if self.reply.is_empty() {
-            "first-flight"
-        } else {
-            "reply"
-        }
+        self.core.stage()
     }
 
     pub(crate) fn drive(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        if self.client.failed() {
-            return State::Done(CloseReason::ClientGone);
-        }
-        while !self.reply.is_empty() {
-            self.upstream.want(false, false);
-            self.client.want(false, true);
-            if !self.client.can_write() {
-                return State::Vetting(self);
-            }
-            match self.client.write(&self.reply) {
-                Io::Progress(n) => {
-                    self.reply.drain(..n);
-                }
-                Io::WouldBlock => return State::Vetting(self),
-                Io::Eof | Io::PeerGone(_) => return State::Done(CloseReason::ClientGone),
-            }
-        }
-        // Only a first word from the upstream is watched for, never read.
-        self.upstream.want(true, false);
-        self.client.want(true, false);
-        loop {
-            match first_flight::parse(&self.first) {
-                FirstFlight::NeedMore => {}
-                flight => return (*self).judge(flight, conn, ctx),
-            }
-            if self.first.is_empty() && (self.upstream.can_read() || self.upstream.failed()) {
-                // The destination speaks first: not a TLS or HTTP front.
-                return (*self).relay(ctx);
-            }
-            if !self.client.can_read() {
-                return State::Vetting(self);
-            }
-            let len = self.first.len();
-            self.first.resize(len + CHUNK, 0);
-            let io = self.client.read(&mut self.first[len..]);
-            self.first
-                .truncate(len + if let Io::Progress(n) = io { n } else { 0 });
-            match io {
-                Io::Progress(_) => {}
-                Io::WouldBlock => return State::Vetting(self),
-                Io::Eof | Io::PeerGone(_) => return State::Done(CloseReason::ClientGone),
+        match self.core.pump(&mut self.client, &mut self.upstream) {
+            Next::Wait => State::Vetting(self),
+            Next::ClientGone => State::Done(CloseReason::ClientGone),
+            Next::Relay => (*self).relay(ctx),
+            Next::Flight(flight) => {
+                let user = conn.log.user.clone();
+                let policy = ctx.policy;
+                let now = ctx.now;
+                let target = &self.target;
+                let verdict = self
+                    .core
+                    .judge(flight, !self.from_upstream.is_empty(), |named| {
+                        policy.fronting(target, user.as_deref(), named, now)
+                    });
+                (*self).carry_out(verdict, conn, ctx)
             }
         }
     }
 
     /// The handshake timeout passed before the first flight was whole.
     pub(crate) fn on_timeout(&self, conn: &Conn) -> State {
-        if self.reply.is_empty() {
-            // Said once, with the fix: a client-first protocol whose first
-            // bytes could still be a request line waits here.
-            log::info!(
-                "conn={} fronting target={}: the first {} bytes are neither a TLS ClientHello \
-                 nor a whole request line, and no more came within timeouts.handshake; \
-                 port {} is vetted because a rule inspects it: send this protocol to \
-                 another port, or inspect or terminate it",
-                conn.id,
-                self.target,
-                self.first.len(),
-                self.target.port
-            );
+        if let Some(note) = self.core.timeout_note() {
+            log::info!("conn={} {note}", conn.id);
         }
         State::Done(CloseReason::HandshakeTimeout)
     }
 
-    /// The first flight is complete (or refused as it stands).
-    fn judge(self, flight: FirstFlight, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let port = self.target.port;
-        let (kind, names, tls): (&str, Vec<String>, bool) = match flight {
-            FirstFlight::NeedMore | FirstFlight::Other => return self.relay(ctx),
-            FirstFlight::Tls { ech: true, sni } => {
-                let why = format!(
-                    "fronting ech sni={} target={}: the ClientHello hides its server name \
-                     (encrypted_client_hello) on port {port}, which an inspecting rule covers; \
-                     turn ECH off in the client, or inspect this destination",
-                    sni.as_deref().unwrap_or("-"),
-                    self.target
-                );
-                return self.refuse(why, None, true, conn, ctx);
+    fn carry_out(self, verdict: Verdict, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        match verdict {
+            Verdict::Relay => self.relay(ctx),
+            Verdict::Refuse {
+                answer: bytes,
+                why,
+                rule,
+            } => {
+                log::info!("conn={} {why}", conn.id);
+                ctx.stats.denied();
+                conn.log.decision = Decision::Denied(Reasoned::new(rule, why.clone()));
+                answer(&bytes, CloseReason::Denied, why, self.client, conn, ctx)
             }
-            FirstFlight::Tls { sni: None, .. } => return self.relay(ctx),
-            FirstFlight::Tls { sni: Some(n), .. } => ("sni", vec![n], true),
-            FirstFlight::Http { hosts } => ("host", hosts, false),
-            FirstFlight::Malformed(what) => {
-                let why = format!(
-                    "fronting target={}: {what} on port {port}, which an inspecting rule covers",
-                    self.target
-                );
-                let tls = self.first.first() == Some(&0x16);
-                return self.refuse(why, None, tls, conn, ctx);
-            }
-            FirstFlight::TooLarge => {
-                let why = format!(
-                    "fronting target={}: the first flight is over {} bytes on port {port}, \
-                     which an inspecting rule covers",
-                    self.target,
-                    first_flight::MAX_FIRST_FLIGHT
-                );
-                let tls = self.first.first() == Some(&0x16);
-                return self.refuse(why, None, tls, conn, ctx);
-            }
-        };
-        let user = conn.log.user.clone();
-        let mut switch_to: Option<(Target, String)> = None;
-        let mut first_named: Option<Target> = None;
-        for name in names {
-            let named = match named_target(&name, port) {
-                Some(t) => t,
-                None => {
-                    let why = format!(
-                        "fronting {kind}={name:?} target={}: not a host name, on port {port}, \
-                         which an inspecting rule covers",
-                        self.target
-                    );
-                    return self.refuse(why, None, tls, conn, ctx);
-                }
-            };
-            let host = named_host(&named);
-            first_named.get_or_insert_with(|| named.clone());
-            match ctx
-                .policy
-                .fronting(&self.target, user.as_deref(), &named, ctx.now)
-            {
-                None => {}
-                Some(Fronting::Denied(d)) => {
-                    let rule = match &d {
-                        crate::policy::Denial::Rule(r) => Some(r.name.clone()),
-                        _ => None,
-                    };
-                    let why = format!(
-                        "fronting {kind}={host} target={}: {host} is refused: {d}",
-                        self.target
-                    );
-                    return self.refuse(why, rule, tls, conn, ctx);
-                }
-                // The first inspected name is the one switched to (a later
-                // one may still be refused).
-                Some(Fronting::Inspected { rule, terminates }) if switch_to.is_none() => {
-                    let how = if terminates {
-                        "terminates and inspects"
-                    } else {
-                        "inspects"
-                    };
-                    let why = format!(
-                        "fronting {kind}={host} target={}: rule {rule} {how} {host}; \
-                             treated as a tunnel to {host}:{port}",
-                        self.target
-                    );
-                    switch_to = Some((named, why));
-                }
-                Some(Fronting::Inspected { .. }) => {}
-            }
-        }
-        match switch_to {
-            // The strictest treatment: that name's own rule, dialled to
-            // that name's own addresses. The upstream never heard a byte.
-            Some((named, why)) => {
+            Verdict::Switch { to, why } => {
                 log::info!("conn={} {why}", conn.id);
                 let Vetting {
                     client,
-                    first,
+                    core,
                     dialect,
                     ..
                 } = self;
-                super::connect::switch(client, named, dialect, first, conn, ctx)
+                super::connect::switch(client, to, dialect, core.into_first(), conn, ctx)
             }
-            // Plaintext HTTP: every later request on the connection could
-            // name another host, so the exchange reads them all, with no
-            // request rules: each must name the host the first one did
-            // (421 otherwise).
-            None if !tls && self.from_upstream.is_empty() && first_named.is_some() => {
+            Verdict::HoldToHost(host) => {
                 let Vetting {
                     client,
                     upstream,
-                    first,
+                    core,
                     target,
                     idle,
                     ..
@@ -286,71 +156,28 @@ impl Vetting {
                     Channel::plain(upstream),
                     target,
                     &[],
-                    &first,
+                    &core.into_first(),
                     None,
                     idle,
                     conn,
                     ctx,
                 );
-                let host = first_named.expect("checked above");
                 State::Inspect(Box::new(inspect.vetted_host(host)))
             }
-            None => self.relay(ctx),
         }
     }
 
     /// Nothing stricter: relay, the first flight first.
     fn relay(self, ctx: &mut Ctx) -> State {
-        let this = self;
-        let mut preload = Preload::reply(&this.from_upstream, &this.first, ctx);
+        let first = self.core.into_first();
+        let mut preload = Preload::reply(&self.from_upstream, &first, ctx);
         preload.own = 0;
         State::Passthrough(Passthrough::new(
-            Channel::plain(this.client),
-            Channel::plain(this.upstream),
+            Channel::plain(self.client),
+            Channel::plain(self.upstream),
             preload,
-            this.idle,
+            self.idle,
             ctx,
         ))
-    }
-
-    /// Closes the tunnel (the upstream never heard a byte): a TLS alert to
-    /// a TLS client, a `403` to an HTTP one.
-    fn refuse(
-        self,
-        why: String,
-        rule: Option<std::sync::Arc<str>>,
-        tls: bool,
-        conn: &mut Conn,
-        ctx: &mut Ctx,
-    ) -> State {
-        log::info!("conn={} {why}", conn.id);
-        ctx.stats.denied();
-        conn.log.decision = Decision::Denied(Reasoned::new(rule, why.clone()));
-        let bytes = if tls {
-            alert_record(rustls::AlertDescription::AccessDenied).to_vec()
-        } else {
-            http::error_response(403, "fronting", &why, &[])
-        };
-        let Vetting { client, .. } = self;
-        answer(&bytes, CloseReason::Denied, why, client, conn, ctx)
-    }
-}
-
-/// The target a first-flight name stands for on `port`: a `Host` may carry
-/// its own port (the name is what a front routes by).
-fn named_target(name: &str, port: u16) -> Option<Target> {
-    if let Ok(t) = Target::new(name, port) {
-        return Some(t);
-    }
-    Target::parse_authority(name)
-        .ok()
-        .and_then(|t| Target::new(&named_host(&t), port).ok())
-}
-
-/// A target's host alone, as a name or address.
-fn named_host(t: &Target) -> String {
-    match &t.host {
-        crate::policy::Host::Domain(d) => d.clone(),
-        crate::policy::Host::Ip(ip) => ip.to_string(),
     }
 }

@@ -15,6 +15,7 @@ mod fuzz_smoke;
 mod securing;
 mod session;
 mod sim;
+mod vetting;
 
 /// Pseudo-random numbers (xorshift) from a fixed seed, so a failure
 /// reproduces.

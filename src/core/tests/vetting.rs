@@ -1,0 +1,292 @@
+//! A vetted raw tunnel in the simulator: the reply before any read, the
+//! first flight read whole however it is split, and each verdict a real
+//! policy gives the names it carries (refused, inspected, held to its
+//! host, relayed), with the texts users see.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection};
+
+use crate::core::mem::MemPort;
+use crate::core::vetting::{Next, Verdict, VettingCore};
+use crate::policy::{parse_cli_inspect, parse_cli_rule, parse_cli_terminate, Action, Policy};
+use crate::protocol::first_flight::FirstFlight;
+use crate::target::Target;
+use crate::tls::tests::Fixture;
+
+const REPLY: &[u8] = b"HTTP/1.1 200 Connection Established\r\n\r\n";
+
+/// Raw to other.test; good.test terminated, plain.test inspected,
+/// evil.test refused.
+fn policy() -> Policy {
+    Policy::from_rules(&[
+        parse_cli_terminate("good.test:443").unwrap(),
+        parse_cli_inspect("plain.test:80").unwrap(),
+        parse_cli_rule(Action::Deny, "evil.test:443").unwrap(),
+        parse_cli_rule(Action::Allow, "other.test:443").unwrap(),
+        parse_cli_rule(Action::Allow, "other.test:80").unwrap(),
+    ])
+    .unwrap()
+}
+
+fn tunnel(port: u16) -> Target {
+    Target::new("other.test", port).unwrap()
+}
+
+/// A ClientHello for `sni`, from rustls.
+fn client_hello(config: Arc<ClientConfig>, sni: &str) -> Vec<u8> {
+    let name = ServerName::try_from(sni.to_owned()).unwrap();
+    let mut conn = ClientConnection::new(config, name).unwrap();
+    let mut wire = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut wire).unwrap();
+    }
+    wire
+}
+
+/// Runs the core on `first` (delivered whole) and judges what it read.
+fn verdict_for(first: &[u8], port: u16) -> Verdict {
+    let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(port));
+    let (mut client, mut upstream) = (MemPort::roomy(), MemPort::roomy());
+    client.deliver(first);
+    let flight = match core.pump(&mut client, &mut upstream) {
+        Next::Flight(f) => f,
+        other => panic!("{other:?}"),
+    };
+    judge(&core, flight, port, false)
+}
+
+fn judge(core: &VettingCore, flight: FirstFlight, port: u16, spoke: bool) -> Verdict {
+    let p = policy();
+    core.judge(flight, spoke, |named| {
+        p.fronting(&tunnel(port), None, named, Instant::now())
+    })
+}
+
+fn get(host: &str) -> Vec<u8> {
+    format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes()
+}
+
+#[test]
+fn the_reply_goes_first_and_nothing_is_read_or_watched_before_it() {
+    let mut core = VettingCore::new(REPLY.to_vec(), Vec::new(), tunnel(80));
+    let mut client = MemPort::default();
+    client.room = 7;
+    let mut upstream = MemPort::roomy();
+    client.deliver(&get("other.test"));
+    assert!(matches!(core.pump(&mut client, &mut upstream), Next::Wait));
+    assert_eq!(core.stage(), "reply");
+    assert_eq!((client.read_total, upstream.read_total), (0, 0));
+    let mut got = client.take();
+    while core.stage() == "reply" {
+        client.room = 7;
+        let _ = core.pump(&mut client, &mut upstream);
+        got.extend(client.take());
+    }
+    assert_eq!(got, REPLY);
+    assert!(matches!(
+        core.pump(&mut client, &mut upstream),
+        Next::Flight(FirstFlight::Http { .. })
+    ));
+    assert_eq!(upstream.read_total, 0, "the upstream is never read here");
+}
+
+/// A destination that has spoken when the first flight is first looked
+/// at is no TLS or HTTP front (those wait for the client): relayed, even
+/// with the client's bytes there too.
+#[test]
+fn an_upstream_banner_beside_the_first_flight_means_no_front() {
+    let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(443));
+    let (mut client, mut upstream) = (MemPort::roomy(), MemPort::roomy());
+    client.deliver(&get("evil.test"));
+    upstream.deliver(b"220 smtp.other.test ESMTP\r\n");
+    assert!(matches!(core.pump(&mut client, &mut upstream), Next::Relay));
+}
+
+#[test]
+fn a_first_flight_split_anywhere_is_read_whole() {
+    let f = Fixture::new();
+    let hello = client_hello(f.clients().config(), "good.test");
+    for bytes in [hello, get("plain.test")] {
+        for early in [0, 1, 5, bytes.len() / 2] {
+            let mut core = VettingCore::new(Vec::new(), bytes[..early].to_vec(), tunnel(443));
+            let (mut client, mut upstream) = (MemPort::roomy(), MemPort::roomy());
+            let mut next = core.pump(&mut client, &mut upstream);
+            for b in &bytes[early..] {
+                assert!(matches!(next, Next::Wait), "early {early}: {next:?}");
+                client.deliver(&[*b]);
+                next = core.pump(&mut client, &mut upstream);
+            }
+            assert!(matches!(next, Next::Flight(_)), "early {early}: {next:?}");
+            assert_eq!(core.into_first(), bytes, "every byte kept for the tunnel");
+        }
+    }
+}
+
+#[test]
+fn an_sni_a_rule_terminates_switches_the_tunnel_to_it() {
+    let f = Fixture::new();
+    match verdict_for(&client_hello(f.clients().config(), "good.test"), 443) {
+        Verdict::Switch { to, why } => {
+            assert_eq!(to, Target::new("good.test", 443).unwrap());
+            assert_eq!(
+                why,
+                "fronting sni=good.test target=other.test:443: rule --terminate good.test:443 \
+                 terminates and inspects good.test; treated as a tunnel to good.test:443"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_sni_a_rule_refuses_gets_an_access_denied_alert() {
+    let f = Fixture::new();
+    match verdict_for(&client_hello(f.clients().config(), "evil.test"), 443) {
+        Verdict::Refuse { answer, why, rule } => {
+            assert_eq!(answer, [0x15, 3, 3, 0, 2, 2, 49], "access_denied");
+            assert!(
+                why.starts_with(
+                    "fronting sni=evil.test target=other.test:443: evil.test is refused"
+                ),
+                "{why}"
+            );
+            assert_eq!(rule.as_deref(), Some("--deny evil.test:443"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_tunnels_own_name_or_no_sni_is_relayed() {
+    let f = Fixture::new();
+    let own = verdict_for(&client_hello(f.clients().config(), "other.test"), 443);
+    assert!(matches!(own, Verdict::Relay), "{own:?}");
+    // An IP literal as the server name: rustls sends no SNI.
+    let bare = verdict_for(&client_hello(f.clients().config(), "192.0.2.1"), 443);
+    assert!(matches!(bare, Verdict::Relay), "{bare:?}");
+}
+
+#[test]
+fn plaintext_http_is_held_to_the_host_it_names_first() {
+    match verdict_for(&get("other.test"), 80) {
+        Verdict::HoldToHost(host) => assert_eq!(host, tunnel(80)),
+        other => panic!("{other:?}"),
+    }
+    // A destination that spoke already cannot be an HTTP front: relayed.
+    let mut core = VettingCore::new(Vec::new(), get("other.test"), tunnel(80));
+    let Next::Flight(flight) = core.pump(&mut MemPort::roomy(), &mut MemPort::roomy()) else {
+        panic!("no flight");
+    };
+    assert!(matches!(judge(&core, flight, 80, true), Verdict::Relay));
+}
+
+#[test]
+fn a_host_a_rule_inspects_switches_the_tunnel_to_it() {
+    match verdict_for(&get("PLAIN.test."), 80) {
+        Verdict::Switch { to, why } => {
+            assert_eq!(to, Target::new("plain.test", 80).unwrap());
+            assert!(
+                why.contains("rule --inspect plain.test:80 inspects"),
+                "{why}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_refused_host_gets_a_403_that_says_fronting() {
+    let answer = match verdict_for(&get("evil.test:443"), 443) {
+        Verdict::Refuse { answer, .. } => String::from_utf8(answer).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(answer.contains("X-Proxy-Error: fronting"), "{answer}");
+}
+
+#[test]
+fn a_host_that_is_no_host_name_is_refused() {
+    match verdict_for(&get("bad host"), 80) {
+        Verdict::Refuse { why, rule, .. } => {
+            assert!(why.contains("not a host name"), "{why}");
+            assert!(rule.is_none());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn malformed_and_oversized_first_flights_are_refused_in_their_dialect() {
+    // A handshake record that is no ClientHello: an alert.
+    let broken = [0x16, 3, 1, 0, 4, 0x02, 0, 0, 0];
+    match verdict_for(&broken, 443) {
+        Verdict::Refuse { answer, why, .. } => {
+            assert_eq!(answer[0], 0x15, "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A request head that never ends: over the bound, a 403.
+    let mut long = b"GET / HTTP/1.1\r\nX-Pad: ".to_vec();
+    long.resize(64 * 1024, b'a');
+    match verdict_for(&long, 80) {
+        Verdict::Refuse { answer, why, .. } => {
+            assert!(why.contains("the first flight is over"), "{why}");
+            assert!(answer.starts_with(b"HTTP/1.1 403"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn neither_tls_nor_http_is_relayed() {
+    let v = verdict_for(b"SSH-2.0-OpenSSH_9.6\r\n", 443);
+    assert!(matches!(v, Verdict::Relay), "{v:?}");
+}
+
+#[test]
+fn an_upstream_that_speaks_before_the_client_is_relayed() {
+    let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(443));
+    let (mut client, mut upstream) = (MemPort::roomy(), MemPort::roomy());
+    assert!(matches!(core.pump(&mut client, &mut upstream), Next::Wait));
+    upstream.deliver(b"220 smtp.other.test ESMTP\r\n");
+    assert!(matches!(core.pump(&mut client, &mut upstream), Next::Relay));
+    assert_eq!(upstream.read_total, 0, "watched, never read");
+    // But once the client has begun, its flight is what counts.
+    let mut core = VettingCore::new(Vec::new(), b"GET / HT".to_vec(), tunnel(80));
+    let mut upstream = MemPort::roomy();
+    upstream.deliver(b"hello");
+    assert!(matches!(
+        core.pump(&mut MemPort::roomy(), &mut upstream),
+        Next::Wait
+    ));
+}
+
+#[test]
+fn a_client_that_leaves_before_its_flight_is_whole_is_gone() {
+    for reset in [false, true] {
+        let mut core = VettingCore::new(Vec::new(), b"GET / HT".to_vec(), tunnel(80));
+        let mut client = MemPort::roomy();
+        if reset {
+            client.reset = true;
+        } else {
+            client.fin = true;
+        }
+        assert!(matches!(
+            core.pump(&mut client, &mut MemPort::roomy()),
+            Next::ClientGone
+        ));
+    }
+}
+
+#[test]
+fn the_timeout_says_how_to_fix_it_once_the_reply_is_out() {
+    let core = VettingCore::new(REPLY.to_vec(), Vec::new(), tunnel(443));
+    assert_eq!(core.timeout_note(), None, "the client was never asked yet");
+    let core = VettingCore::new(Vec::new(), b"\x00\x01".to_vec(), tunnel(443));
+    let note = core.timeout_note().unwrap();
+    assert!(note.contains("the first 2 bytes"), "{note}");
+    assert!(note.contains("send this protocol to another port, or inspect or terminate it"));
+}

@@ -1,0 +1,285 @@
+//! Vetting, as the core runs it: a raw tunnel to a port some inspecting
+//! rule covers sends the proxy's success reply, then reads the client's
+//! first flight (up to [`first_flight::MAX_FIRST_FLIGHT`] bytes) until it
+//! is a whole ClientHello or request head, and judges the names it carries
+//! against the policy, so that a name allowed raw cannot front for one the
+//! policy inspects or refuses. The shell (`session/vetting.rs`) carries the
+//! verdict out: relay, refuse, inspect, or switch to the named target.
+
+use std::sync::Arc;
+
+use super::port::Port;
+use crate::io::Io;
+use crate::policy::{Denial, Fronting};
+use crate::protocol::first_flight::{self, FirstFlight};
+use crate::protocol::http;
+use crate::target::{Host, Target};
+use crate::tls::alert_record;
+
+/// Bytes read per call into the first flight.
+const CHUNK: usize = 4096;
+
+/// A vetted tunnel's client side, until its first flight is judged.
+pub(crate) struct VettingCore {
+    /// The proxy's success reply, still owed to the client.
+    reply: Vec<u8>,
+    /// The client's first flight so far (what it pipelined included).
+    first: Vec<u8>,
+    target: Target,
+}
+
+/// What a call left the shell to do.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// Wait for readiness (or the handshake deadline).
+    Wait,
+    /// The client closed or failed before its first flight was whole.
+    ClientGone,
+    /// The destination spoke first: not a TLS or HTTP front, so relay
+    /// under the tunnel's own rule.
+    Relay,
+    /// The first flight is whole (or refused as it stands): [`judge`] it.
+    ///
+    /// [`judge`]: VettingCore::judge
+    Flight(FirstFlight),
+}
+
+/// What the first flight earns.
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    /// Nothing stricter: relay, the first flight first.
+    Relay,
+    /// Refused: `answer` (a TLS alert, or an HTTP 403) then the close; the
+    /// refusing rule, if a rule refused.
+    Refuse {
+        answer: Vec<u8>,
+        why: String,
+        rule: Option<Arc<str>>,
+    },
+    /// A name a rule inspects: the session goes on as if the client had
+    /// asked for `to` (that name's rule, its addresses).
+    Switch { to: Target, why: String },
+    /// Plaintext HTTP naming `host` first: relayed through the exchange
+    /// with no request rules, each later request held to that host.
+    HoldToHost(Target),
+}
+
+impl VettingCore {
+    /// `reply` goes to the client first; `early` is the start of its first
+    /// flight (what it sent behind its request).
+    pub(crate) fn new(reply: Vec<u8>, early: Vec<u8>, target: Target) -> VettingCore {
+        VettingCore {
+            reply,
+            first: early,
+            target,
+        }
+    }
+
+    pub(crate) fn stage(&self) -> &'static str {
+        if self.reply.is_empty() {
+            "first-flight"
+        } else {
+            "reply"
+        }
+    }
+
+    /// The first flight as read so far, for the tunnel or the switch.
+    pub(crate) fn into_first(self) -> Vec<u8> {
+        self.first
+    }
+
+    /// Moves what readiness allows: the reply out, then the first flight
+    /// in. The upstream is only watched, never read: a word from it before
+    /// the client's first means no front.
+    pub(crate) fn pump(&mut self, client: &mut impl Port, upstream: &mut impl Port) -> Next {
+        if client.failed() {
+            return Next::ClientGone;
+        }
+        while !self.reply.is_empty() {
+            upstream.want_read(false);
+            upstream.want_write(false);
+            client.want_read(false);
+            client.want_write(true);
+            if !client.can_write() {
+                return Next::Wait;
+            }
+            match client.write(&self.reply) {
+                Io::Progress(n) => {
+                    self.reply.drain(..n);
+                }
+                Io::WouldBlock => return Next::Wait,
+                Io::Eof | Io::PeerGone(_) => return Next::ClientGone,
+            }
+        }
+        upstream.want_read(true);
+        upstream.want_write(false);
+        client.want_read(true);
+        client.want_write(false);
+        loop {
+            match first_flight::parse(&self.first) {
+                FirstFlight::NeedMore => {}
+                flight => return Next::Flight(flight),
+            }
+            if self.first.is_empty() && (upstream.can_read() || upstream.failed()) {
+                return Next::Relay;
+            }
+            if !client.can_read() {
+                return Next::Wait;
+            }
+            let len = self.first.len();
+            self.first.resize(len + CHUNK, 0);
+            let io = client.read(&mut self.first[len..]);
+            self.first
+                .truncate(len + if let Io::Progress(n) = io { n } else { 0 });
+            match io {
+                Io::Progress(_) => {}
+                Io::WouldBlock => return Next::Wait,
+                Io::Eof | Io::PeerGone(_) => return Next::ClientGone,
+            }
+        }
+    }
+
+    /// Judges a whole first flight. `fronting` is the policy's answer for
+    /// a name on the tunnel's port (none: nothing stricter than the
+    /// tunnel's own rule). `upstream_spoke`: the destination already sent
+    /// bytes (behind a parent proxy's answer), so it cannot be an HTTP
+    /// front whose requests the exchange would read.
+    pub(crate) fn judge(
+        &self,
+        flight: FirstFlight,
+        upstream_spoke: bool,
+        mut fronting: impl FnMut(&Target) -> Option<Fronting>,
+    ) -> Verdict {
+        let port = self.target.port;
+        let target = &self.target;
+        let starts_tls = self.first.first() == Some(&0x16);
+        let (kind, names, tls): (&str, Vec<String>, bool) = match flight {
+            FirstFlight::NeedMore | FirstFlight::Other => return Verdict::Relay,
+            FirstFlight::Tls { ech: true, sni } => {
+                let why = format!(
+                    "fronting ech sni={} target={target}: the ClientHello hides its server name \
+                     (encrypted_client_hello) on port {port}, which an inspecting rule covers; \
+                     turn ECH off in the client, or inspect this destination",
+                    sni.as_deref().unwrap_or("-"),
+                );
+                return refuse(why, None, true);
+            }
+            FirstFlight::Tls { sni: None, .. } => return Verdict::Relay,
+            FirstFlight::Tls { sni: Some(n), .. } => ("sni", vec![n], true),
+            FirstFlight::Http { hosts } => ("host", hosts, false),
+            FirstFlight::Malformed(what) => {
+                let why = format!(
+                    "fronting target={target}: {what} on port {port}, which an inspecting rule \
+                     covers"
+                );
+                return refuse(why, None, starts_tls);
+            }
+            FirstFlight::TooLarge => {
+                let why = format!(
+                    "fronting target={target}: the first flight is over {} bytes on port \
+                     {port}, which an inspecting rule covers",
+                    first_flight::MAX_FIRST_FLIGHT
+                );
+                return refuse(why, None, starts_tls);
+            }
+        };
+        let mut switch_to: Option<(Target, String)> = None;
+        let mut first_named: Option<Target> = None;
+        for name in names {
+            let Some(named) = named_target(&name, port) else {
+                let why = format!(
+                    "fronting {kind}={name:?} target={target}: not a host name, on port {port}, \
+                     which an inspecting rule covers"
+                );
+                return refuse(why, None, tls);
+            };
+            let host = named_host(&named);
+            first_named.get_or_insert_with(|| named.clone());
+            match fronting(&named) {
+                None => {}
+                Some(Fronting::Denied(d)) => {
+                    let rule = match &d {
+                        Denial::Rule(r) => Some(r.name.clone()),
+                        _ => None,
+                    };
+                    let why =
+                        format!("fronting {kind}={host} target={target}: {host} is refused: {d}");
+                    return refuse(why, rule, tls);
+                }
+                // The first inspected name is the one switched to (a later
+                // one may still be refused).
+                Some(Fronting::Inspected { rule, terminates }) if switch_to.is_none() => {
+                    let how = if terminates {
+                        "terminates and inspects"
+                    } else {
+                        "inspects"
+                    };
+                    let why = format!(
+                        "fronting {kind}={host} target={target}: rule {rule} {how} {host}; \
+                             treated as a tunnel to {host}:{port}"
+                    );
+                    switch_to = Some((named, why));
+                }
+                Some(Fronting::Inspected { .. }) => {}
+            }
+        }
+        match (switch_to, first_named) {
+            // The strictest treatment: that name's own rule, dialled to
+            // that name's own addresses. The upstream never heard a byte.
+            (Some((to, why)), _) => Verdict::Switch { to, why },
+            // Plaintext HTTP: every later request on the connection could
+            // name another host, so the exchange reads them all, with no
+            // request rules: each must name the host the first one did
+            // (421 otherwise).
+            (None, Some(host)) if !tls && !upstream_spoke => Verdict::HoldToHost(host),
+            (None, _) => Verdict::Relay,
+        }
+    }
+
+    /// The handshake timeout passed before the first flight was whole:
+    /// what to log, with the fix (none while the reply was still owed).
+    pub(crate) fn timeout_note(&self) -> Option<String> {
+        self.reply.is_empty().then(|| {
+            // A client-first protocol whose first bytes could still be a
+            // request line waits here.
+            format!(
+                "fronting target={}: the first {} bytes are neither a TLS ClientHello \
+                 nor a whole request line, and no more came within timeouts.handshake; \
+                 port {} is vetted because a rule inspects it: send this protocol to \
+                 another port, or inspect or terminate it",
+                self.target,
+                self.first.len(),
+                self.target.port
+            )
+        })
+    }
+}
+
+/// Refused: a TLS alert to a TLS client, a `403` to an HTTP one.
+fn refuse(why: String, rule: Option<Arc<str>>, tls: bool) -> Verdict {
+    let answer = if tls {
+        alert_record(rustls::AlertDescription::AccessDenied).to_vec()
+    } else {
+        http::error_response(403, "fronting", &why, &[])
+    };
+    Verdict::Refuse { answer, why, rule }
+}
+
+/// The target a first-flight name stands for on `port`: a `Host` may carry
+/// its own port (the name is what a front routes by).
+fn named_target(name: &str, port: u16) -> Option<Target> {
+    if let Ok(t) = Target::new(name, port) {
+        return Some(t);
+    }
+    Target::parse_authority(name)
+        .ok()
+        .and_then(|t| Target::new(&named_host(&t), port).ok())
+}
+
+/// A target's host alone, as a name or address.
+fn named_host(t: &Target) -> String {
+    match &t.host {
+        Host::Domain(d) => d.clone(),
+        Host::Ip(ip) => ip.to_string(),
+    }
+}
