@@ -188,9 +188,10 @@ impl<O> ClosingCore<O> {
 
     /// The close timer fired: whatever is left is abandoned. Input already
     /// queued is read away first: closing over unread input sends a reset,
-    /// which can destroy the answer the peer has not read yet. Returns why
-    /// the session closed: the close timeout when bytes were still owed.
-    pub(crate) fn timed_out<P: Port>(&mut self, link: &mut Link, port: &mut P) -> CloseReason
+    /// which can destroy the answer the peer has not read yet. Returns how
+    /// to close: for the close timeout, abortively, when bytes were still
+    /// owed (a FIN would make the cut-off stream look complete).
+    pub(crate) fn timed_out<P: Port>(&mut self, link: &mut Link, port: &mut P) -> Next
     where
         O: Owed<P>,
     {
@@ -200,10 +201,15 @@ impl<O> ClosingCore<O> {
                 break;
             }
         }
-        if self.owes::<P>() {
-            CloseReason::CloseTimeout
-        } else {
-            self.reason
+        if self.owes::<P>() || self.stage == Stage::FlushThenAbort {
+            return Next::Close {
+                reason: CloseReason::CloseTimeout,
+                abort: true,
+            };
+        }
+        Next::Close {
+            reason: self.reason,
+            abort: false,
         }
     }
 }

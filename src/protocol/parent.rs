@@ -105,6 +105,14 @@ impl ParentHandshake {
                     return Progress::NeedMore;
                 }
                 Some(other) => return other,
+                // A stage finished and queued our next message: nothing the
+                // parent sent yet can answer what it has not read.
+                None if self.stage != Stage::Done && !self.out.is_empty() => {
+                    if !self.input.is_empty() {
+                        return self.fail("the parent proxy answered before our request".into());
+                    }
+                    return Progress::NeedMore;
+                }
                 // A stage finished: go on with what is left.
                 None => {}
             }
@@ -338,27 +346,70 @@ mod tests {
         }
     }
 
+    /// A SOCKS5 conversation: each reply but the last read once our
+    /// message before it went out, the last cut in two at every byte.
+    fn socks_everywhere(p: &ParentProxy, to: &str, replies: &[&[u8]]) -> Vec<Progress> {
+        let (last, before) = replies.split_last().unwrap();
+        (0..=last.len())
+            .map(|cut| {
+                let mut hs = ParentHandshake::new(p, to.parse().unwrap());
+                for reply in before {
+                    hs.sent(hs.to_send().len());
+                    assert_eq!(hs.received(reply), Progress::NeedMore);
+                }
+                hs.sent(hs.to_send().len());
+                let (first, second) = last.split_at(cut);
+                match hs.received(first) {
+                    Progress::NeedMore => hs.received(second),
+                    other => other,
+                }
+            })
+            .collect()
+    }
+
     #[test]
     fn socks5_with_and_without_credentials() {
         let plain = parent("socks5://127.0.0.1:1080");
-        let answer = [5u8, 0, 5, 0, 0, 1, 10, 0, 0, 1, 0x1f, 0x90];
-        for out in split_everywhere(&plain, &answer) {
+        let ok = [5u8, 0, 0, 1, 10, 0, 0, 1, 0x1f, 0x90];
+        for out in socks_everywhere(&plain, "192.0.2.7:443", &[&[5, 0], &ok]) {
             assert_eq!(out, Progress::Open(Vec::new()));
         }
         let auth = parent("socks5://u:p@127.0.0.1:1080");
         let hs = ParentHandshake::new(&auth, "[2001:db8::1]:443".parse().unwrap());
         assert_eq!(hs.to_send(), [5, 1, 2]);
-        let answer = [
-            5u8, 2, 1, 0, 5, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        let ok6 = [
+            5u8, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
         ];
-        for out in split_everywhere(&auth, &answer) {
+        for out in socks_everywhere(&auth, "[2001:db8::1]:443", &[&[5, 2], &[1, 0], &ok6]) {
             assert_eq!(out, Progress::Open(Vec::new()));
         }
-        let refused = [5u8, 0, 5, 2, 0, 1, 0, 0, 0, 0, 0, 0];
-        for out in split_everywhere(&plain, &refused) {
+        let refused = [5u8, 2, 0, 1, 0, 0, 0, 0, 0, 0];
+        for out in socks_everywhere(&plain, "192.0.2.7:443", &[&[5, 0], &refused]) {
             assert!(
                 matches!(out, Progress::Failed(ref w) if w.contains("not allowed")),
                 "{out:?}"
+            );
+        }
+    }
+
+    /// Replies sent ahead, with the method choice, answer requests the
+    /// parent has not read: refused, never an open tunnel.
+    #[test]
+    fn socks5_replies_ahead_of_our_messages_are_refused() {
+        let plain = parent("socks5://127.0.0.1:1080");
+        let auth = parent("socks5://u:p@127.0.0.1:1080");
+        let ok = [5u8, 0, 0, 1, 10, 0, 0, 1, 0x1f, 0x90];
+        for (p, ahead) in [
+            (&plain, [&[5u8, 0][..], &ok].concat()),
+            (&auth, [&[5u8, 2, 1, 0][..], &ok].concat()),
+            (&auth, vec![5, 2, 1]),
+        ] {
+            let mut hs = ParentHandshake::new(p, "192.0.2.7:443".parse().unwrap());
+            hs.sent(3);
+            assert_eq!(
+                hs.received(&ahead),
+                Progress::Failed("the parent proxy answered before our request".into()),
+                "{ahead:?}"
             );
         }
     }

@@ -124,9 +124,18 @@ impl Closing {
         }
     }
 
-    /// The close timer fired: whatever is left is abandoned.
+    /// The close timer fired: whatever is left is abandoned (the survivor
+    /// reset when bytes were still owed to it).
     pub(crate) fn on_timeout(mut self) -> State {
         let core = &mut self.core;
-        State::Done(self.survivor.with(|link, ep| core.timed_out(link, ep)))
+        match self.survivor.with(|link, ep| core.timed_out(link, ep)) {
+            Next::Close { reason, abort } => {
+                if abort {
+                    self.survivor.abort_on_close();
+                }
+                State::Done(reason)
+            }
+            Next::Wait | Next::Again => unreachable!("the close timer always closes"),
+        }
     }
 }

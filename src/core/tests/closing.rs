@@ -101,8 +101,54 @@ fn the_close_timer_with_bytes_still_owed_is_a_close_timeout() {
     assert!(core.take_spent::<MemPort>().is_none(), "still owed");
     assert_eq!(
         core.timed_out(&mut Link::Plain, &mut port),
-        CloseReason::CloseTimeout
+        Next::Close {
+            reason: CloseReason::CloseTimeout,
+            abort: true
+        }
     );
+}
+
+/// Bytes abandoned at the close timer cut the stream short: the survivor
+/// is reset, never sent a FIN that would make what it got look complete,
+/// whether the close was graceful or already meant to reset.
+#[test]
+fn the_close_timer_abandoning_owed_bytes_resets_the_survivor() {
+    for abort in [false, true] {
+        let mut core = if abort {
+            ClosingCore::abort(owed(&[7; 5000]), REASON)
+        } else {
+            ClosingCore::graceful(owed(&[7; 5000]), REASON, true)
+        };
+        let mut port = taking(100);
+        assert_eq!(pump(&mut core, &mut port), Next::Wait);
+        assert!(!port.shut);
+        assert_eq!(
+            core.timed_out(&mut Link::Plain, &mut port),
+            Next::Close {
+                reason: CloseReason::CloseTimeout,
+                abort: true
+            },
+            "abort: {abort}"
+        );
+    }
+}
+
+/// A whole session: a close-delimited response whose upstream finished,
+/// to a client that stops reading. At the close timer the client is
+/// reset: its cut-off body cannot pass for the whole of it.
+#[test]
+fn a_close_delimited_body_cut_by_the_close_timer_is_reset_not_finished() {
+    let mut s = Session::new(Options::tunnel());
+    s.client_sends(format!("GET /a HTTP/1.1\r\nHost: {ORIGIN}\r\n\r\n"));
+    s.drive();
+    s.cport.room = 0;
+    s.upstream_sends(format!("HTTP/1.0 200 OK\r\n\r\n{}", "b".repeat(2_000)));
+    s.upstream_fin();
+    s.drive();
+    assert!(s.closing.is_some(), "flushing the tail to the client");
+    assert!(s.step(), "the close timer is armed");
+    assert_eq!(s.closed, Some((CloseReason::CloseTimeout, true)));
+    assert!(!s.cport.shut, "no FIN after a cut body");
 }
 
 #[test]
@@ -114,7 +160,13 @@ fn the_close_timer_while_lingering_keeps_the_reason_and_reads_queued_input_away(
     // Input that arrives with no readiness event yet: closing over it
     // would send a reset that can destroy the unread answer.
     port.deliver(&[1; 3000]);
-    assert_eq!(core.timed_out(&mut Link::Plain, &mut port), REASON);
+    assert_eq!(
+        core.timed_out(&mut Link::Plain, &mut port),
+        Next::Close {
+            reason: REASON,
+            abort: false
+        }
+    );
     assert!(port.inbox.is_empty(), "queued input is read away first");
 }
 

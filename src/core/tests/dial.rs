@@ -655,3 +655,38 @@ fn a_reload_that_leaves_nothing_makes_the_connect_in_flight_the_last() {
     }
     assert_eq!(core.poll_action(), None);
 }
+
+// A parent that answers ahead of us.
+
+/// A SOCKS5 parent that sends its connect reply (and the destination's
+/// bytes) together with its method choice, before our request (or our
+/// credentials) went out: no tunnel opens on an answer to a request never
+/// sent, and nothing more is sent to it.
+#[test]
+fn a_socks5_answer_ahead_of_our_request_opens_nothing() {
+    let cases: [(&str, Vec<u8>); 2] = [
+        (
+            "socks5://127.0.0.1:1080",
+            [&[5u8, 0][..], SOCKS_OK, b"hi"].concat(),
+        ),
+        (
+            "socks5://u:p@127.0.0.1:1080",
+            [&[5u8, 2, 1, 0][..], SOCKS_OK, b"hi"].concat(),
+        ),
+    ];
+    for (url, early) in cases {
+        let mut core = asking(url, "192.0.2.7");
+        let mut port = MemPort::roomy();
+        // The greeting goes out; the parent's reply is not in yet.
+        assert!(matches!(core.pump(&mut port), Outcome::Working));
+        let greeting = port.take();
+        assert_eq!(greeting.first(), Some(&5), "{url}");
+        port.deliver(&early);
+        assert_eq!(
+            parent_why(core.pump(&mut port)),
+            "the parent proxy answered before our request",
+            "{url}"
+        );
+        assert!(port.take().is_empty(), "{url}: sent after its answer");
+    }
+}

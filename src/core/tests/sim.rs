@@ -418,9 +418,11 @@ impl Session {
     fn fire(&mut self) {
         if let Some(mut c) = self.closing.take() {
             assert!(self.now >= c.until, "the close timer fired early");
-            let reason = c.core.timed_out(&mut c.link, &mut self.cport);
-            // The shell closes the socket: a clean close, as the timer's.
-            self.closed = Some((reason, false));
+            let Next::Close { reason, abort } = c.core.timed_out(&mut c.link, &mut self.cport)
+            else {
+                panic!("the close timer always closes");
+            };
+            self.closed = Some((reason, abort));
             return;
         }
         let core = self.core.as_mut().unwrap();
