@@ -11,6 +11,7 @@ pub(crate) mod inspect;
 pub(crate) mod link;
 pub(crate) mod mem;
 pub(crate) mod port;
+pub(crate) mod refusal;
 pub(crate) mod verdicts;
 
 #[cfg(test)]
