@@ -7,6 +7,7 @@
 //! in-memory ports and virtual time to the same code.
 
 pub(crate) mod closing;
+pub(crate) mod handshake;
 pub(crate) mod inspect;
 pub(crate) mod link;
 pub(crate) mod mem;
