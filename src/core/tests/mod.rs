@@ -11,6 +11,7 @@ mod exchange_secrets;
 mod exchange_sim;
 mod exchange_upstream;
 mod fuzz_smoke;
+mod handshake;
 mod session;
 mod sim;
 
