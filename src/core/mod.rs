@@ -10,10 +10,12 @@
 
 pub(crate) mod closing;
 pub(crate) mod dial;
+pub(crate) mod handshake;
 pub(crate) mod inspect;
 pub(crate) mod link;
 pub(crate) mod mem;
 pub(crate) mod port;
+pub(crate) mod refusal;
 pub(crate) mod securing;
 pub(crate) mod verdicts;
 pub(crate) mod vetting;

@@ -26,13 +26,16 @@ mod handshake;
 pub(crate) mod handshake_rate;
 mod inspect;
 mod passthrough;
-mod refusal;
 mod securing;
 mod state;
 #[cfg(test)]
 mod tests;
 mod tls_env;
 mod vetting;
+
+// Refusals are the core's vocabulary (a core decides them); the states
+// here name them as `super::refusal::...`.
+use crate::core::refusal;
 
 use std::io;
 use std::net::IpAddr;

@@ -12,6 +12,7 @@ mod exchange_secrets;
 mod exchange_sim;
 mod exchange_upstream;
 mod fuzz_smoke;
+mod handshake;
 mod securing;
 mod session;
 mod sim;
