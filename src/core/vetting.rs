@@ -230,8 +230,12 @@ impl VettingCore {
             // Plaintext HTTP: every later request on the connection could
             // name another host, so the exchange reads them all, with no
             // request rules: each must name the host the first one did
-            // (421 otherwise).
-            (None, Some(host)) if !tls && !upstream_spoke => Verdict::HoldToHost(host),
+            // (421 otherwise). A first request naming no host (HTTP/1.0,
+            // or no `Host`) is held to the tunnel's own: relayed raw, a
+            // keep-alive request behind it could name any host.
+            (None, named) if !tls && !upstream_spoke => {
+                Verdict::HoldToHost(named.unwrap_or_else(|| target.clone()))
+            }
             (None, _) => Verdict::Relay,
         }
     }

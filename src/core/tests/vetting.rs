@@ -290,3 +290,21 @@ fn the_timeout_says_how_to_fix_it_once_the_reply_is_out() {
     assert!(note.contains("the first 2 bytes"), "{note}");
     assert!(note.contains("send this protocol to another port, or inspect or terminate it"));
 }
+
+/// A first request that names no host (HTTP/1.0, or HTTP/1.1 without a
+/// `Host`) opens no raw tunnel: a keep-alive request behind it could name
+/// any host the edge serves (`Host: plain.test` on a tunnel to
+/// other.test). It is held to the tunnel's own host, as if it had named it.
+#[test]
+fn a_first_request_naming_no_host_is_held_to_the_tunnels_host() {
+    for first in [
+        &b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\n\r\nGET /admin HTTP/1.1\r\nHost: plain.test\r\n\r\n",
+    ] {
+        match verdict_for(first, 80) {
+            Verdict::HoldToHost(host) => assert_eq!(host, tunnel(80)),
+            other => panic!("{:?}: {other:?}", String::from_utf8_lossy(first)),
+        }
+    }
+}
