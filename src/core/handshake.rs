@@ -26,7 +26,7 @@
 
 use std::sync::Arc;
 
-use super::port::Port;
+use super::port::{send_owed, Port, Sent};
 use super::refusal::{Dialect, Refusal};
 use crate::auth::basic::{basic_auth_credentials, SameLogin};
 use crate::auth::cache::LoginCache;
@@ -227,21 +227,13 @@ impl HandshakeCore {
             return Next::Stay;
         }
         loop {
-            port.want_read(self.owed.is_empty());
-            port.want_write(!self.owed.is_empty());
-            if !self.owed.is_empty() {
-                if !port.can_write() {
-                    return Next::Stay;
-                }
-                match port.write(&self.owed) {
-                    Io::Progress(n) => {
-                        self.owed.drain(..n);
-                        continue;
-                    }
-                    Io::WouldBlock => return Next::Stay,
-                    Io::Eof | Io::PeerGone(_) => return Next::Gone,
-                }
+            match send_owed(port, &mut self.owed) {
+                Sent::All => {}
+                Sent::Wait => return Next::Stay,
+                Sent::Gone => return Next::Gone,
             }
+            port.want_read(true);
+            port.want_write(false);
             match self.parse(env) {
                 // A new sub-stage: the shell logs it, then pumps again at once.
                 Parsed::Again => return Next::Stay,

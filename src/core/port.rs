@@ -3,6 +3,7 @@
 //! simulator and the fuzz target implement it in memory. The core never
 //! learns which.
 
+use crate::io::Io;
 use crate::tls::wire::Wire;
 
 /// One side's transport, as the core drives it.
@@ -27,4 +28,35 @@ pub(crate) trait Port: Wire {
     fn peer_finished(&self) -> bool;
     /// Ends our sending side (the TCP FIN).
     fn shutdown_write(&mut self);
+}
+
+/// How far writing the proxy's own bytes to a side got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// All of them are out.
+    All,
+    /// Some are left: wait for writability (write interest is on).
+    Wait,
+    /// The peer is gone: never write to it again.
+    Gone,
+}
+
+/// Writes `owed` (a reply of the proxy's own, not payload) to `port` as far
+/// as readiness allows, draining what went out. Nothing is read meanwhile.
+pub(crate) fn send_owed(port: &mut impl Port, owed: &mut Vec<u8>) -> Sent {
+    while !owed.is_empty() {
+        port.want_read(false);
+        port.want_write(true);
+        if !port.can_write() {
+            return Sent::Wait;
+        }
+        match port.write(owed) {
+            Io::Progress(n) => {
+                owed.drain(..n);
+            }
+            Io::WouldBlock => return Sent::Wait,
+            Io::Eof | Io::PeerGone(_) => return Sent::Gone,
+        }
+    }
+    Sent::All
 }

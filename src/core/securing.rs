@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use rustls::ServerConfig;
 
-use super::port::Port;
+use super::port::{send_owed, Port, Sent};
 use crate::io::Io;
 use crate::lifecycle::CloseReason;
 use crate::protocol::http;
@@ -88,19 +88,10 @@ impl SecuringCore {
         if client.failed() {
             return Next::ClientGone;
         }
-        while !self.reply.is_empty() {
-            client.want_read(false);
-            client.want_write(true);
-            if !client.can_write() {
-                return Next::Wait;
-            }
-            match client.write(&self.reply) {
-                Io::Progress(n) => {
-                    self.reply.drain(..n);
-                }
-                Io::WouldBlock => return Next::Wait,
-                Io::Eof | Io::PeerGone(_) => return Next::ClientGone,
-            }
+        match send_owed(client, &mut self.reply) {
+            Sent::All => {}
+            Sent::Wait => return Next::Wait,
+            Sent::Gone => return Next::ClientGone,
         }
         client.want_read(true);
         client.want_write(false);

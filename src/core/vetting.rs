@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use super::port::Port;
+use super::port::{send_owed, Port, Sent};
 use crate::io::Io;
 use crate::policy::{Denial, Fronting};
 use crate::protocol::first_flight::{self, FirstFlight};
@@ -95,21 +95,14 @@ impl VettingCore {
         if client.failed() {
             return Next::ClientGone;
         }
-        while !self.reply.is_empty() {
+        if !self.reply.is_empty() {
             upstream.want_read(false);
             upstream.want_write(false);
-            client.want_read(false);
-            client.want_write(true);
-            if !client.can_write() {
-                return Next::Wait;
-            }
-            match client.write(&self.reply) {
-                Io::Progress(n) => {
-                    self.reply.drain(..n);
-                }
-                Io::WouldBlock => return Next::Wait,
-                Io::Eof | Io::PeerGone(_) => return Next::ClientGone,
-            }
+        }
+        match send_owed(client, &mut self.reply) {
+            Sent::All => {}
+            Sent::Wait => return Next::Wait,
+            Sent::Gone => return Next::ClientGone,
         }
         upstream.want_read(true);
         upstream.want_write(false);
