@@ -293,16 +293,3 @@ fn a_terminated_client_gets_its_answer_then_close_notify_then_the_fin() {
     s.drive();
     assert_eq!(s.closed, Some((CloseReason::UpstreamGone, false)));
 }
-
-#[test]
-fn an_upstream_reset_mid_response_resets_the_client_after_what_it_got() {
-    let mut s = Session::new(Options::tunnel());
-    s.client_sends(format!("GET /a HTTP/1.1\r\nHost: {ORIGIN}\r\n\r\n"));
-    s.upstream_sends("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial");
-    s.drive();
-    s.upstream_reset();
-    s.drive();
-    assert!(s.client_text().ends_with("partial"));
-    assert_eq!(s.closed, Some((CloseReason::UpstreamGone, true)));
-    assert!(!s.cport.shut, "no FIN for a cut response");
-}

@@ -403,6 +403,9 @@ pub(super) fn reset_mid_response_resets_the_client(framing: &str) {
         "{:?}",
         s.stop
     );
+    // The close after it: what was owed, then a reset, never a FIN.
+    assert_eq!(s.closed, Some((CloseReason::UpstreamGone, true)));
+    assert!(!s.cport.shut, "no FIN for a cut response");
 }
 
 /// A client that resets is gone at once.
