@@ -2,7 +2,8 @@
 //!
 //! [`inspect_session`] drives a whole inspected session's core, the one
 //! production runs, on in-memory transports with virtual time, from a
-//! fuzzer-chosen script.
+//! fuzzer-chosen script; [`handshake`] drives the client's handshake core
+//! (HTTP and SOCKS5, logins, the head limit) the same way.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -149,4 +150,131 @@ fn fuzz_rules() -> Arc<RequestRules> {
         )
         .expect("valid rules"),
     )
+}
+
+/// Runs one client handshake from `data`: its first byte chooses the
+/// listener's protocol, whether users must log in (a plaintext user, or a
+/// hashed one the verifier checks) and the head limit; the rest is a script
+/// of steps: the client sends bytes (taken from the script), ends or
+/// resets; its socket's write room changes; the verifier answers. Panics
+/// when the core breaks a rule: a sub-stage that never settles, or a call
+/// that waits while its transport could still move bytes it wants (on an
+/// edge-triggered reactor, that session would hang).
+pub fn handshake(data: &[u8]) {
+    use crate::auth::Verdict;
+    use crate::config::ListenerProtocol;
+    use crate::core::handshake::{Env, HandshakeCore, Next};
+    use crate::core::port::Port;
+
+    let Some((&flags, mut script)) = data.split_first() else {
+        return;
+    };
+    let protocol = match flags % 3 {
+        0 => ListenerProtocol::Auto,
+        1 => ListenerProtocol::Http,
+        _ => ListenerProtocol::Socks5,
+    };
+    let (plain, hashed) = fuzz_users();
+    let users = match (flags >> 2) & 3 {
+        1 => Some(plain),
+        2 => Some(hashed),
+        _ => None,
+    };
+    let refusing = (flags & 16 != 0).then_some("fuzz limit");
+    let max_head_bytes = if flags & 32 == 0 { 64 } else { 1024 };
+    let logins = crate::auth::cache::LoginCache::new(4);
+    let mut core = HandshakeCore::new(protocol, refusing);
+    let mut port = MemPort::roomy();
+    let mut awaiting = false;
+    let take = |script: &mut &[u8], n: usize| -> Vec<u8> {
+        let n = n.min(script.len());
+        let (head, rest) = script.split_at(n);
+        *script = rest;
+        head.to_vec()
+    };
+    while let Some((&op, rest)) = script.split_first() {
+        script = rest;
+        let arg = take(&mut script, 1).first().copied().unwrap_or(0) as usize;
+        let next = match op % 6 {
+            0 | 1 => {
+                let bytes = take(&mut script, arg);
+                port.deliver(&bytes);
+                None
+            }
+            2 => {
+                port.fin = true;
+                None
+            }
+            3 => {
+                port.reset = true;
+                None
+            }
+            4 => {
+                port.room = if arg == 0 { usize::MAX } else { arg };
+                None
+            }
+            _ if awaiting => {
+                awaiting = false;
+                let verdict = match arg % 3 {
+                    0 => Verdict::Accepted("bob".into()),
+                    1 => Verdict::Rejected,
+                    _ => Verdict::Busy,
+                };
+                Some(core.handle_verdict(verdict))
+            }
+            _ => None,
+        };
+        let env = Env {
+            max_head_bytes,
+            users,
+            logins: &logins,
+        };
+        let mut next = next.unwrap_or(Next::Stay);
+        // As the shell runs it: pumped again while the sub-stage changes.
+        let mut settled = false;
+        for _ in 0..64 {
+            let before = core.stage();
+            next = match next {
+                Next::Stay => core.pump(&mut port, env),
+                other => other,
+            };
+            if !matches!(next, Next::Stay) || core.stage() == before {
+                settled = true;
+                break;
+            }
+        }
+        assert!(settled, "the handshake never settles");
+        match next {
+            Next::Stay => {
+                // Waiting is only right when nothing it wants can move,
+                // and (but for a login being verified) for something.
+                assert!(
+                    !port.can_read() && !port.can_write(),
+                    "waits in {} while its transport is ready",
+                    core.stage()
+                );
+                let (read, write) = port.wants();
+                assert!(
+                    read || write || core.stage() == "authenticating",
+                    "waits in {} for nothing",
+                    core.stage()
+                );
+            }
+            Next::Verify(_) => awaiting = true,
+            Next::Gone | Next::Leave(_) => return,
+        }
+        let _ = port.take();
+    }
+}
+
+/// A plaintext user and a hashed one (hashed once: argon2 is slow).
+fn fuzz_users() -> &'static (crate::auth::Users, crate::auth::Users) {
+    use crate::auth::{hash_password_with, Credentials, HashedUser, PhcHash, Users};
+    static USERS: std::sync::OnceLock<(Users, Users)> = std::sync::OnceLock::new();
+    USERS.get_or_init(|| {
+        let plain = Users::new(Some(&Credentials::new("alice", "pw")), &[]).expect("a user");
+        let hash = hash_password_with(b"pw", 64, 1, 1).expect("a hash");
+        let bob = HashedUser::new("bob", PhcHash::parse(&hash).expect("a PHC string"));
+        (plain, Users::new(None, &[bob]).expect("a user"))
+    })
 }

@@ -46,6 +46,11 @@ impl MemPort {
         self.inbox.extend(bytes);
     }
 
+    /// What the core last asked for: (read, write) interest.
+    pub(crate) fn wants(&self) -> (bool, bool) {
+        self.want
+    }
+
     /// The peer takes what was written to it.
     pub(crate) fn take(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.outbox)

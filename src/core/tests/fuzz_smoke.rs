@@ -1,4 +1,5 @@
-//! The fuzz target's driver ([`crate::fuzzing::inspect_session`]) on its
+//! The fuzz targets' drivers ([`crate::fuzzing::inspect_session`], and
+//! [`crate::fuzzing::handshake`] on random scripts) on its
 //! committed seeds and on seeded random scripts built from HTTP fragments:
 //! what `scripts/fuzz.sh` explores for minutes, a few thousand steps of in
 //! every test run.
@@ -54,6 +55,13 @@ fn the_committed_seeds_run() {
         n += 1;
     }
     assert!(n >= 8, "{n} seeds");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/handshake");
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        crate::fuzzing::handshake(&std::fs::read(entry.unwrap().path()).unwrap());
+        n += 1;
+    }
+    assert!(n >= 3, "{n} handshake seeds");
 }
 
 #[test]
@@ -61,5 +69,56 @@ fn random_scripts_keep_the_cores_rules() {
     let mut rng = Rng(0x5eed_c0de_1234_5678);
     for _ in 0..10_000 {
         inspect_session(&script(&mut rng));
+    }
+}
+
+/// What a client sends in a handshake: SOCKS5 messages (greetings, a
+/// login for each user, requests of each address type, UDP ASSOCIATE) and
+/// HTTP heads, whole, to be cut and mutated.
+const HANDSHAKE_FRAGMENTS: &[&[u8]] = &[
+    b"\x05\x01\x00",
+    b"\x05\x02\x00\x02",
+    b"\x05\x01\x02",
+    b"\x01\x05alice\x02pw",
+    b"\x01\x03bob\x02pw",
+    b"\x01\x03bob\x03bad",
+    b"\x05\x01\x00\x01\xc0\x00\x02\x07\x01\xbb",
+    b"\x05\x01\x00\x03\x0borigin.test\x00\x50",
+    b"\x05\x01\x00\x04\x20\x01\x0d\xb8\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x01\xbb",
+    b"\x05\x03\x00\x01\x00\x00\x00\x00\x00\x00",
+    b"CONNECT origin.test:443 HTTP/1.1\r\nHost: origin.test:443\r\n\r\n",
+    b"CONNECT origin.test:443 HTTP/1.1\r\nProxy-Authorization: Basic YWxpY2U6cHc=\r\n\r\n",
+    b"CONNECT origin.test:443 HTTP/1.1\r\nProxy-Authorization: Basic Ym9iOnB3\r\n\r\n",
+    b"GET http://origin.test/a HTTP/1.1\r\nHost: origin.test\r\n\r\n",
+    b"\x16\x03\x01\x00\x05hello",
+    b"\r\n",
+];
+
+fn handshake_script(rng: &mut Rng) -> Vec<u8> {
+    let mut out = vec![rng.next() as u8];
+    for _ in 0..rng.below(12) {
+        let op = rng.below(6) as u8;
+        if op <= 1 {
+            let mut bytes = HANDSHAKE_FRAGMENTS[rng.below(HANDSHAKE_FRAGMENTS.len())].to_vec();
+            if rng.below(8) == 0 {
+                let at = rng.below(bytes.len());
+                bytes[at] = rng.next() as u8;
+            }
+            for piece in bytes.chunks(1 + rng.below(64)) {
+                out.extend_from_slice(&[op, piece.len() as u8]);
+                out.extend_from_slice(piece);
+            }
+        } else {
+            out.extend_from_slice(&[op, rng.next() as u8]);
+        }
+    }
+    out
+}
+
+#[test]
+fn random_handshakes_keep_the_cores_rules() {
+    let mut rng = Rng(0x0a11_ce5e_c0de_f00d);
+    for _ in 0..10_000 {
+        crate::fuzzing::handshake(&handshake_script(&mut rng));
     }
 }
