@@ -61,6 +61,14 @@ pub(crate) enum Next {
     Close { reason: CloseReason, abort: bool },
 }
 
+/// How the close timer closes the survivor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimedOut {
+    pub(crate) reason: CloseReason,
+    /// Abortively (a reset): bytes were still owed.
+    pub(crate) abort: bool,
+}
+
 /// Flushing what is owed to the survivor, then closing it.
 pub(crate) struct ClosingCore<O> {
     owed: Option<O>,
@@ -191,7 +199,7 @@ impl<O> ClosingCore<O> {
     /// which can destroy the answer the peer has not read yet. Returns how
     /// to close: for the close timeout, abortively, when bytes were still
     /// owed (a FIN would make the cut-off stream look complete).
-    pub(crate) fn timed_out<P: Port>(&mut self, link: &mut Link, port: &mut P) -> Next
+    pub(crate) fn timed_out<P: Port>(&mut self, link: &mut Link, port: &mut P) -> TimedOut
     where
         O: Owed<P>,
     {
@@ -202,12 +210,12 @@ impl<O> ClosingCore<O> {
             }
         }
         if self.owes::<P>() || self.stage == Stage::FlushThenAbort {
-            return Next::Close {
+            return TimedOut {
                 reason: CloseReason::CloseTimeout,
                 abort: true,
             };
         }
-        Next::Close {
+        TimedOut {
             reason: self.reason,
             abort: false,
         }

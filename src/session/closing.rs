@@ -128,14 +128,10 @@ impl Closing {
     /// reset when bytes were still owed to it).
     pub(crate) fn on_timeout(mut self) -> State {
         let core = &mut self.core;
-        match self.survivor.with(|link, ep| core.timed_out(link, ep)) {
-            Next::Close { reason, abort } => {
-                if abort {
-                    self.survivor.abort_on_close();
-                }
-                State::Done(reason)
-            }
-            Next::Wait | Next::Again => unreachable!("the close timer always closes"),
+        let closed = self.survivor.with(|link, ep| core.timed_out(link, ep));
+        if closed.abort {
+            self.survivor.abort_on_close();
         }
+        State::Done(closed.reason)
     }
 }

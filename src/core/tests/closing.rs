@@ -5,7 +5,7 @@
 
 use super::sim::{Options, Session, ORIGIN};
 use crate::buffer::ByteBuf;
-use crate::core::closing::{ClosingCore, Next};
+use crate::core::closing::{ClosingCore, Next, TimedOut};
 use crate::core::link::Link;
 use crate::core::mem::MemPort;
 use crate::lifecycle::CloseReason;
@@ -101,7 +101,7 @@ fn the_close_timer_with_bytes_still_owed_is_a_close_timeout() {
     assert!(core.take_spent::<MemPort>().is_none(), "still owed");
     assert_eq!(
         core.timed_out(&mut Link::Plain, &mut port),
-        Next::Close {
+        TimedOut {
             reason: CloseReason::CloseTimeout,
             abort: true
         }
@@ -124,7 +124,7 @@ fn the_close_timer_abandoning_owed_bytes_resets_the_survivor() {
         assert!(!port.shut);
         assert_eq!(
             core.timed_out(&mut Link::Plain, &mut port),
-            Next::Close {
+            TimedOut {
                 reason: CloseReason::CloseTimeout,
                 abort: true
             },
@@ -162,7 +162,7 @@ fn the_close_timer_while_lingering_keeps_the_reason_and_reads_queued_input_away(
     port.deliver(&[1; 3000]);
     assert_eq!(
         core.timed_out(&mut Link::Plain, &mut port),
-        Next::Close {
+        TimedOut {
             reason: REASON,
             abort: false
         }

@@ -418,11 +418,8 @@ impl Session {
     fn fire(&mut self) {
         if let Some(mut c) = self.closing.take() {
             assert!(self.now >= c.until, "the close timer fired early");
-            let Next::Close { reason, abort } = c.core.timed_out(&mut c.link, &mut self.cport)
-            else {
-                panic!("the close timer always closes");
-            };
-            self.closed = Some((reason, abort));
+            let closed = c.core.timed_out(&mut c.link, &mut self.cport);
+            self.closed = Some((closed.reason, closed.abort));
             return;
         }
         let core = self.core.as_mut().unwrap();
