@@ -16,6 +16,16 @@ fn owed(bytes: &[u8]) -> Option<ByteBuf> {
     Some(buf)
 }
 
+/// A close owing `bytes` of payload: then a reset when `abort`, else a
+/// FIN and a linger.
+fn flushing(abort: bool, bytes: &[u8]) -> ClosingCore<ByteBuf> {
+    if abort {
+        ClosingCore::abort(owed(bytes), REASON)
+    } else {
+        ClosingCore::graceful(owed(bytes), REASON, true)
+    }
+}
+
 /// Pumps until the core asks for something other than another call.
 fn pump(core: &mut ClosingCore<ByteBuf>, port: &mut MemPort) -> Next {
     for _ in 0..100 {
@@ -114,11 +124,7 @@ fn the_close_timer_with_bytes_still_owed_is_a_close_timeout() {
 #[test]
 fn the_close_timer_abandoning_owed_bytes_resets_the_survivor() {
     for abort in [false, true] {
-        let mut core = if abort {
-            ClosingCore::abort(owed(&[7; 5000]), REASON)
-        } else {
-            ClosingCore::graceful(owed(&[7; 5000]), REASON, true)
-        };
+        let mut core = flushing(abort, &[7; 5000]);
         let mut port = taking(100);
         assert_eq!(pump(&mut core, &mut port), Next::Wait);
         assert!(!port.shut);
@@ -203,11 +209,7 @@ fn an_abort_flushes_then_resets_without_a_fin() {
 #[test]
 fn a_survivor_that_resets_while_owed_ends_the_close_at_once() {
     for abort in [false, true] {
-        let mut core = if abort {
-            ClosingCore::abort(owed(&[1; 4000]), REASON)
-        } else {
-            ClosingCore::graceful(owed(&[1; 4000]), REASON, true)
-        };
+        let mut core = flushing(abort, &[1; 4000]);
         let mut port = taking(1000);
         assert_eq!(pump(&mut core, &mut port), Next::Wait);
         port.reset = true;

@@ -7,43 +7,56 @@
 use super::Rng;
 use crate::fuzzing::inspect_session;
 
-const FRAGMENTS: &[&str] = &[
-    "GET /v1/a HTTP/1.1\r\nHost: origin.test\r\n\r\n",
-    "GET /v1/admin/x HTTP/1.1\r\nHost: origin.test\r\n\r\n",
-    "POST /v1/b HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 5\r\n\r\nhello",
-    "POST /c HTTP/1.1\r\nHost: origin.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-    "GET http://origin.test/v1/a HTTP/1.1\r\nHost: origin.test\r\n\r\n",
-    "GET http://other.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n",
-    "GET /ws HTTP/1.1\r\nHost: origin.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi",
-    "HTTP/1.1 100 Continue\r\n\r\n",
-    "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
-    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
-    "HTTP/1.1 204 No Content\r\n\r\n",
-    "\r\n",
-    "Content-Length: 99999999999999999999\r\n",
+const FRAGMENTS: &[&[u8]] = &[
+    b"GET /v1/a HTTP/1.1\r\nHost: origin.test\r\n\r\n",
+    b"GET /v1/admin/x HTTP/1.1\r\nHost: origin.test\r\n\r\n",
+    b"POST /v1/b HTTP/1.1\r\nHost: origin.test\r\nContent-Length: 5\r\n\r\nhello",
+    b"POST /c HTTP/1.1\r\nHost: origin.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    b"GET http://origin.test/v1/a HTTP/1.1\r\nHost: origin.test\r\n\r\n",
+    b"GET http://other.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n",
+    b"GET /ws HTTP/1.1\r\nHost: origin.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi",
+    b"HTTP/1.1 100 Continue\r\n\r\n",
+    b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    b"HTTP/1.1 204 No Content\r\n\r\n",
+    b"\r\n",
+    b"Content-Length: 99999999999999999999\r\n",
 ];
 
-fn script(rng: &mut Rng) -> Vec<u8> {
+/// A fuzz script from `rng`: a flags byte, then up to `steps` steps, each
+/// an opcode below `ops` and its argument; opcodes 0 and 1 send a fragment
+/// (now and then with one byte changed) in pieces of at most `piece`
+/// bytes, as the fuzzer cuts them.
+fn script_of(
+    rng: &mut Rng,
+    fragments: &[&[u8]],
+    ops: usize,
+    steps: usize,
+    piece: usize,
+) -> Vec<u8> {
     let mut out = vec![rng.next() as u8];
-    for _ in 0..rng.below(40) {
-        let op = rng.below(10) as u8;
+    for _ in 0..rng.below(steps) {
+        let op = rng.below(ops) as u8;
         if op <= 1 {
-            let mut bytes = FRAGMENTS[rng.below(FRAGMENTS.len())].as_bytes().to_vec();
+            let mut bytes = fragments[rng.below(fragments.len())].to_vec();
             if rng.below(8) == 0 && !bytes.is_empty() {
                 let at = rng.below(bytes.len());
                 bytes[at] = rng.next() as u8;
             }
-            // In pieces, as the fuzzer cuts them.
-            for piece in bytes.chunks(1 + rng.below(255)) {
-                out.extend_from_slice(&[op, piece.len() as u8]);
-                out.extend_from_slice(piece);
+            for chunk in bytes.chunks(1 + rng.below(piece)) {
+                out.extend_from_slice(&[op, chunk.len() as u8]);
+                out.extend_from_slice(chunk);
             }
         } else {
             out.extend_from_slice(&[op, rng.next() as u8]);
         }
     }
     out
+}
+
+fn script(rng: &mut Rng) -> Vec<u8> {
+    script_of(rng, FRAGMENTS, 10, 40, 255)
 }
 
 #[test]
@@ -95,24 +108,7 @@ const HANDSHAKE_FRAGMENTS: &[&[u8]] = &[
 ];
 
 fn handshake_script(rng: &mut Rng) -> Vec<u8> {
-    let mut out = vec![rng.next() as u8];
-    for _ in 0..rng.below(12) {
-        let op = rng.below(6) as u8;
-        if op <= 1 {
-            let mut bytes = HANDSHAKE_FRAGMENTS[rng.below(HANDSHAKE_FRAGMENTS.len())].to_vec();
-            if rng.below(8) == 0 {
-                let at = rng.below(bytes.len());
-                bytes[at] = rng.next() as u8;
-            }
-            for piece in bytes.chunks(1 + rng.below(64)) {
-                out.extend_from_slice(&[op, piece.len() as u8]);
-                out.extend_from_slice(piece);
-            }
-        } else {
-            out.extend_from_slice(&[op, rng.next() as u8]);
-        }
-    }
-    out
+    script_of(rng, HANDSHAKE_FRAGMENTS, 6, 12, 64)
 }
 
 #[test]
