@@ -83,9 +83,19 @@ impl VettingCore {
         }
     }
 
+    /// The tunnel's own target.
+    pub(crate) fn target(&self) -> &Target {
+        &self.target
+    }
+
     /// The first flight as read so far, for the tunnel or the switch.
     pub(crate) fn into_first(self) -> Vec<u8> {
         self.first
+    }
+
+    /// The first flight and the tunnel's target, for the exchange.
+    pub(crate) fn into_parts(self) -> (Vec<u8>, Target) {
+        (self.first, self.target)
     }
 
     /// Moves what readiness allows: the reply out, then the first flight

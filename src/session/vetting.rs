@@ -52,7 +52,6 @@ pub(crate) struct Vetting {
     core: VettingCore,
     /// What the destination sent behind a parent proxy's answer.
     from_upstream: Vec<u8>,
-    target: Target,
     dialect: Dialect,
     idle: Option<Duration>,
 }
@@ -72,9 +71,8 @@ impl Vetting {
         Vetting {
             client,
             upstream,
-            core: VettingCore::new(reply, early, target.clone()),
+            core: VettingCore::new(reply, early, target),
             from_upstream,
-            target,
             dialect,
             idle,
         }
@@ -100,7 +98,7 @@ impl Vetting {
                 let user = conn.log.user.clone();
                 let policy = ctx.policy;
                 let now = ctx.now;
-                let target = &self.target;
+                let target = self.core.target();
                 let verdict = self
                     .core
                     .judge(flight, !self.from_upstream.is_empty(), |named| {
@@ -147,16 +145,16 @@ impl Vetting {
                     client,
                     upstream,
                     core,
-                    target,
                     idle,
                     ..
                 } = self;
+                let (first, target) = core.into_parts();
                 let inspect = Inspect::tunnel(
                     Channel::plain(client),
                     Channel::plain(upstream),
                     target,
                     &[],
-                    &core.into_first(),
+                    &first,
                     None,
                     idle,
                     conn,
