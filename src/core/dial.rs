@@ -73,6 +73,7 @@ pub(crate) enum Unreachable {
 }
 
 /// The connect stage; see the module docs.
+#[derive(Debug)]
 pub(crate) struct DialCore {
     /// The addresses policy vetted, in order; exactly these are dialled.
     addrs: Vec<IpAddr>,
@@ -87,6 +88,7 @@ pub(crate) struct DialCore {
 }
 
 /// How far the connect is.
+#[derive(Debug)]
 enum Stage {
     /// Nothing in flight: [`DialCore::poll_action`] dials the next address.
     Idle,

@@ -16,6 +16,7 @@ pub(crate) mod link;
 pub(crate) mod mem;
 pub(crate) mod port;
 pub(crate) mod refusal;
+pub(crate) mod route;
 pub(crate) mod securing;
 pub(crate) mod verdicts;
 pub(crate) mod vetting;

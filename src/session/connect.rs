@@ -2,16 +2,17 @@
 //! every resolved address, then a non-blocking connect to each vetted address
 //! in turn, all within one connect deadline.
 //!
-//! Connecting is the shell around the sans-IO [`DialCore`], which decides
-//! what to dial next, asks a parent proxy for the tunnel, and says which
-//! refusal a failure earns; the shell starts the connects (and registers
-//! them), lends the upstream socket to the core, logs, and builds the
-//! state that follows an open upstream.
+//! The decisions are the sans-IO core's: [`route`] says where a request
+//! goes first, what the resolver's answer (or the policy's inspected names)
+//! leads to, what the verdict on the addresses admits, and which state
+//! follows an open upstream; [`DialCore`] decides what to dial next, asks a
+//! parent proxy for the tunnel, and says which refusal a failure earns.
+//! This shell asks the policy, starts the resolver and the connects (and
+//! registers them), lends the upstream socket to the dial core, counts,
+//! logs and records each decision, and builds the state each answer names.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
-use std::time::Duration;
 
 use super::channel::Channel;
 use super::closing::{answer, refuse};
@@ -25,14 +26,13 @@ use super::refusal::{Dialect, Refusal};
 use super::securing::Securing;
 use super::state::State;
 use super::vetting::Vetting;
-use crate::client::ClientKey;
 use crate::config::ListenAddr;
-use crate::core::dial::{Action, DialCore, Input, Outcome, Unreachable};
+use crate::core::dial::{self, Action, DialCore, Outcome, Unreachable};
+use crate::core::route::{self, Admission, Admitted, After, ResolvingCore, Start, Treatment};
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
-use crate::policy::{Allowed, Denial, Host, NameVerdict, RequestRules, Route, Target, Verdict};
+use crate::policy::{Allowed, Denial, Target};
 use crate::protocol::http1::SameLogin;
-use crate::protocol::{http, socks5};
 
 /// What the handshake hands on: where to, how to answer, the client's
 /// first payload bytes, and the login later forward-proxy requests are held
@@ -93,22 +93,19 @@ pub(crate) fn switch(
 
 fn begin(client: Endpoint, request: Request, conn: &mut Conn, ctx: &mut Ctx) -> State {
     conn.log.target = Some(request.target.clone());
-    match request.target.host.clone() {
-        Host::Ip(ip) => decide(client, request, &[ip], conn, ctx),
-        Host::Domain(name) => match ctx
-            .policy
-            .check_name_as(&request.target, conn.log.user.as_deref())
-        {
-            NameVerdict::Deny(denial) => deny(client, denial, request, conn, ctx),
-            NameVerdict::Resolve => {
-                ctx.resolve(name);
-                State::Resolving(Resolving {
-                    client,
-                    request,
-                    resolved: None,
-                })
-            }
-        },
+    let user = conn.log.user.as_deref();
+    let check_name = || ctx.policy.check_name_as(&request.target, user);
+    match route::start(&request.target.host, check_name) {
+        Start::Decide(ip) => decide(client, request, &[ip], conn, ctx),
+        Start::Deny(denial) => deny(client, denial, request, conn, ctx),
+        Start::Resolve(name) => {
+            ctx.resolve(name);
+            State::Resolving(Resolving {
+                client,
+                request,
+                core: ResolvingCore::dns(),
+            })
+        }
     }
 }
 
@@ -120,17 +117,21 @@ fn decide(
     ctx: &mut Ctx,
 ) -> State {
     let user = conn.log.user.as_deref();
-    match ctx
+    let verdict = ctx
         .policy
-        .check_resolved_as(&request.target, user, addrs, ctx.now)
-    {
-        Verdict::Deny(denial) => deny(client, denial, request, conn, ctx),
-        // While the policy does not know its inspected names' addresses
-        // yet: one of them may be this one. Raw, it would have to be
-        // inspected; inspected (under a broader rule), that name's rule
-        // would join in with its request rules. Wait for them (within the
-        // connect deadline), then decide again.
-        Verdict::Allow(_) if !ctx.pins_settled => {
+        .check_resolved_as(&request.target, user, addrs, ctx.now);
+    let admission = route::admit(
+        verdict,
+        ctx.pins_settled,
+        request.dialect,
+        request.target.port,
+        |addr| ctx.settings.own.contains(addr),
+        || take_handshake(conn, ctx),
+        ctx.settings.upstream_proxy.as_ref(),
+    );
+    match admission {
+        Admission::Deny(denial) => deny(client, denial, request, conn, ctx),
+        Admission::AwaitPins => {
             log::debug!(
                 "conn={} {}: waiting for the inspected names' addresses",
                 conn.id,
@@ -140,78 +141,51 @@ fn decide(
             State::Resolving(Resolving {
                 client,
                 request,
-                resolved: Some(addrs.to_vec()),
+                core: ResolvingCore::pins(addrs.to_vec()),
             })
         }
-        Verdict::Allow(mut allowed) => {
-            // Never the proxy itself, whatever the policy (audit mode too).
-            let port = request.target.port;
-            let mut ours = None;
-            allowed.addrs.retain(|ip| {
-                let addr = SocketAddr::new(*ip, port);
-                let own = ctx.settings.own.contains(addr);
-                if own {
-                    ours.get_or_insert(addr);
-                }
-                !own
-            });
-            if let (Some(addr), true) = (ours, allowed.addrs.is_empty()) {
-                ctx.stats.denied();
-                let refusal = Refusal::OwnAddress(addr);
-                log::debug!(
-                    "conn={} deny {}: {}",
-                    conn.id,
-                    request.target,
-                    refusal.describe()
-                );
-                conn.decide(
-                    Decision::Denied(Reasoned::new(None, refusal.describe())),
-                    ctx,
-                );
-                return refuse_request(refusal, &request, client, conn, ctx);
-            }
-            let terminate = allowed.terminates_tls();
-            // A terminated handshake costs the loop about half a
-            // millisecond: charge the client's budget before dialing, so a
-            // client over it costs a refusal, not a handshake. (Forward
-            // requests never have the proxy as their TLS server.)
-            let tunnel = matches!(request.dialect, Dialect::Http | Dialect::Socks5);
-            if terminate && tunnel && !take_handshake(conn, ctx) {
-                let who = describe_client(conn.log.peer.key());
-                ctx.stats.handshake_rate_refused();
-                log::debug!(
-                    "conn={} refuse {}: client {who} over its handshake rate",
-                    conn.id,
-                    request.target
-                );
-                let refusal = Refusal::HandshakeRate(who);
-                return refuse_request(refusal, &request, client, conn, ctx);
-            }
-            ctx.stats.allowed();
+        Admission::OwnAddress(addr) => {
+            ctx.stats.denied();
+            let refusal = Refusal::OwnAddress(addr);
             log::debug!(
-                "conn={} allow {} by rule {}",
+                "conn={} deny {}: {}",
                 conn.id,
                 request.target,
-                allowed.rule
+                refusal.describe()
             );
-            let parent = match &allowed.route {
-                Some(Route::Direct) => None,
-                Some(Route::Parent(p)) => Some(p.clone()),
-                None => ctx.settings.upstream_proxy.clone(),
-            };
+            conn.decide(
+                Decision::Denied(Reasoned::new(None, refusal.describe())),
+                ctx,
+            );
+            refuse_request(refusal, &request, client, conn, ctx)
+        }
+        Admission::HandshakeRate => {
+            let who = route::describe_client(conn.log.peer.key());
+            ctx.stats.handshake_rate_refused();
+            log::debug!(
+                "conn={} refuse {}: client {who} over its handshake rate",
+                conn.id,
+                request.target
+            );
+            let refusal = Refusal::HandshakeRate(who);
+            refuse_request(refusal, &request, client, conn, ctx)
+        }
+        Admission::Dial(admitted) => {
+            let Admitted {
+                core,
+                treatment,
+                rule,
+                audit_reasons,
+            } = *admitted;
+            ctx.stats.allowed();
+            log::debug!("conn={} allow {} by rule {}", conn.id, request.target, rule);
             // Audit mode let through what enforcement would refuse: say so.
-            let decision = match allowed.audit_reasons.is_empty() {
-                false => Decision::would_deny(Arc::clone(&allowed.rule), &allowed.audit_reasons),
-                true => Decision::Allowed(Arc::clone(&allowed.rule)),
+            let decision = match audit_reasons.is_empty() {
+                false => Decision::would_deny(rule, &audit_reasons),
+                true => Decision::Allowed(rule),
             };
             conn.decide(decision, ctx);
-            let core = DialCore::new(allowed.addrs, request.target.port, parent);
-            let plan = Plan {
-                request,
-                idle: allowed.idle_timeout,
-                terminate,
-                inspect: allowed.inspect,
-            };
+            let plan = Plan { request, treatment };
             plan.dial(core, client, conn, ctx)
         }
     }
@@ -229,16 +203,6 @@ fn take_handshake(conn: &Conn, ctx: &Ctx) -> bool {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     rates.take(conn.log.peer.key(), budget, ctx.now)
-}
-
-/// A client key as a refusal names it.
-fn describe_client(key: ClientKey) -> String {
-    match key {
-        ClientKey::Uid(uid) => format!("uid {uid}"),
-        ClientKey::Ip(ip) => ip.to_string(),
-        ClientKey::Unix => "unix-socket peer".into(),
-        ClientKey::Loopback => "loopback".into(),
-    }
 }
 
 fn deny(
@@ -382,13 +346,12 @@ fn is_local(ip: IpAddr) -> bool {
     }
 }
 
-/// Waiting for the resolver; owns the client.
+/// Waiting for the resolver (or the policy's inspected names); owns the
+/// client, and carries out what the [`ResolvingCore`] decides.
 pub(crate) struct Resolving {
     client: Endpoint,
     request: Request,
-    /// The target's addresses, when what is awaited is the policy's
-    /// inspected names (see `reactor/pins.rs`), not the target's own DNS.
-    resolved: Option<Vec<IpAddr>>,
+    core: ResolvingCore,
 }
 
 impl Resolving {
@@ -398,19 +361,14 @@ impl Resolving {
 
     /// `dns` (the target's name) or `pins` (the policy's inspected names).
     pub(crate) fn stage(&self) -> &'static str {
-        match self.resolved {
-            None => "dns",
-            Some(_) => "pins",
-        }
+        self.core.stage()
     }
 
-    /// The policy's inspected names are resolved: decide again.
-    pub(crate) fn on_pins(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        match self.resolved {
-            Some(addrs) => decide(self.client, self.request, &addrs, conn, ctx),
-            // Still waiting for the target's own DNS.
-            None => State::Resolving(self),
-        }
+    /// The policy's inspected names are resolved: decide again, unless the
+    /// target's own DNS is still awaited.
+    pub(crate) fn on_pins(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        let next = self.core.handle(route::Input::PinsSettled);
+        self.follow(next, conn, ctx)
     }
 
     pub(crate) fn drive(mut self, _conn: &mut Conn, _ctx: &mut Ctx) -> State {
@@ -424,39 +382,45 @@ impl Resolving {
     }
 
     pub(crate) fn on_resolved(
-        self,
+        mut self,
         result: io::Result<Vec<IpAddr>>,
         conn: &mut Conn,
         ctx: &mut Ctx,
     ) -> State {
-        match result {
-            Ok(addrs) => {
-                // The addresses of a name an inspecting rule covers are
-                // remembered: reaching them by another spelling (a literal,
-                // another name) is then inspected too.
-                ctx.policy
-                    .remember(&self.request.target.host, &addrs, ctx.now);
-                decide(self.client, self.request, &addrs, conn, ctx)
-            }
-            Err(e) => refuse_request(Refusal::Resolve(e), &self.request, self.client, conn, ctx),
+        let next = self.core.handle(route::Input::Resolved(result));
+        if let route::Next::Decide(addrs) = &next {
+            // The addresses of a name an inspecting rule covers are
+            // remembered: reaching them by another spelling (a literal,
+            // another name) is then inspected too.
+            ctx.policy
+                .remember(&self.request.target.host, addrs, ctx.now);
         }
+        self.follow(next, conn, ctx)
     }
 
     pub(crate) fn on_timeout(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        refuse_request(Refusal::Timeout, &self.request, self.client, conn, ctx)
+        let refusal = self.core.timed_out();
+        refuse_request(refusal, &self.request, self.client, conn, ctx)
+    }
+
+    /// Carries out what the core said.
+    fn follow(self, next: route::Next, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        match next {
+            route::Next::Stay => State::Resolving(self),
+            route::Next::Decide(addrs) => decide(self.client, self.request, &addrs, conn, ctx),
+            route::Next::Refuse(refusal) => {
+                refuse_request(refusal, &self.request, self.client, conn, ctx)
+            }
+        }
     }
 }
 
-/// What the session goes on with once connected: the request and what the
-/// allowing rule said. (The addresses and the parent are the [`DialCore`]'s.)
+/// What the session goes on with once connected: the request and how the
+/// allowing rule treats it. (The addresses and the parent are the
+/// [`DialCore`]'s.)
 struct Plan {
     request: Request,
-    /// The allowing rule's idle timeout, if it sets one.
-    idle: Option<Duration>,
-    /// The allowing rule's request rules, when it inspects HTTP.
-    inspect: Option<Arc<RequestRules>>,
-    /// TLS is terminated and inspected inside.
-    terminate: bool,
+    treatment: Treatment,
 }
 
 /// A connect in flight; owns the client and the pending upstream, and
@@ -470,25 +434,25 @@ pub(crate) struct Connecting {
 
 impl Connecting {
     /// A reloaded policy still allows the target: the plan takes its request
-    /// rules and idle timeout. Returns false when the new policy inspects (or
-    /// terminates) a tunnel this plan would relay raw (or without
-    /// terminating): the session must close instead. The addresses still to
-    /// try were vetted under the old policy: only those `same_treatment`
-    /// accepts (allowed now, treated as `allowed` says) stay.
+    /// rules and idle timeout ([`Treatment::reload`]). Returns false when
+    /// the new policy inspects (or terminates) a tunnel this plan would
+    /// relay raw (or without terminating): the session must close instead.
+    /// The addresses still to try were vetted under the old policy: only
+    /// those `same_treatment` accepts (allowed now, treated as `allowed`
+    /// says) stay.
     pub(crate) fn reload(
         &mut self,
         allowed: &Allowed,
         same_treatment: impl Fn(IpAddr) -> bool,
     ) -> bool {
-        let tunnel = matches!(self.plan.request.dialect, Dialect::Http | Dialect::Socks5);
-        let stricter = (allowed.is_inspected() && self.plan.inspect.is_none())
-            || (allowed.terminates_tls() && !self.plan.terminate);
-        if tunnel && stricter {
+        if !self
+            .plan
+            .treatment
+            .reload(allowed, self.plan.request.dialect)
+        {
             return false;
         }
         self.core.retain_untried(same_treatment);
-        self.plan.inspect = allowed.inspect.clone();
-        self.plan.idle = allowed.idle_timeout;
         true
     }
 }
@@ -519,7 +483,7 @@ impl Plan {
                 }
                 Err(e) => {
                     log::debug!("conn={} connect {addr}: {e}", conn.id);
-                    if let Outcome::Unreachable(why) = core.handle(Input::Failed(e)) {
+                    if let Outcome::Unreachable(why) = core.handle(dial::Input::Failed(e)) {
                         return self.unreachable(why, client, conn, ctx);
                     }
                 }
@@ -538,15 +502,10 @@ impl Plan {
         conn: &mut Conn,
         ctx: &mut Ctx,
     ) -> State {
-        let refusal = match why {
-            Unreachable::Connect(e) => Refusal::Connect(e),
-            Unreachable::Parent(why) => {
-                log::info!("conn={} {why}", conn.id);
-                Refusal::Parent(why)
-            }
-            Unreachable::Timeout => Refusal::Timeout,
-        };
-        refuse_request(refusal, &self.request, client, conn, ctx)
+        if let Unreachable::Parent(why) = &why {
+            log::info!("conn={} {why}", conn.id);
+        }
+        refuse_request(Refusal::from(why), &self.request, client, conn, ctx)
     }
 }
 
@@ -584,7 +543,7 @@ impl Connecting {
                     mut core,
                     ..
                 } = *self;
-                return match core.handle(Input::Failed(e)) {
+                return match core.handle(dial::Input::Failed(e)) {
                     Outcome::Unreachable(why) => plan.unreachable(why, client, conn, ctx),
                     _ => plan.dial(core, client, conn, ctx),
                 };
@@ -594,7 +553,7 @@ impl Connecting {
             }
             // Through a parent, the core goes on to ask it: through the
             // transition point, where the sub-stage is logged.
-            self.core.handle(Input::Connected)
+            self.core.handle(dial::Input::Connected)
         } else {
             self.core.pump(&mut self.upstream)
         };
@@ -619,53 +578,32 @@ impl Connecting {
         let Connecting {
             client,
             upstream,
-            plan,
+            plan: Plan { request, treatment },
             ..
         } = *self;
-        let idle = plan.idle.or(ctx.settings.timeouts.idle);
+        let idle = treatment.idle.or(ctx.settings.timeouts.idle);
         let Request {
             target,
             dialect,
             early,
             login,
             replied,
-        } = plan.request;
-        let raw = plan.inspect.is_none() && matches!(dialect, Dialect::Http | Dialect::Socks5);
-        if !from_upstream.is_empty() && !raw {
-            // HTTP and TLS destinations never speak first: only a raw tunnel
-            // can carry what came behind the parent's answer.
-            let why = "the destination spoke before any request (through the parent proxy)";
-            let refusal = Refusal::Parent(why.into());
-            return refuse_early(refusal, dialect, &early, client, conn, ctx);
-        }
-        let reply = match dialect {
-            Dialect::Http => http::CONNECT_ESTABLISHED.to_vec(),
-            Dialect::Socks5 => {
-                // BND.ADDR and BND.PORT are 0.0.0.0:0, as OpenSSH and Tor
-                // send: a CONNECT client has no use for them, they would tell
-                // the sandbox the proxy's own outbound address, and asking
-                // the kernel (getsockname) would cost a syscall per tunnel.
-                let mut out = Vec::with_capacity(10);
-                socks5::encode_reply(socks5::Reply::Succeeded, None, &mut out);
-                out
-            }
-            // The forward proxy's client gets the upstream's own answer.
-            Dialect::Forward => {
-                return State::Inspect(Box::new(Inspect::forward(
-                    client,
-                    Channel::plain(upstream),
-                    target,
-                    &early,
-                    plan.inspect,
-                    login,
-                    idle,
-                    conn,
-                    ctx,
-                )))
-            }
-            // `GET https://...`: the proxy speaks TLS to the upstream (and
-            // verifies it) on the client's behalf.
-            Dialect::ForwardTls => {
+        } = request;
+        let vets_port = || ctx.policy.vets_port(target.port);
+        match route::after_connect(dialect, replied, &from_upstream, &treatment, vets_port) {
+            After::Refuse(refusal) => refuse_early(refusal, dialect, &early, client, conn, ctx),
+            After::Forward => State::Inspect(Box::new(Inspect::forward(
+                client,
+                Channel::plain(upstream),
+                target,
+                &early,
+                treatment.inspect,
+                login,
+                idle,
+                conn,
+                ctx,
+            ))),
+            After::ForwardTls => {
                 let layer = match super::securing::upstream_layer(&target, ctx) {
                     Ok(layer) => layer,
                     Err(why) => {
@@ -674,46 +612,39 @@ impl Connecting {
                     }
                 };
                 let upstream = Channel::tls(upstream, layer);
-                return State::Inspect(Box::new(Inspect::forward(
+                State::Inspect(Box::new(Inspect::forward(
                     client,
                     upstream,
                     target,
                     &early,
-                    plan.inspect,
+                    treatment.inspect,
                     login,
                     idle,
                     conn,
                     ctx,
-                )));
+                )))
             }
-        };
-        let reply = if replied { Vec::new() } else { reply };
-        if plan.terminate {
-            return State::Securing(Securing::new(
+            After::Securing { reply } => State::Securing(Securing::new(
                 client,
                 upstream,
                 reply,
                 early,
                 target,
-                plan.inspect,
+                treatment.inspect,
                 idle,
-            ));
-        }
-        match plan.inspect {
-            Some(rules) => State::Inspect(Box::new(Inspect::tunnel(
+            )),
+            After::Inspect { reply } => State::Inspect(Box::new(Inspect::tunnel(
                 Channel::plain(client),
                 Channel::plain(upstream),
                 target,
                 &reply,
                 &early,
-                Some(rules),
+                treatment.inspect,
                 idle,
                 conn,
                 ctx,
             ))),
-            // A raw tunnel to a port where some rule inspects: its first
-            // flight is checked for a name it would front for, first.
-            None if ctx.policy.vets_port(target.port) => State::Vetting(Box::new(Vetting::new(
+            After::Vetting { reply } => State::Vetting(Box::new(Vetting::new(
                 client,
                 upstream,
                 reply,
@@ -723,10 +654,7 @@ impl Connecting {
                 dialect,
                 idle,
             ))),
-            None => {
-                let mut to_client = reply;
-                let own = to_client.len();
-                to_client.extend_from_slice(&from_upstream);
+            After::Passthrough { to_client, own } => {
                 let mut preload = Preload::reply(&to_client, &early, ctx);
                 preload.own = own;
                 State::Passthrough(Passthrough::new(
