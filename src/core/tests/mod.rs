@@ -13,6 +13,7 @@ mod exchange_sim;
 mod exchange_upstream;
 mod fuzz_smoke;
 mod handshake;
+mod route;
 mod securing;
 mod session;
 mod sim;
