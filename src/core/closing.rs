@@ -74,34 +74,34 @@ pub(crate) struct ClosingCore<O> {
     owed: Option<O>,
     stage: Stage,
     reason: CloseReason,
-    /// What is owed is relayed payload (counted in the byte stats), not the
-    /// proxy's own answer.
-    payload: bool,
+    /// Leading bytes of what is owed that are the proxy's own (its reply or
+    /// answer), not relayed payload: the byte stats do not count them.
+    own: usize,
     /// Payload written since the shell last asked.
     relayed: usize,
 }
 
 impl<O> ClosingCore<O> {
     /// Flush `owed`, send FIN, then linger until the peer's EOF, so our
-    /// last bytes are read, not reset away. `payload`: `owed` is relayed
-    /// bytes, not the proxy's own answer.
-    pub(crate) fn graceful(owed: Option<O>, reason: CloseReason, payload: bool) -> Self {
-        Self::new(owed, reason, payload, Stage::Flush)
+    /// last bytes are read, not reset away. `own`: how many leading bytes
+    /// of `owed` are the proxy's own, not relayed payload.
+    pub(crate) fn graceful(owed: Option<O>, reason: CloseReason, own: usize) -> Self {
+        Self::new(owed, reason, own, Stage::Flush)
     }
 
     /// The other side aborted (a reset, a dead process): flush `owed`,
     /// then reset the survivor too, so a cut-off stream cannot pass for a
     /// complete one.
-    pub(crate) fn abort(owed: Option<O>, reason: CloseReason) -> Self {
-        Self::new(owed, reason, true, Stage::FlushThenAbort)
+    pub(crate) fn abort(owed: Option<O>, reason: CloseReason, own: usize) -> Self {
+        Self::new(owed, reason, own, Stage::FlushThenAbort)
     }
 
-    fn new(owed: Option<O>, reason: CloseReason, payload: bool, stage: Stage) -> Self {
+    fn new(owed: Option<O>, reason: CloseReason, own: usize, stage: Stage) -> Self {
         ClosingCore {
             owed,
             stage,
             reason,
-            payload,
+            own,
             relayed: 0,
         }
     }
@@ -160,8 +160,11 @@ impl<O> ClosingCore<O> {
                     break;
                 };
                 match owed.drain_to(link, port) {
-                    Io::Progress(n) if self.payload => self.relayed += n,
-                    Io::Progress(_) => {}
+                    Io::Progress(n) => {
+                        let ours = n.min(self.own);
+                        self.own -= ours;
+                        self.relayed += n - ours;
+                    }
                     Io::WouldBlock => return Next::Wait,
                     Io::Eof | Io::PeerGone(_) => return close,
                 }

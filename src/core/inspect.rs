@@ -105,6 +105,9 @@ pub(crate) struct Parts {
     pub(crate) login: Option<SameLogin>,
     /// The session's idle timeout (a raw tunnel after a 101 keeps it).
     pub(crate) idle: Option<Duration>,
+    /// Leading bytes of `cout` that are the proxy's own success reply, not
+    /// yet written: whoever writes them next does not count them as payload.
+    pub(crate) own: usize,
 }
 
 /// The clocks of one inspected session, each for what it waits on.
@@ -722,6 +725,7 @@ impl InspectCore {
             uin: self.uin,
             cout: self.cout,
             eof: (self.client_eof, self.upstream_end != UpstreamEnd::Open),
+            own: self.own,
         }
     }
 

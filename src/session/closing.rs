@@ -58,38 +58,42 @@ pub(crate) fn answer(
     State::Closing(Closing {
         survivor: Channel::plain(client),
         side: Side::Client,
-        core: ClosingCore::graceful(Some(Carrier::Buf(buf)), reason, false),
+        core: ClosingCore::graceful(Some(Carrier::Buf(buf)), reason, bytes.len()),
     })
 }
 
 impl Closing {
     /// The other side aborted (a reset, a dead process): flush what is owed
     /// to `survivor`, then reset it too, so a cut-off stream cannot pass for
-    /// a complete one.
+    /// a complete one. `own`: leading bytes of `owed` that are the proxy's
+    /// own, not relayed payload.
     pub(crate) fn abort(
         survivor: Channel,
         side: Side,
         owed: Option<Carrier>,
         reason: CloseReason,
+        own: usize,
     ) -> Closing {
         Closing {
             survivor,
             side,
-            core: ClosingCore::abort(owed, reason),
+            core: ClosingCore::abort(owed, reason, own),
         }
     }
 
     /// Flush what is owed to the client, send FIN, then linger until its EOF
     /// (or the close timer), so our last bytes are read, not reset away.
+    /// `own`: leading bytes of `owed` that are the proxy's own reply.
     pub(crate) fn to_client(
         client: Channel,
         owed: Option<Carrier>,
         reason: CloseReason,
+        own: usize,
     ) -> Closing {
         Closing {
             survivor: client,
             side: Side::Client,
-            core: ClosingCore::graceful(owed, reason, true),
+            core: ClosingCore::graceful(owed, reason, own),
         }
     }
 

@@ -225,9 +225,15 @@ impl Inspect {
                 // The upstream's socket closes here; the client's goes on to Closing.
                 let client = Channel::from_parts(this.client, parts.client);
                 if abort {
-                    State::Closing(Closing::abort(client, Side::Client, owed, reason))
+                    State::Closing(Closing::abort(
+                        client,
+                        Side::Client,
+                        owed,
+                        reason,
+                        parts.own,
+                    ))
                 } else {
-                    State::Closing(Closing::to_client(client, owed, reason))
+                    State::Closing(Closing::to_client(client, owed, reason, parts.own))
                 }
             }
             Stop::WrongProtocol(bytes, why) => {
@@ -310,11 +316,12 @@ fn upgrade(
         cout,
         eof,
         idle,
+        own,
         ..
     } = parts;
     let preload = Preload {
         to_client: join(cout, uin, ctx),
-        own: 0,
+        own,
         to_upstream: join(uout, cin, ctx),
         // An EOF already read raises no new edge: the tunnel must know of it.
         eof,

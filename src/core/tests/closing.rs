@@ -20,9 +20,9 @@ fn owed(bytes: &[u8]) -> Option<ByteBuf> {
 /// FIN and a linger.
 fn flushing(abort: bool, bytes: &[u8]) -> ClosingCore<ByteBuf> {
     if abort {
-        ClosingCore::abort(owed(bytes), REASON)
+        ClosingCore::abort(owed(bytes), REASON, 0)
     } else {
-        ClosingCore::graceful(owed(bytes), REASON, true)
+        ClosingCore::graceful(owed(bytes), REASON, 0)
     }
 }
 
@@ -48,7 +48,7 @@ const REASON: CloseReason = CloseReason::Denied;
 
 #[test]
 fn what_is_owed_goes_out_then_a_fin_then_it_lingers_until_the_peers_eof() {
-    let mut core = ClosingCore::graceful(owed(b"HTTP/1.1 403 Forbidden\r\n\r\n"), REASON, false);
+    let mut core = ClosingCore::graceful(owed(b"HTTP/1.1 403 Forbidden\r\n\r\n"), REASON, 26);
     let mut port = MemPort::roomy();
     assert_eq!(core.stage(), "flush");
     assert_eq!(pump(&mut core, &mut port), Next::Wait);
@@ -78,7 +78,7 @@ fn what_is_owed_goes_out_then_a_fin_then_it_lingers_until_the_peers_eof() {
 #[test]
 fn a_slow_reader_gets_what_is_owed_as_it_takes_it() {
     let body: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
-    let mut core = ClosingCore::graceful(owed(&body), REASON, true);
+    let mut core = ClosingCore::graceful(owed(&body), REASON, 0);
     let mut port = taking(1000);
     let mut got = Vec::new();
     for _ in 0..9 {
@@ -104,8 +104,36 @@ fn a_slow_reader_gets_what_is_owed_as_it_takes_it() {
 }
 
 #[test]
+fn the_proxys_own_reply_ahead_of_payload_is_not_counted_however_it_is_written() {
+    // A tunnel that stopped before its success reply went out: the reply,
+    // then the upstream's answer. Written 7 bytes at a time, the reply's
+    // bytes are never payload, in any write that straddles the two.
+    let reply = b"HTTP/1.1 200 Connection Established\r\n\r\n";
+    let answer = b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n";
+    let owed_bytes = [&reply[..], &answer[..]].concat();
+    for abort in [false, true] {
+        let mut core = if abort {
+            ClosingCore::abort(owed(&owed_bytes), REASON, reply.len())
+        } else {
+            ClosingCore::graceful(owed(&owed_bytes), REASON, reply.len())
+        };
+        let mut port = taking(7);
+        let mut got = Vec::new();
+        let mut relayed = 0;
+        while got.len() < owed_bytes.len() {
+            let _ = pump(&mut core, &mut port);
+            got.extend(port.take());
+            relayed += core.take_relayed();
+            port.room = 7;
+        }
+        assert_eq!(got, owed_bytes);
+        assert_eq!(relayed, answer.len(), "abort: {abort}");
+    }
+}
+
+#[test]
 fn the_close_timer_with_bytes_still_owed_is_a_close_timeout() {
-    let mut core = ClosingCore::graceful(owed(&[7; 5000]), REASON, true);
+    let mut core = ClosingCore::graceful(owed(&[7; 5000]), REASON, 0);
     let mut port = taking(100);
     assert_eq!(pump(&mut core, &mut port), Next::Wait);
     assert!(core.take_spent::<MemPort>().is_none(), "still owed");
@@ -159,7 +187,7 @@ fn a_close_delimited_body_cut_by_the_close_timer_is_reset_not_finished() {
 
 #[test]
 fn the_close_timer_while_lingering_keeps_the_reason_and_reads_queued_input_away() {
-    let mut core = ClosingCore::graceful(owed(b"bye"), REASON, false);
+    let mut core = ClosingCore::graceful(owed(b"bye"), REASON, 3);
     let mut port = MemPort::roomy();
     assert_eq!(pump(&mut core, &mut port), Next::Wait);
     assert_eq!(core.stage(), "linger");
@@ -178,7 +206,7 @@ fn the_close_timer_while_lingering_keeps_the_reason_and_reads_queued_input_away(
 
 #[test]
 fn lingering_reads_a_bounded_amount_per_call() {
-    let mut core: ClosingCore<ByteBuf> = ClosingCore::graceful(None, REASON, false);
+    let mut core: ClosingCore<ByteBuf> = ClosingCore::graceful(None, REASON, 0);
     let mut port = MemPort::roomy();
     assert_eq!(core.pump(&mut Link::Plain, &mut port), Next::Wait);
     port.deliver(&vec![0; 1 << 20]);
@@ -191,7 +219,7 @@ fn lingering_reads_a_bounded_amount_per_call() {
 
 #[test]
 fn an_abort_flushes_then_resets_without_a_fin() {
-    let mut core = ClosingCore::abort(owed(b"the tail"), CloseReason::UpstreamGone);
+    let mut core = ClosingCore::abort(owed(b"the tail"), CloseReason::UpstreamGone, 0);
     let mut port = MemPort::roomy();
     assert_eq!(core.stage(), "flush-then-reset");
     assert_eq!(
@@ -226,11 +254,11 @@ fn a_survivor_that_resets_while_owed_ends_the_close_at_once() {
 
 #[test]
 fn nothing_owed_goes_straight_to_the_fin() {
-    let mut core: ClosingCore<ByteBuf> = ClosingCore::graceful(None, REASON, true);
+    let mut core: ClosingCore<ByteBuf> = ClosingCore::graceful(None, REASON, 0);
     let mut port = MemPort::roomy();
     assert_eq!(pump(&mut core, &mut port), Next::Wait);
     assert!(port.shut);
-    let mut core: ClosingCore<ByteBuf> = ClosingCore::abort(owed(b""), REASON);
+    let mut core: ClosingCore<ByteBuf> = ClosingCore::abort(owed(b""), REASON, 0);
     assert_eq!(
         pump(&mut core, &mut MemPort::roomy()),
         Next::Close {

@@ -450,6 +450,38 @@ fn the_proxys_own_reply_goes_first_and_is_not_payload() {
     assert_eq!(s.relayed.1, OK.len());
 }
 
+/// The session ends before the client took a byte: the close that flushes
+/// the reply and the upstream's answer counts only the answer as payload.
+#[test]
+fn the_proxys_own_reply_is_not_payload_when_the_close_writes_it() {
+    let reply = b"HTTP/1.1 200 Connection established\r\n\r\n".to_vec();
+    let mut s = Session::new(Options {
+        reply: reply.clone(),
+        ..Options::tunnel()
+    });
+    s.cport.room = 0;
+    s.client_sends(get("/a"));
+    let answer = "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok";
+    s.upstream_sends(answer);
+    s.upstream_fin();
+    s.drive();
+    assert!(
+        s.closing.is_some(),
+        "the close owes the client: {:?}",
+        s.stop
+    );
+    assert!(s.client.got.is_empty());
+    s.cport.room = 9;
+    s.drive();
+    while s.closed.is_none() && s.client.got.len() < reply.len() + answer.len() {
+        s.cport.room = 9;
+        s.client_fin();
+        s.drive();
+    }
+    assert_eq!(s.client.got, [reply.as_slice(), answer.as_bytes()].concat());
+    assert_eq!(s.relayed.1, answer.len());
+}
+
 /// One call does bounded work: a large body moves over several calls,
 /// each yielding, and arrives whole.
 #[test]

@@ -459,9 +459,9 @@ impl Session {
             let owed = std::mem::replace(&mut parts.cout, ByteBuf::with_capacity(0));
             let owed = (!owed.is_empty()).then_some(owed);
             let core = if *abort {
-                ClosingCore::abort(owed, *reason)
+                ClosingCore::abort(owed, *reason, parts.own)
             } else {
-                ClosingCore::graceful(owed, *reason, true)
+                ClosingCore::graceful(owed, *reason, parts.own)
             };
             let link = std::mem::replace(&mut parts.client, Link::Plain);
             self.closing = Some(Closing {

@@ -294,11 +294,14 @@ impl Passthrough {
         // as it would have from the dead end directly (a FIN would make a
         // stream cut short, with bytes left unread, look complete). The dead
         // side's socket closes as this scope ends.
+        // Toward the client, the proxy's reply may still lead what is owed.
+        let own = owed.own as usize;
         State::Closing(Closing::abort(
             survivor,
             dead.other(),
             owed.buf,
             dead.gone_reason(),
+            own,
         ))
     }
 
