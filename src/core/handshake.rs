@@ -247,12 +247,10 @@ impl HandshakeCore {
             let limit = env.max_head_bytes;
             let len = self.buf.len();
             if len >= limit {
-                return Next::Leave(Exit {
-                    leave: Leave::Refuse(Refusal::HeadTooLarge, self.stage.dialect()),
-                    spoke: None,
-                    user: None,
-                    rejected: false,
-                });
+                // Refused unparsed, but the access line still says how the
+                // client spoke and, past a SOCKS5 login, as whom.
+                let refuse = Leave::Refuse(Refusal::HeadTooLarge, self.stage.dialect());
+                return Next::Leave(self.exit(refuse));
             }
             self.buf.resize(len + READ_CHUNK.min(limit - len), 0);
             let io = port.read(&mut self.buf[len..]);

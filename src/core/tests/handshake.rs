@@ -295,6 +295,7 @@ fn a_head_past_the_limit_is_refused_431() {
     let mut c = Client::new(ListenerProtocol::Http);
     c.max_head_bytes = 1024;
     let exit = left(c.send(&head));
+    assert_eq!(exit.spoke, Some(Dialect::Http), "the access line says HTTP");
     let Leave::Refuse(refusal, dialect) = exit.leave else {
         panic!("not refused")
     };
@@ -316,12 +317,12 @@ fn a_head_past_the_limit_is_refused_431() {
 
 #[test]
 fn a_socks5_message_past_a_tiny_limit_is_refused_unparsed() {
-    // A greeting longer than the limit: refused before it is whole, with
-    // no protocol recorded (as the session always has), and silently.
+    // A greeting longer than the limit: refused before it is whole, and
+    // silently, but the access line still says SOCKS5.
     let mut c = Client::new(ListenerProtocol::Socks5);
     c.max_head_bytes = 4;
     let exit = left(c.send(&[5, 8, 1, 2, 3, 4, 5, 6, 7, 8]));
-    assert_eq!(exit.spoke, None);
+    assert_eq!(exit.spoke, Some(Dialect::Socks5));
     assert!(matches!(
         exit.leave,
         Leave::Refuse(Refusal::HeadTooLarge, Dialect::Socks5)
@@ -517,6 +518,29 @@ fn socks5_user_pass_split_anywhere_goes_on_as_the_user() {
     let mut c = Client::with(ListenerProtocol::Socks5, None, Some(plain_alice()));
     let next = c.send_bytewise(&bytes);
     check(&mut c, next, "byte by byte");
+}
+
+#[test]
+fn a_socks5_request_past_the_limit_after_a_login_is_refused_as_that_user() {
+    // Greeting and login fit 20 bytes each; a request naming a long host
+    // does not: refused unparsed, and the access line names alice.
+    let mut c = Client::with(ListenerProtocol::Socks5, None, Some(plain_alice()));
+    c.max_head_bytes = 20;
+    assert!(matches!(c.send(&[5, 1, 2]), Next::Stay));
+    assert!(matches!(
+        c.send(&user_pass("alice", "pw-alice")),
+        Next::Stay
+    ));
+    let mut request = vec![5, 1, 0, 3, 40];
+    request.extend_from_slice(&[b'a'; 40]);
+    request.extend_from_slice(&443u16.to_be_bytes());
+    let exit = left(c.send(&request));
+    assert!(matches!(
+        exit.leave,
+        Leave::Refuse(Refusal::HeadTooLarge, Dialect::Socks5)
+    ));
+    assert_eq!(exit.spoke, Some(Dialect::Socks5));
+    assert_eq!(exit.user.as_deref(), Some("alice"));
 }
 
 #[test]
