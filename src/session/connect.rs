@@ -329,15 +329,21 @@ impl OwnAddrs {
     /// Whether dialling `to` could reach the proxy: its port is one of ours
     /// and it is a loopback or unspecified address (whatever address that
     /// listener has: the safe side), the listener's own address, or, for a
-    /// listener on `0.0.0.0` or `::`, any address of this host.
+    /// listener on `0.0.0.0` or `::`, any address of this host. An IPv4
+    /// address in an IPv6 spelling a translator or relay delivers to it
+    /// (mapped, NAT64, 6to4) counts as that address, as the policy's
+    /// `this-host` does.
     pub(crate) fn contains(&self, to: SocketAddr) -> bool {
         let ip = to.ip().to_canonical();
-        self.addrs.iter().any(|own| {
-            own.port() == to.port()
-                && (ip.is_loopback()
-                    || ip.is_unspecified()
-                    || own.ip().to_canonical() == ip
-                    || (own.ip().is_unspecified() && is_local(ip)))
+        let embedded = crate::policy::embedded_v4(ip).map(IpAddr::V4);
+        std::iter::once(ip).chain(embedded).any(|ip| {
+            self.addrs.iter().any(|own| {
+                own.port() == to.port()
+                    && (ip.is_loopback()
+                        || ip.is_unspecified()
+                        || own.ip().to_canonical() == ip
+                        || (own.ip().is_unspecified() && is_local(ip)))
+            })
         })
     }
 }

@@ -90,3 +90,30 @@ fn a_switched_tunnel_refused_behind_the_parent_is_closed_not_answered_again() {
     );
     assert!(h.session().is_done(), "{}", h.state());
 }
+
+#[test]
+fn the_proxys_own_address_is_ours_in_its_translated_ipv6_spellings() {
+    // Audit mode lets a `this-host` address through: this check is the
+    // one that stands. A NAT64 translator (64:ff9b::/96) delivers to the
+    // IPv4 address it embeds; the policy names this host's addresses in
+    // those spellings (and 6to4's) too.
+    use crate::config::ListenAddr;
+    use crate::session::connect::OwnAddrs;
+    let listening = [
+        ListenAddr::Tcp("45.45.45.45:3128".parse().unwrap()),
+        ListenAddr::Tcp("127.0.0.1:3129".parse().unwrap()),
+    ];
+    let own = OwnAddrs::new(&listening);
+    for (to, ours) in [
+        ("45.45.45.45:3128", true),
+        ("[::ffff:45.45.45.45]:3128", true),
+        ("[64:ff9b::45.45.45.45]:3128", true),
+        ("[2002:2d2d:2d2d::1]:3128", true),
+        ("[64:ff9b::127.0.0.1]:3129", true),
+        ("[64:ff9b::45.45.45.46]:3128", false),
+        ("[64:ff9b::45.45.45.45]:3130", false),
+        ("[2001:db8::45.45.45.45]:3128", false),
+    ] {
+        assert_eq!(own.contains(to.parse().unwrap()), ours, "{to}");
+    }
+}
