@@ -280,8 +280,8 @@ impl From<Unreachable> for Refusal {
 /// What the session goes on with once the upstream is open.
 #[derive(Debug)]
 pub(crate) enum After {
-    /// Refused after all (answered in the client's dialect even when a
-    /// success reply went out already).
+    /// Refused after all: answered in the client's dialect, or, when a
+    /// success reply went out already (`replied`), closed by the shell.
     Refuse(Refusal),
     /// A forward-proxied request: the exchange, plaintext upstream. The
     /// client gets the upstream's own answer.

@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use crate::target::{normalize_path, Host, Target, TargetError};
+pub(crate) use addr::embedded_v4;
 pub use builder::RuleBuilder;
 pub(crate) use describe::human as describe_duration;
 pub use memory::{InspectedAddrs, InspectedMemory, PINNED_TTL, REFRESH_EVERY, SEEN_TTL};

@@ -228,12 +228,24 @@ fn refuse_request(
     ctx: &mut Ctx,
 ) -> State {
     if request.replied {
-        // The client heard its success reply already: only a close is left.
-        let why = refusal.describe();
-        log::info!("conn={} {}: {why}", conn.id, request.target);
-        return answer(&[], refusal.close_reason(), why, client, conn, ctx);
+        return close_replied(refusal, &request.target, client, conn, ctx);
     }
     refuse_early(refusal, request.dialect, &request.early, client, conn, ctx)
+}
+
+/// Refuses a request whose client heard its success reply already (a
+/// switched tunnel): only a close is left, never a second answer inside the
+/// tunnel.
+fn close_replied(
+    refusal: Refusal,
+    target: &Target,
+    client: Endpoint,
+    conn: &mut Conn,
+    ctx: &mut Ctx,
+) -> State {
+    let why = refusal.describe();
+    log::info!("conn={} {target}: {why}", conn.id);
+    answer(&[], refusal.close_reason(), why, client, conn, ctx)
 }
 
 /// [`refuse_request`], for a request taken apart: `early` holds a forward
@@ -317,15 +329,21 @@ impl OwnAddrs {
     /// Whether dialling `to` could reach the proxy: its port is one of ours
     /// and it is a loopback or unspecified address (whatever address that
     /// listener has: the safe side), the listener's own address, or, for a
-    /// listener on `0.0.0.0` or `::`, any address of this host.
+    /// listener on `0.0.0.0` or `::`, any address of this host. An IPv4
+    /// address in an IPv6 spelling a translator or relay delivers to it
+    /// (mapped, NAT64, 6to4) counts as that address, as the policy's
+    /// `this-host` does.
     pub(crate) fn contains(&self, to: SocketAddr) -> bool {
         let ip = to.ip().to_canonical();
-        self.addrs.iter().any(|own| {
-            own.port() == to.port()
-                && (ip.is_loopback()
-                    || ip.is_unspecified()
-                    || own.ip().to_canonical() == ip
-                    || (own.ip().is_unspecified() && is_local(ip)))
+        let embedded = crate::policy::embedded_v4(ip).map(IpAddr::V4);
+        std::iter::once(ip).chain(embedded).any(|ip| {
+            self.addrs.iter().any(|own| {
+                own.port() == to.port()
+                    && (ip.is_loopback()
+                        || ip.is_unspecified()
+                        || own.ip().to_canonical() == ip
+                        || (own.ip().is_unspecified() && is_local(ip)))
+            })
         })
     }
 }
@@ -591,6 +609,7 @@ impl Connecting {
         } = request;
         let vets_port = || ctx.policy.vets_port(target.port);
         match route::after_connect(dialect, replied, &from_upstream, &treatment, vets_port) {
+            After::Refuse(refusal) if replied => close_replied(refusal, &target, client, conn, ctx),
             After::Refuse(refusal) => refuse_early(refusal, dialect, &early, client, conn, ctx),
             After::Forward => State::Inspect(Box::new(Inspect::forward(
                 client,

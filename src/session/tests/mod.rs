@@ -5,10 +5,12 @@
 //!
 //! The harness and the helpers are here; the tests, one file per concern:
 //! `handshake.rs` (deadlines, resolving, waiting for the inspected names,
-//! refusals, sub-stages, timers) and `auth.rs` (logins verified off the
-//! loop).
+//! refusals, sub-stages, timers), `connect.rs` (the connect stage's
+//! shell through a parent proxy on loopback) and `auth.rs` (logins
+//! verified off the loop).
 
 mod auth;
+mod connect;
 mod handshake;
 
 use std::io::{Read, Write};
