@@ -34,7 +34,7 @@ use crate::auth::{Check, Users, Verdict, Verify};
 use crate::config::ListenerProtocol;
 use crate::io::Io;
 use crate::lifecycle::CloseReason;
-use crate::protocol::http::{self, HeadError};
+use crate::protocol::http::{self, HeadError, HeadGate};
 use crate::protocol::http1;
 use crate::protocol::sniff::{sniff, Sniffed};
 use crate::protocol::socks5::{self, Parse};
@@ -123,6 +123,8 @@ pub(crate) struct HandshakeCore {
     stage: Stage,
     /// Bytes read and not yet parsed.
     buf: Vec<u8>,
+    /// When the HTTP head in `buf` is worth parsing again.
+    gate: HeadGate,
     /// Bytes owed to the client (SOCKS5 method and auth replies), flushed
     /// before anything else is parsed.
     owed: Vec<u8>,
@@ -198,6 +200,7 @@ impl HandshakeCore {
             refusing,
             stage: Stage::Sniff,
             buf: Vec::new(),
+            gate: HeadGate::default(),
             owed: Vec::new(),
             user: None,
             login: None,
@@ -388,7 +391,12 @@ impl HandshakeCore {
 
     fn parse_http(&mut self, env: Env<'_>) -> Parsed {
         let refuse_http = |r| Parsed::Leave(Leave::Refuse(r, Dialect::Http));
-        let (head, n) = match http::parse_request_head(&self.buf, env.max_head_bytes) {
+        if !self.gate.due(&self.buf, env.max_head_bytes) {
+            return Parsed::More;
+        }
+        let parsed = http::parse_request_head(&self.buf, env.max_head_bytes);
+        self.gate.parsed(&parsed);
+        let (head, n) = match parsed {
             Ok(None) => return Parsed::More,
             Ok(Some(parsed)) => parsed,
             Err(HeadError::TooLarge) => return refuse_http(Refusal::HeadTooLarge),

@@ -68,6 +68,68 @@ pub fn parse_request_head(
     }
 }
 
+/// Says when a head still arriving is worth parsing again.
+///
+/// A head ends at its first empty line: until one arrives, a parse can only
+/// say "more" (or find the start malformed), and parsing again on every
+/// arrival costs time quadratic in a head sent a byte at a time (32 KiB a
+/// byte at a time would be half a gigabyte of parsing on the loop). The gate
+/// looks at each byte once for an empty line (`\n\n` or `\n\r\n`), and
+/// lets a parse through when one may have arrived, when the bytes doubled
+/// since the last parse (a malformed start is still refused, late by at most
+/// as many bytes again), or at the limit.
+///
+/// The caller keeps one gate per head and calls [`HeadGate::restart`] when
+/// the buffer no longer starts with the head it watched (a head taken, the
+/// buffer replaced); [`HeadGate::parsed`] does so after a whole head or an
+/// error.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HeadGate {
+    /// Bytes already searched for an empty line.
+    searched: u32,
+    /// Bytes there were at the last parse let through.
+    parsed: u32,
+}
+
+impl HeadGate {
+    /// Whether `buf` (a head's first bytes, `max` at most looked at) should
+    /// be parsed now.
+    pub fn due(&mut self, buf: &[u8], max: usize) -> bool {
+        let len = buf.len().min(max);
+        if len < self.searched as usize {
+            // Not the bytes it watched: start over.
+            self.restart();
+        }
+        // The last two bytes searched may begin an empty line.
+        let from = (self.searched as usize).saturating_sub(2);
+        let ended = (from..len).any(|i| {
+            buf[i] == b'\n'
+                && (buf.get(i + 1) == Some(&b'\n')
+                    || (buf.get(i + 1) == Some(&b'\r') && buf.get(i + 2) == Some(&b'\n')))
+        });
+        // `len` fits: heads are limited far below 4 GiB.
+        self.searched = u32::try_from(len).unwrap_or(u32::MAX);
+        let due = ended || len >= max || len >= 2 * self.parsed as usize;
+        if due {
+            self.parsed = self.searched;
+        }
+        due
+    }
+
+    /// What a parse let through found: a whole head or an error ends the
+    /// head this gate watched.
+    pub fn parsed<T, E>(&mut self, result: &Result<Option<T>, E>) {
+        if !matches!(result, Ok(None)) {
+            self.restart();
+        }
+    }
+
+    /// The next bytes are a new head's.
+    pub fn restart(&mut self) {
+        *self = HeadGate::default();
+    }
+}
+
 /// The most header lines [`parse_request_head`] accepts.
 pub const MAX_HEADERS: usize = 100;
 

@@ -346,3 +346,117 @@ fn basic_auth_credentials_split_at_the_first_colon() {
     assert_eq!(basic_auth_credentials(b"Bearer YTpi"), None);
     assert_eq!(basic_auth_credentials(b"Basic YT!i"), None);
 }
+
+// ---- HeadGate ----
+
+type Parsed = Result<Option<(RequestHead, usize)>, HeadError>;
+
+/// Feeds `bytes` one at a time through a gate, as a session trickled a
+/// byte per read would: returns the parses let through, and the first
+/// result other than "more" with the length it came at.
+fn trickle(bytes: &[u8], max: usize) -> (usize, Option<(usize, Parsed)>) {
+    let mut gate = HeadGate::default();
+    let mut parses = 0;
+    for len in 0..=bytes.len() {
+        if !gate.due(&bytes[..len], max) {
+            continue;
+        }
+        parses += 1;
+        let parsed = parse_request_head(&bytes[..len], max);
+        gate.parsed(&parsed);
+        if parsed != Ok(None) {
+            return (parses, Some((len, parsed)));
+        }
+    }
+    (parses, None)
+}
+
+#[test]
+fn a_head_trickled_a_byte_at_a_time_is_parsed_a_few_times_not_once_a_byte() {
+    let mut head = b"CONNECT example.test:443 HTTP/1.1\r\n".to_vec();
+    // Thirty long headers (a hundred is the most a head may have).
+    for _ in 0..30 {
+        head.extend_from_slice(b"X-Filler: ");
+        head.extend_from_slice(&[b'f'; 1000]);
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    let (parses, outcome) = trickle(&head, MAX);
+    let (at, parsed) = outcome.expect("the head completes");
+    assert_eq!(
+        at,
+        head.len(),
+        "complete exactly when its empty line arrives"
+    );
+    assert_eq!(parsed.unwrap().unwrap().1, head.len());
+    // Doubling from 1 byte to 30 KiB, plus the empty line: ~17, not 30,000.
+    assert!(parses <= 20, "{parses} parses for {} bytes", head.len());
+    // At the limit, the same trickle is refused as too large, once.
+    let (_, outcome) = trickle(&head[..head.len() - 2], 16 * 1024);
+    assert_eq!(
+        outcome.map(|(n, r)| (n, r.err())),
+        Some((16 * 1024, Some(HeadError::TooLarge)))
+    );
+}
+
+#[test]
+fn the_gate_lets_through_a_head_ending_however_it_is_split() {
+    // Every line ending httparse takes, the empty line split at every byte:
+    // the gated parse completes at the same length as an ungated one.
+    for head in [
+        &b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+        b"GET / HTTP/1.1\nHost: a\n\n",
+        b"GET / HTTP/1.1\r\nHost: a\n\r\n",
+        b"GET / HTTP/1.1\nHost: a\r\n\n",
+        b"\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+    ] {
+        let ungated = (0..=head.len())
+            .find(|&n| parse_request_head(&head[..n], MAX) != Ok(None))
+            .unwrap();
+        let (_, outcome) = trickle(head, MAX);
+        assert_eq!(outcome.map(|(n, _)| n), Some(ungated), "{head:?}");
+        // Two pieces, cut anywhere.
+        for cut in 0..head.len() {
+            let mut gate = HeadGate::default();
+            let first = gate.due(&head[..cut], MAX);
+            if first {
+                let parsed = parse_request_head(&head[..cut], MAX);
+                gate.parsed(&parsed);
+            }
+            assert!(gate.due(head, MAX), "{head:?} cut at {cut}");
+            assert!(matches!(parse_request_head(head, MAX), Ok(Some(_))));
+        }
+    }
+}
+
+#[test]
+fn a_malformed_start_is_still_refused_before_the_bytes_double_twice() {
+    let mut bad = b"GET / HTTP/1.1\r\nBad Header: x\r\n".to_vec();
+    bad.resize(4096, b'a');
+    let (_, outcome) = trickle(&bad, MAX);
+    let (at, parsed) = outcome.expect("refused before the end");
+    assert!(matches!(parsed, Err(HeadError::Malformed(_))));
+    // Ungated it is refused at byte 20 ("Bad " then a space); gated, by
+    // twice that at most.
+    assert!(at <= 2 * 21, "refused only at {at}");
+}
+
+#[test]
+fn a_gate_watching_other_bytes_starts_over() {
+    let mut gate = HeadGate::default();
+    let long = b"GET /a-long-path HTTP/1.1\r\nHost: a";
+    assert!(gate.due(&long[..1], MAX));
+    for n in 2..long.len() {
+        let _ = gate.due(&long[..n], MAX);
+    }
+    // Shorter than what it searched: a new head, parsed at once.
+    assert!(gate.due(b"G", MAX));
+    // After a whole head, the next bytes are parsed at once too.
+    let whole = b"GET / HTTP/1.1\r\n\r\n";
+    assert!(gate.due(whole, MAX));
+    gate.parsed(&parse_request_head(whole, MAX));
+    assert!(
+        gate.due(whole, MAX),
+        "a whole head parsed again after restart"
+    );
+}

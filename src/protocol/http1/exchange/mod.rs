@@ -89,6 +89,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use crate::protocol::http::HeadGate;
 use crate::protocol::http1::Body;
 use crate::target::Target;
 
@@ -325,6 +326,11 @@ pub struct Exchange {
     /// Heads parsed so far: which head a partial one is (see
     /// [`Exchange::awaiting_head`]).
     heads: u64,
+    /// When the request head, and the response head, still arriving are
+    /// worth parsing again (a head trickled a byte at a time is parsed a
+    /// few times, not once a byte).
+    request_gate: HeadGate,
+    response_gate: HeadGate,
     phase: Phase,
 }
 
@@ -461,6 +467,8 @@ impl Exchange {
             wait_id: 0,
             partial_head: false,
             heads: 0,
+            request_gate: HeadGate::default(),
+            response_gate: HeadGate::default(),
             phase: Phase::Open,
         }
     }

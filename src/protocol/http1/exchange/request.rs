@@ -171,6 +171,18 @@ impl Exchange {
         true
     }
 
+    /// The request head at the front of `input`, parsed when the gate lets
+    /// it through (`Ok(None)` otherwise: not whole yet).
+    fn parse_head(&mut self, input: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
+        let max = self.config.max_head_bytes;
+        if !self.request_gate.due(input, max) {
+            return Ok(None);
+        }
+        let parsed = parse_request_head(input, max);
+        self.request_gate.parsed(&parsed);
+        parsed
+    }
+
     /// At a message boundary: parse and act on the next request head.
     fn client_head(&mut self, input: &[u8], room: usize) -> ClientAction {
         self.partial_head = false;
@@ -178,7 +190,7 @@ impl Exchange {
             if let Some((cause, why)) = self.failure_answer() {
                 // The upstream failed before this request: it is told why.
                 if self.due.is_empty() {
-                    return match parse_request_head(input, self.config.max_head_bytes) {
+                    return match self.parse_head(input) {
                         Ok(None) if !self.client_eof => {
                             self.partial_head = !input.is_empty();
                             ClientAction::Wait
@@ -195,7 +207,7 @@ impl Exchange {
         if self.due.len() >= MAX_DUE || self.answer_bytes >= MAX_ANSWER_BYTES {
             return ClientAction::Wait;
         }
-        match parse_request_head(input, self.config.max_head_bytes) {
+        match self.parse_head(input) {
             Ok(None) if self.client_eof => {
                 self.req = Req::Stopped;
                 ClientAction::Stopped

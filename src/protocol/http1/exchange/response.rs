@@ -80,7 +80,14 @@ impl Exchange {
         let parsed = if input.is_empty() {
             Ok(None)
         } else {
-            http1::parse_response_head(input, self.config.max_head_bytes)
+            let max = self.config.max_head_bytes;
+            if self.response_gate.due(input, max) {
+                let parsed = http1::parse_response_head(input, max);
+                self.response_gate.parsed(&parsed);
+                parsed
+            } else {
+                Ok(None)
+            }
         };
         match parsed {
             // As for requests (`request.rs`): the parser takes a bare LF as
