@@ -74,10 +74,14 @@ pub fn parse_request_head(
 /// say "more" (or find the start malformed), and parsing again on every
 /// arrival costs time quadratic in a head sent a byte at a time (32 KiB a
 /// byte at a time would be half a gigabyte of parsing on the loop). The gate
-/// looks at each byte once for an empty line (`\n\n` or `\n\r\n`), and
-/// lets a parse through when one may have arrived, when the bytes doubled
-/// since the last parse (a malformed start is still refused, late by at most
-/// as many bytes again), or at the limit.
+/// looks at each byte once for an empty line (`\n\n` or `\n\r\n`) after
+/// the first byte of the start line (the empty lines before it are skipped,
+/// and end nothing: a parse apiece would be quadratic again), and lets a
+/// parse through when one may have arrived, when the bytes doubled since
+/// the last parse (a malformed start is still refused, late by at most as
+/// many bytes again), or at the limit. An empty line after the start line
+/// ends the head (or shows it malformed), so a head trickled a byte at a
+/// time is parsed about log2 of its size times, plus once.
 ///
 /// The caller keeps one gate per head and calls [`HeadGate::restart`] when
 /// the buffer no longer starts with the head it watched (a head taken, the
@@ -89,6 +93,9 @@ pub struct HeadGate {
     searched: u32,
     /// Bytes there were at the last parse let through.
     parsed: u32,
+    /// A byte other than CR or LF was searched: the start line has begun
+    /// (the empty lines before it end nothing).
+    begun: bool,
 }
 
 impl HeadGate {
@@ -100,9 +107,16 @@ impl HeadGate {
             // Not the bytes it watched: start over.
             self.restart();
         }
-        // The last two bytes searched may begin an empty line.
+        // The last two bytes searched may begin an empty line (and they
+        // are not before the start line if it had begun: an empty line
+        // before it is followed by CR or LF, not by the start line's first
+        // byte).
         let from = (self.searched as usize).saturating_sub(2);
         let ended = (from..len).any(|i| {
+            if !self.begun {
+                self.begun = !matches!(buf[i], b'\r' | b'\n');
+                return false;
+            }
             buf[i] == b'\n'
                 && (buf.get(i + 1) == Some(&b'\n')
                     || (buf.get(i + 1) == Some(&b'\r') && buf.get(i + 2) == Some(&b'\n')))

@@ -460,3 +460,30 @@ fn a_gate_watching_other_bytes_starts_over() {
         "a whole head parsed again after restart"
     );
 }
+
+#[test]
+fn leading_empty_lines_trickled_are_not_parsed_once_a_line() {
+    // Empty lines before the request line are skipped (and counted in the
+    // head), so each one is an empty line that ends nothing: a client
+    // trickling thousands of them must not buy a parse apiece.
+    for blank in [&b"\r\n"[..], b"\n"] {
+        let mut head = blank.repeat(8 * 1024 / blank.len());
+        head.extend_from_slice(b"GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n");
+        let (parses, outcome) = trickle(&head, MAX);
+        let (at, parsed) = outcome.expect("the head completes");
+        assert_eq!(
+            at,
+            head.len(),
+            "complete exactly when its empty line arrives"
+        );
+        assert_eq!(parsed.unwrap().unwrap().1, head.len());
+        assert!(parses <= 20, "{parses} parses for {} bytes", head.len());
+    }
+    // Only the limit ends a head of nothing but empty lines, once.
+    let (parses, outcome) = trickle(&b"\r\n".repeat(8 * 1024), 16 * 1024);
+    assert_eq!(
+        outcome.map(|(n, r)| (n, r.err())),
+        Some((16 * 1024, Some(HeadError::TooLarge)))
+    );
+    assert!(parses <= 20, "{parses} parses");
+}
