@@ -262,8 +262,17 @@ impl HandshakeCore {
             match io {
                 Io::Progress(_) => {}
                 Io::WouldBlock => return Next::Stay,
-                // The client left before finishing its request.
-                Io::Eof | Io::PeerGone(_) => return Next::Gone,
+                // The client left before finishing its request. A head
+                // the gate held back is looked at once more: a malformed
+                // start is refused, as it would have been on arrival.
+                Io::Eof | Io::PeerGone(_) => {
+                    let end = matches!(self.stage, Stage::Http) && self.refusing.is_none();
+                    return match end.then(|| self.parse_http(env, true)) {
+                        Some(Parsed::Leave(leave)) => Next::Leave(self.exit(leave)),
+                        Some(Parsed::Verify(job)) => Next::Verify(job),
+                        _ => Next::Gone,
+                    };
+                }
             }
         }
     }
@@ -381,7 +390,7 @@ impl HandshakeCore {
                     }
                 }
             }
-            Stage::Http => self.parse_http(env),
+            Stage::Http => self.parse_http(env, false),
             Stage::SocksGreeting => self.parse_greeting(env),
             Stage::SocksAuth => self.parse_auth(env),
             Stage::Authenticating(_) => Parsed::More,
@@ -389,9 +398,11 @@ impl HandshakeCore {
         }
     }
 
-    fn parse_http(&mut self, env: Env<'_>) -> Parsed {
+    /// The HTTP head in `buf`, when the gate lets it through; always at
+    /// `end` (the client's EOF: nothing more will come).
+    fn parse_http(&mut self, env: Env<'_>, end: bool) -> Parsed {
         let refuse_http = |r| Parsed::Leave(Leave::Refuse(r, Dialect::Http));
-        if !self.gate.due(&self.buf, env.max_head_bytes) {
+        if !self.gate.due(&self.buf, env.max_head_bytes, end) {
             return Parsed::More;
         }
         let parsed = http::parse_request_head(&self.buf, env.max_head_bytes);

@@ -100,8 +100,11 @@ pub struct HeadGate {
 
 impl HeadGate {
     /// Whether `buf` (a head's first bytes, `max` at most looked at) should
-    /// be parsed now.
-    pub fn due(&mut self, buf: &[u8], max: usize) -> bool {
+    /// be parsed now. `end`: no more bytes will come (the peer's EOF), so
+    /// a parse is due whatever it would wait for: a malformed start not
+    /// looked at yet is refused as it would have been on arrival, not
+    /// taken for a head merely cut short.
+    pub fn due(&mut self, buf: &[u8], max: usize, end: bool) -> bool {
         let len = buf.len().min(max);
         if len < self.searched as usize {
             // Not the bytes it watched: start over.
@@ -123,7 +126,7 @@ impl HeadGate {
         });
         // `len` fits: heads are limited far below 4 GiB.
         self.searched = u32::try_from(len).unwrap_or(u32::MAX);
-        let due = ended || len >= max || len >= 2 * self.parsed as usize;
+        let due = end || ended || len >= max || len >= 2 * self.parsed as usize;
         if due {
             self.parsed = self.searched;
         }

@@ -358,7 +358,7 @@ fn trickle(bytes: &[u8], max: usize) -> (usize, Option<(usize, Parsed)>) {
     let mut gate = HeadGate::default();
     let mut parses = 0;
     for len in 0..=bytes.len() {
-        if !gate.due(&bytes[..len], max) {
+        if !gate.due(&bytes[..len], max, false) {
             continue;
         }
         parses += 1;
@@ -418,12 +418,12 @@ fn the_gate_lets_through_a_head_ending_however_it_is_split() {
         // Two pieces, cut anywhere.
         for cut in 0..head.len() {
             let mut gate = HeadGate::default();
-            let first = gate.due(&head[..cut], MAX);
+            let first = gate.due(&head[..cut], MAX, false);
             if first {
                 let parsed = parse_request_head(&head[..cut], MAX);
                 gate.parsed(&parsed);
             }
-            assert!(gate.due(head, MAX), "{head:?} cut at {cut}");
+            assert!(gate.due(head, MAX, false), "{head:?} cut at {cut}");
             assert!(matches!(parse_request_head(head, MAX), Ok(Some(_))));
         }
     }
@@ -445,18 +445,18 @@ fn a_malformed_start_is_still_refused_before_the_bytes_double_twice() {
 fn a_gate_watching_other_bytes_starts_over() {
     let mut gate = HeadGate::default();
     let long = b"GET /a-long-path HTTP/1.1\r\nHost: a";
-    assert!(gate.due(&long[..1], MAX));
+    assert!(gate.due(&long[..1], MAX, false));
     for n in 2..long.len() {
-        let _ = gate.due(&long[..n], MAX);
+        let _ = gate.due(&long[..n], MAX, false);
     }
     // Shorter than what it searched: a new head, parsed at once.
-    assert!(gate.due(b"G", MAX));
+    assert!(gate.due(b"G", MAX, false));
     // After a whole head, the next bytes are parsed at once too.
     let whole = b"GET / HTTP/1.1\r\n\r\n";
-    assert!(gate.due(whole, MAX));
+    assert!(gate.due(whole, MAX, false));
     gate.parsed(&parse_request_head(whole, MAX));
     assert!(
-        gate.due(whole, MAX),
+        gate.due(whole, MAX, false),
         "a whole head parsed again after restart"
     );
 }

@@ -214,6 +214,23 @@ fn malformed_requests_close_the_connection() {
     }
 }
 
+/// A malformed head the client ends by its EOF (a half-close) before its
+/// empty line: refused 400 and recorded however it arrived, as when it
+/// came whole, not dropped unparsed because too few bytes followed the
+/// last look at it.
+#[test]
+fn a_malformed_head_cut_short_by_the_clients_eof_is_400_however_split() {
+    for head in [
+        "GET /x HTTP/1.1\r\nHost: origin.test\r\nBad Header: x\r\n",
+        "GET /x HTTP/1.1\r\nHost: origin.test\r\nX-Pad: aa\u{1}aaaaaaaa",
+    ] {
+        let out = run_split(&api(), &Script::new(head, vec![]).then_eof());
+        assert_eq!(out.statuses(&["GET"]), [400], "{head:?}");
+        assert_eq!(out.record_statuses(), [Some(400)], "{head:?}");
+        assert_eq!(out.end, Ending::Closed(End::Done), "{head:?}");
+    }
+}
+
 /// A bare LF is a line end to the proxy's parser, not to every origin: an
 /// origin that keeps it inside a value would not see the `Content-Length`
 /// behind it and read the body as a request the proxy never judged. Such a

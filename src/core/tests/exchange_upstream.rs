@@ -214,6 +214,22 @@ fn upstream_eof_before_answering_is_502() {
     assert_eq!(out.statuses(&["PUT"]), [100, 502]);
 }
 
+/// A malformed response head the upstream ends by its EOF before its
+/// empty line: a bad upstream (502 `bad-upstream-response`) however it
+/// arrived, as when it came whole, not an upstream that merely closed.
+#[test]
+fn a_malformed_response_head_cut_short_by_the_upstreams_eof_is_bad_upstream() {
+    let resp = "HTTP/1.1 200 OK\r\nX-Pad: aaaaaaaaaaaaaaaaaaaa\r\nBad Header: x\r\n";
+    let script = Script::new(get("/a"), vec![Reply::on("GET /a", resp), Reply::eof()]);
+    let out = run_split(&tunnel(), &script);
+    expect_502(&out, &["GET"], "bad-upstream-response");
+    assert!(
+        matches!(out.end, Ending::Closed(End::BadUpstream(_))),
+        "{:?}",
+        out.end
+    );
+}
+
 #[test]
 fn a_response_cut_short_closes_without_an_answer() {
     let script = Script::new(

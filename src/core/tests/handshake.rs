@@ -288,6 +288,52 @@ fn garbage_and_bad_hosts_are_refused_400_over_http() {
     }
 }
 
+/// A malformed head the client ends by its EOF before its empty line:
+/// refused 400 however it arrived (as when it came whole and was parsed
+/// on arrival), not a client that merely left.
+#[test]
+fn a_malformed_head_cut_short_by_the_clients_eof_is_refused_400() {
+    let head = b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\nBad Header: x\r\n";
+    let bad_at = 51;
+    for cut in 1..=head.len() {
+        let mut c = Client::new(ListenerProtocol::Http);
+        let first = c.send(&head[..cut]);
+        if cut >= bad_at {
+            // Parsed on arrival: refused at once.
+            assert!(
+                matches!(refused(first).0, Refusal::Malformed(_)),
+                "cut {cut}"
+            );
+            continue;
+        }
+        assert!(matches!(first, Next::Stay), "cut {cut}: {first:?}");
+        c.port.fin = true;
+        let (refusal, dialect) = refused(c.send(&head[cut..]));
+        assert!(
+            matches!(refusal, Refusal::Malformed(_)),
+            "cut {cut}: {refusal:?}"
+        );
+        assert_eq!(dialect, Dialect::Http);
+    }
+    // A byte at a time, then the EOF.
+    let mut c = Client::new(ListenerProtocol::Http);
+    for (i, b) in head[..bad_at].iter().enumerate() {
+        assert!(matches!(c.send(&[*b]), Next::Stay), "byte {i}");
+    }
+    let mut rest = Next::Stay;
+    for b in &head[bad_at..] {
+        rest = c.send(&[*b]);
+        if !matches!(rest, Next::Stay) {
+            break;
+        }
+    }
+    if matches!(rest, Next::Stay) {
+        c.port.fin = true;
+        rest = c.run();
+    }
+    assert!(matches!(refused(rest).0, Refusal::Malformed(_)));
+}
+
 #[test]
 fn a_head_past_the_limit_is_refused_431() {
     let mut head = b"CONNECT example.test:443 HTTP/1.1\r\nX: ".to_vec();

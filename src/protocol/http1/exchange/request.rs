@@ -172,10 +172,12 @@ impl Exchange {
     }
 
     /// The request head at the front of `input`, parsed when the gate lets
-    /// it through (`Ok(None)` otherwise: not whole yet).
+    /// it through (`Ok(None)` otherwise: not whole yet), and always after
+    /// the client's EOF (a malformed start is refused, not dropped as cut
+    /// short).
     fn parse_head(&mut self, input: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
         let max = self.config.max_head_bytes;
-        if !self.request_gate.due(input, max) {
+        if !self.request_gate.due(input, max, self.client_eof) {
             return Ok(None);
         }
         let parsed = parse_request_head(input, max);

@@ -81,7 +81,9 @@ impl Exchange {
             Ok(None)
         } else {
             let max = self.config.max_head_bytes;
-            if self.response_gate.due(input, max) {
+            // After the upstream's EOF, always: a malformed start is a bad
+            // upstream, not one that merely closed.
+            if self.response_gate.due(input, max, self.upstream_eof) {
                 let parsed = http1::parse_response_head(input, max);
                 self.response_gate.parsed(&parsed);
                 parsed
