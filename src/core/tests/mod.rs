@@ -6,6 +6,7 @@ mod closing;
 mod dial;
 mod exchange_bounds;
 mod exchange_flow;
+mod exchange_gate;
 mod exchange_refusals;
 mod exchange_runs;
 mod exchange_secrets;
