@@ -487,3 +487,98 @@ fn leading_empty_lines_trickled_are_not_parsed_once_a_line() {
     );
     assert!(parses <= 20, "{parses} parses");
 }
+
+/// Random heads built from the pieces a head is made of (line ends of
+/// every spelling, empty lines, bad bytes), delivered in random pieces:
+/// the gated parse completes at exactly the piece the ungated one does,
+/// and refuses what it refuses, with the same error, no later than the
+/// piece where the bytes doubled since the ungated refusal, or at the end.
+#[test]
+fn the_gate_agrees_with_the_ungated_parse_on_random_heads() {
+    const PIECES: &[&[u8]] = &[
+        b"GET",
+        b"CONNECT",
+        b" ",
+        b"/",
+        b"a.test:443",
+        b"HTTP/1.1",
+        b"HTTP/1.0",
+        b"\r\n",
+        b"\r\n",
+        b"\n",
+        b"\r",
+        b"Host",
+        b": ",
+        b"X-Long: vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv",
+        b"\0",
+        b"\t",
+    ];
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    for case in 0..20_000 {
+        let mut bytes = Vec::new();
+        // A well-formed start now and then, so that many heads complete.
+        if next(2) == 0 {
+            bytes.extend_from_slice(&b"\r\n".repeat(next(4)));
+            bytes.extend_from_slice(b"GET / HTTP/1.1\r\n");
+        }
+        for _ in 0..next(40) {
+            bytes.extend_from_slice(PIECES[next(PIECES.len())]);
+        }
+        let max = [32, 64, 200, MAX][next(4)];
+        // Cut points, ascending, the whole length last.
+        let mut cuts: Vec<usize> = (0..next(12)).map(|_| next(bytes.len() + 1)).collect();
+        cuts.push(bytes.len());
+        cuts.sort_unstable();
+        cuts.dedup();
+        if next(3) == 0 {
+            cuts = (0..=bytes.len()).collect();
+        }
+        let ungated = cuts
+            .iter()
+            .map(|&n| (n, parse_request_head(&bytes[..n], max)))
+            .find(|(_, r)| *r != Ok(None));
+        let mut gate = HeadGate::default();
+        let mut gated = None;
+        for (i, &n) in cuts.iter().enumerate() {
+            let end = i + 1 == cuts.len();
+            if !gate.due(&bytes[..n], max, end) {
+                continue;
+            }
+            let r = parse_request_head(&bytes[..n], max);
+            gate.parsed(&r);
+            if r != Ok(None) {
+                gated = Some((n, r));
+                break;
+            }
+        }
+        let what = format!(
+            "case {case}: {:?} max {max} cuts {cuts:?}",
+            String::from_utf8_lossy(&bytes)
+        );
+        match (&ungated, &gated) {
+            (None, None) => {}
+            (Some((n, Ok(Some(h)))), Some((m, Ok(Some(g))))) => {
+                assert_eq!((n, h), (m, g), "{what}");
+            }
+            (Some((n, Err(e))), Some((m, Err(f)))) => {
+                assert_eq!(e, f, "{what}");
+                assert!(m >= n, "{what}");
+                // The first cut at or past twice the ungated refusal's
+                // length (or the end) at the latest.
+                let bound = cuts
+                    .iter()
+                    .copied()
+                    .find(|&c| c >= 2 * n)
+                    .unwrap_or(bytes.len());
+                assert!(*m <= bound, "refused at {m}, not by {bound}: {what}");
+            }
+            _ => panic!("ungated {ungated:?}, gated {gated:?}: {what}"),
+        }
+    }
+}
