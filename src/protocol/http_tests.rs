@@ -371,6 +371,20 @@ fn trickle(bytes: &[u8], max: usize) -> (usize, Option<(usize, Parsed)>) {
     (parses, None)
 }
 
+/// `head`, trickled a byte at a time, completes exactly when its empty
+/// line arrives, after at most 20 parses.
+fn completes_in_few_parses(head: &[u8]) {
+    let (parses, outcome) = trickle(head, MAX);
+    let (at, parsed) = outcome.expect("the head completes");
+    assert_eq!(
+        at,
+        head.len(),
+        "complete exactly when its empty line arrives"
+    );
+    assert_eq!(parsed.unwrap().unwrap().1, head.len());
+    assert!(parses <= 20, "{parses} parses for {} bytes", head.len());
+}
+
 #[test]
 fn a_head_trickled_a_byte_at_a_time_is_parsed_a_few_times_not_once_a_byte() {
     let mut head = b"CONNECT example.test:443 HTTP/1.1\r\n".to_vec();
@@ -381,16 +395,8 @@ fn a_head_trickled_a_byte_at_a_time_is_parsed_a_few_times_not_once_a_byte() {
         head.extend_from_slice(b"\r\n");
     }
     head.extend_from_slice(b"\r\n");
-    let (parses, outcome) = trickle(&head, MAX);
-    let (at, parsed) = outcome.expect("the head completes");
-    assert_eq!(
-        at,
-        head.len(),
-        "complete exactly when its empty line arrives"
-    );
-    assert_eq!(parsed.unwrap().unwrap().1, head.len());
     // Doubling from 1 byte to 30 KiB, plus the empty line: ~17, not 30,000.
-    assert!(parses <= 20, "{parses} parses for {} bytes", head.len());
+    completes_in_few_parses(&head);
     // At the limit, the same trickle is refused as too large, once.
     let (_, outcome) = trickle(&head[..head.len() - 2], 16 * 1024);
     assert_eq!(
@@ -469,15 +475,7 @@ fn leading_empty_lines_trickled_are_not_parsed_once_a_line() {
     for blank in [&b"\r\n"[..], b"\n"] {
         let mut head = blank.repeat(8 * 1024 / blank.len());
         head.extend_from_slice(b"GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n");
-        let (parses, outcome) = trickle(&head, MAX);
-        let (at, parsed) = outcome.expect("the head completes");
-        assert_eq!(
-            at,
-            head.len(),
-            "complete exactly when its empty line arrives"
-        );
-        assert_eq!(parsed.unwrap().unwrap().1, head.len());
-        assert!(parses <= 20, "{parses} parses for {} bytes", head.len());
+        completes_in_few_parses(&head);
     }
     // Only the limit ends a head of nothing but empty lines, once.
     let (parses, outcome) = trickle(&b"\r\n".repeat(8 * 1024), 16 * 1024);

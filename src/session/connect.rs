@@ -611,26 +611,20 @@ impl Connecting {
         match route::after_connect(dialect, replied, &from_upstream, &treatment, vets_port) {
             After::Refuse(refusal) if replied => close_replied(refusal, &target, client, conn, ctx),
             After::Refuse(refusal) => refuse_early(refusal, dialect, &early, client, conn, ctx),
-            After::Forward => State::Inspect(Box::new(Inspect::forward(
-                client,
-                Channel::plain(upstream),
-                target,
-                &early,
-                treatment.inspect,
-                login,
-                idle,
-                conn,
-                ctx,
-            ))),
-            After::ForwardTls => {
-                let layer = match super::securing::upstream_layer(&target, ctx) {
-                    Ok(layer) => layer,
-                    Err(why) => {
-                        let refusal = Refusal::Connect(std::io::Error::other(why));
-                        return refuse_early(refusal, dialect, &early, client, conn, ctx);
+            after @ (After::Forward | After::ForwardTls) => {
+                // `GET https://...`: the proxy speaks TLS to the upstream
+                // (and verifies it) on the client's behalf.
+                let upstream = if matches!(after, After::ForwardTls) {
+                    match super::securing::upstream_layer(&target, ctx) {
+                        Ok(layer) => Channel::tls(upstream, layer),
+                        Err(why) => {
+                            let refusal = Refusal::Connect(std::io::Error::other(why));
+                            return refuse_early(refusal, dialect, &early, client, conn, ctx);
+                        }
                     }
+                } else {
+                    Channel::plain(upstream)
                 };
-                let upstream = Channel::tls(upstream, layer);
                 State::Inspect(Box::new(Inspect::forward(
                     client,
                     upstream,
