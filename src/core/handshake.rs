@@ -277,6 +277,19 @@ impl HandshakeCore {
         }
     }
 
+    /// The handshake deadline passed. An HTTP head the gate held back is
+    /// looked at first: a malformed start is refused for what it is (a
+    /// 400), as it would have been on arrival, not closed as timed out.
+    pub(crate) fn timed_out(&mut self, env: Env<'_>) -> Option<Exit> {
+        if self.stage != Stage::Http || self.refusing.is_some() {
+            return None;
+        }
+        match self.parse_http(env, true) {
+            Parsed::Leave(leave @ Leave::Refuse(..)) => Some(self.exit(leave)),
+            _ => None,
+        }
+    }
+
     /// The verifier pool's verdict on the login of [`Next::Verify`]
     /// (ignored unless one is awaited).
     pub(crate) fn handle_verdict(&mut self, verdict: Verdict) -> Next {

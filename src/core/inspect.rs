@@ -658,7 +658,9 @@ impl InspectCore {
             }
         }
         if let Some((_, since)) = self.clocks.head_wait {
-            if now >= since + self.clocks.timeouts.handshake && self.ex.head_timeout() {
+            if now >= since + self.clocks.timeouts.handshake
+                && self.ex.head_timeout(self.cin.data())
+            {
                 log::info!(
                     "conn={} the client did not send a whole request head in time",
                     self.id
@@ -732,6 +734,13 @@ impl InspectCore {
     /// What the exchange holds now (for bounds checks).
     pub(crate) fn queued(&self) -> crate::protocol::http1::exchange::Queued {
         self.ex.queued()
+    }
+
+    /// Fires the exchange's head timer on the client's bytes not yet
+    /// taken, as the head clock does.
+    #[cfg(test)]
+    pub(crate) fn head_timeout(&mut self) -> bool {
+        self.ex.head_timeout(self.cin.data())
     }
 
     /// The exchange, for tests that look inside or reconfigure it.

@@ -48,13 +48,17 @@ impl Handshake {
     }
 
     pub(crate) fn drive(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let env = Env {
-            max_head_bytes: ctx.settings.limits.max_head_bytes,
-            users: ctx.settings.auth.as_deref(),
-            logins: ctx.logins,
-        };
-        let next = self.core.pump(&mut self.client, env);
+        let next = self.core.pump(&mut self.client, env(ctx));
         self.carry_out(next, conn, ctx)
+    }
+
+    /// The handshake deadline passed: closed, unless what arrived is
+    /// refused for what it is.
+    pub(crate) fn on_timeout(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        match self.core.timed_out(env(ctx)) {
+            Some(exit) => self.leave(exit, conn, ctx),
+            None => State::Done(CloseReason::HandshakeTimeout),
+        }
     }
 
     /// The verifier pool's verdict on the credentials given.
@@ -100,5 +104,14 @@ impl Handshake {
                 answer(&bytes, reason, why, self.client, conn, ctx)
             }
         }
+    }
+}
+
+/// What the handshake core is lent from the settings.
+fn env<'a>(ctx: &Ctx<'a>) -> Env<'a> {
+    Env {
+        max_head_bytes: ctx.settings.limits.max_head_bytes,
+        users: ctx.settings.auth.as_deref(),
+        logins: ctx.logins,
     }
 }

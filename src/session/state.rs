@@ -169,7 +169,7 @@ impl State {
     /// The state's deadline passed.
     pub(crate) fn on_timer(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
         match self {
-            State::Handshake(_) => State::Done(CloseReason::HandshakeTimeout),
+            State::Handshake(h) => h.on_timeout(conn, ctx),
             State::Resolving(r) => r.on_timeout(conn, ctx),
             State::Connecting(c) => c.on_timeout(conn, ctx),
             State::Securing(_) => State::Done(CloseReason::HandshakeTimeout),

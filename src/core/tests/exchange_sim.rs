@@ -261,6 +261,14 @@ impl Sim {
             .exchange_mut()
     }
 
+    /// Fires the head timer as the head clock does (while the core runs).
+    pub(super) fn head_timeout(&mut self) -> bool {
+        self.core
+            .as_mut()
+            .expect("the core has stopped")
+            .head_timeout()
+    }
+
     /// Runs until the core stops or nothing more moves.
     pub(super) fn run(&mut self) {
         while self.end.is_none() {

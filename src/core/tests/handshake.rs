@@ -76,6 +76,16 @@ impl Client {
         panic!("the handshake never settles");
     }
 
+    /// The handshake deadline passed.
+    fn timed_out(&mut self) -> Option<Exit> {
+        let env = Env {
+            max_head_bytes: self.max_head_bytes,
+            users: self.users.as_ref(),
+            logins: &self.logins,
+        };
+        self.core.timed_out(env)
+    }
+
     fn send(&mut self, bytes: &[u8]) -> Next {
         self.port.deliver(bytes);
         self.run()
@@ -832,4 +842,24 @@ fn a_refusing_handshake_answers_in_the_clients_dialect() {
         );
         assert!(c.port.outbox.is_empty());
     }
+}
+
+#[test]
+fn a_malformed_start_the_gate_held_back_is_refused_400_at_the_deadline() {
+    // Parsed on arrival it was a 400 at once; split so the gate holds the
+    // bad header line back, then silence: the deadline refuses it for what
+    // it is, not as a timeout. A valid start timed out is closed as before.
+    let head = b"GET /x HTTP/1.1\r\nHost: origin.test\r\nBad Header: x\r\n";
+    let mut c = Client::new(ListenerProtocol::Http);
+    assert!(matches!(c.send(&head[..26]), Next::Stay));
+    assert!(matches!(c.send(&head[26..]), Next::Stay), "held back");
+    let exit = c.timed_out().expect("refused");
+    assert!(matches!(
+        exit.leave,
+        Leave::Refuse(Refusal::Malformed(_), Dialect::Http)
+    ));
+    assert_eq!(exit.spoke, Some(Dialect::Http));
+    let mut c = Client::new(ListenerProtocol::Http);
+    assert!(matches!(c.send(&head[..30]), Next::Stay));
+    assert!(c.timed_out().is_none(), "a valid start is only slow");
 }

@@ -159,10 +159,20 @@ impl Exchange {
     /// The head timer fired ([`Exchange::awaiting_head`]): a head still
     /// incomplete is answered `408` in order, and no more requests are read
     /// (the conversation ends once what is due is answered). Returns whether
-    /// it was; otherwise (a stale timer) nothing changes.
-    pub fn head_timeout(&mut self) -> bool {
+    /// it was; otherwise (a stale timer) nothing changes. `input`: the
+    /// client's bytes not yet taken, the head's start.
+    pub fn head_timeout(&mut self, input: &[u8]) -> bool {
         if self.awaiting_head().is_none() {
             return false;
+        }
+        // Bytes the head gate held back are looked at first: a malformed
+        // start is refused for what it is (400, 431), not timed out. Only
+        // an error is taken here: a whole head always passes the gate.
+        if parse_request_head(input, self.config.max_head_bytes).is_err() {
+            self.request_gate.restart();
+            let _ = self.client_head(input, 0);
+            self.settle();
+            return true;
         }
         self.partial_head = false;
         let why = "the request head did not arrive in time".to_owned();
