@@ -913,6 +913,7 @@ mod sizes {
         let session = std::mem::size_of::<crate::session::Session>();
         assert!(slot <= session + 40, "slot {slot} B, session {session} B");
         #[cfg(all(target_pointer_width = "64", not(debug_assertions)))]
-        assert!(slot <= 400, "slot {slot} B");
+        // 400 before UDP associations (see `session::sizes`).
+        assert!(slot <= 408, "slot {slot} B");
     }
 }

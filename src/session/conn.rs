@@ -48,7 +48,8 @@ pub(crate) struct AccessLog {
     pub(crate) up: u64,
     pub(crate) down: u64,
     /// A UDP association's datagrams: relayed up, down, and dropped.
-    pub(crate) datagrams: Option<[u64; 3]>,
+    /// Boxed: few sessions are associations, and every session holds one.
+    pub(crate) datagrams: Option<Box<[u64; 3]>>,
 }
 
 /// What policy said about the session's target.
@@ -216,7 +217,7 @@ impl Conn {
         }
         e.bytes_up = Some(log.up);
         e.bytes_down = Some(log.down);
-        if let Some([up, down, dropped]) = log.datagrams {
+        if let Some(&[up, down, dropped]) = log.datagrams.as_deref() {
             e.datagrams_up = Some(up);
             e.datagrams_down = Some(down);
             e.datagrams_dropped = Some(dropped);

@@ -282,7 +282,11 @@ impl Associate {
     /// Copies the association's counts to the access record (after every
     /// call, so however the session ends, its line has them).
     fn sync(&self, conn: &mut Conn) {
-        conn.log.datagrams = Some([self.dgrams_up, self.dgrams_down, self.dropped]);
+        let counts = [self.dgrams_up, self.dgrams_down, self.dropped];
+        match &mut conn.log.datagrams {
+            Some(kept) => **kept = counts,
+            none => *none = Some(Box::new(counts)),
+        }
         conn.log.up = self.up_bytes;
         conn.log.down = self.down_bytes;
     }
