@@ -905,15 +905,19 @@ fn protocol_name(p: ListenerProtocol) -> &'static str {
 mod sizes {
     /// Every idle tunnel holds a slot: it is what a tunnel costs in memory
     /// (BENCHMARKS.md's bytes per idle tunnel). Sizes with debug assertions
-    /// are larger (mio's sockets carry a selector id), so the absolute
-    /// bound holds for optimised builds: `cargo test --release --lib sizes`.
+    /// are larger (mio's sockets carry a selector id), so a debug build
+    /// (what CI tests) has its own bound; `cargo test --release --lib
+    /// sizes` checks the optimised one.
     #[test]
     fn a_slot_stays_small() {
         let slot = std::mem::size_of::<super::Slot>();
         let session = std::mem::size_of::<crate::session::Session>();
         assert!(slot <= session + 40, "slot {slot} B, session {session} B");
-        #[cfg(all(target_pointer_width = "64", not(debug_assertions)))]
         // 400 before UDP associations (see `session::sizes`).
-        assert!(slot <= 408, "slot {slot} B");
+        #[cfg(target_pointer_width = "64")]
+        {
+            let most = if cfg!(debug_assertions) { 448 } else { 408 };
+            assert!(slot <= most, "slot {slot} B");
+        }
     }
 }

@@ -406,9 +406,12 @@ mod sizes {
             state <= passthrough + 8,
             "State {state} B, Passthrough {passthrough} B"
         );
-        #[cfg(all(target_pointer_width = "64", not(debug_assertions)))]
+        // mio's sockets carry a selector id with debug assertions on (16 B
+        // each), so a debug build (what CI tests) has its own bound.
+        #[cfg(target_pointer_width = "64")]
         {
-            assert!(passthrough <= 144, "Passthrough {passthrough} B");
+            let most = if cfg!(debug_assertions) { 176 } else { 144 };
+            assert!(passthrough <= most, "Passthrough {passthrough} B");
             assert!(
                 // 216 before UDP associations: every access record now
                 // says whether it carried datagrams (their counts boxed).
