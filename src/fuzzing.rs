@@ -156,13 +156,15 @@ fn fuzz_rules() -> Arc<RequestRules> {
 /// listener's protocol, whether users must log in (a plaintext user, or a
 /// hashed one the verifier checks) and the head limit; the rest is a script
 /// of steps: the client sends bytes (taken from the script), ends or
-/// resets; its socket's write room changes; the verifier answers. Panics
+/// resets; its socket's write room changes; the verifier answers; time
+/// passes (the deadline is 10 s in). Panics
 /// when the core breaks a rule: a sub-stage that never settles, or a call
 /// that waits while its transport could still move bytes it wants (on an
 /// edge-triggered reactor, that session would hang).
 pub fn handshake(data: &[u8]) {
     use crate::auth::Verdict;
     use crate::config::ListenerProtocol;
+    use crate::core::clock::Deadline;
     use crate::core::handshake::{Env, HandshakeCore, Next};
     use crate::core::port::Port;
 
@@ -183,7 +185,11 @@ pub fn handshake(data: &[u8]) {
     let refusing = (flags & 16 != 0).then_some("fuzz limit");
     let max_head_bytes = if flags & 32 == 0 { 64 } else { 1024 };
     let logins = crate::auth::cache::LoginCache::new(4);
-    let mut core = HandshakeCore::new(protocol, refusing);
+    // Virtual time: the deadline 10 s in; a time step moves `now` on.
+    let start = std::time::Instant::now();
+    let mut now = start;
+    let limit = std::time::Duration::from_secs(10);
+    let mut core = HandshakeCore::new(protocol, refusing, Deadline::after(start, limit));
     let mut port = MemPort::roomy();
     let mut awaiting = false;
     let take = |script: &mut &[u8], n: usize| -> Vec<u8> {
@@ -222,7 +228,20 @@ pub fn handshake(data: &[u8]) {
                 };
                 Some(core.handle_verdict(verdict))
             }
-            _ => None,
+            // Time passes: `arg` seconds (the session's timer fires only at
+            // the deadline or later; earlier, the core must say not yet).
+            _ => {
+                now += std::time::Duration::from_secs(arg as u64);
+                let env = Env {
+                    max_head_bytes,
+                    users,
+                    logins: &logins,
+                };
+                let due = now >= core.poll_timeout();
+                let next = core.handle_timeout(now, env);
+                assert_eq!(next.is_some(), due, "a timeout only at the deadline");
+                next
+            }
         };
         let env = Env {
             max_head_bytes,
@@ -261,7 +280,7 @@ pub fn handshake(data: &[u8]) {
                 );
             }
             Next::Verify(_) => awaiting = true,
-            Next::Gone | Next::Leave(_) => return,
+            Next::Gone | Next::TimedOut | Next::Leave(_) => return,
         }
         let _ = port.take();
     }

@@ -79,7 +79,7 @@ fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
 /// in with. The caller supplies the check (a keyed digest), so the HTTP
 /// exchange that asks it never holds a password.
 #[derive(Clone)]
-pub struct SameLogin(Arc<LoginCheck>);
+pub struct SameLogin(Arc<Box<LoginCheck>>);
 
 /// The check behind a [`SameLogin`].
 type LoginCheck = dyn Fn(&[u8]) -> bool + Send + Sync;
@@ -87,7 +87,10 @@ type LoginCheck = dyn Fn(&[u8]) -> bool + Send + Sync;
 impl SameLogin {
     /// A login checked by `same`.
     pub fn new(same: impl Fn(&[u8]) -> bool + Send + Sync + 'static) -> SameLogin {
-        SameLogin(Arc::new(same))
+        // A thin pointer (the box holds the closure's vtable): a pending
+        // handshake holds an `Option<SameLogin>`, and the handshake's state
+        // sizes every session's slab slot.
+        SameLogin(Arc::new(Box::new(same)))
     }
 
     /// Whether `value` (a `Proxy-Authorization` value) is the same login.

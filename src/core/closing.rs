@@ -1,9 +1,13 @@
 //! Closing, as the core runs it: flush what is owed to the side that is
 //! left (a refusal, a SOCKS reply, the tail of a tunnel), then either a FIN
 //! and a linger until the peer's EOF, or a reset. The shell owns the
-//! survivor's socket and the close timer (every close is bounded by it);
-//! this decides what to do with them.
+//! survivor's socket and arms the session's timer on the close deadline
+//! this keeps (every close is bounded by it); this decides what to do
+//! with them.
 
+use std::time::Instant;
+
+use super::clock::Deadline;
 use super::link::Link;
 use super::port::Port;
 use crate::buffer::ByteBuf;
@@ -79,31 +83,56 @@ pub(crate) struct ClosingCore<O> {
     own: usize,
     /// Payload written since the shell last asked.
     relayed: usize,
+    /// Whatever is left then is abandoned.
+    deadline: Deadline,
 }
 
 impl<O> ClosingCore<O> {
     /// Flush `owed`, send FIN, then linger until the peer's EOF, so our
     /// last bytes are read, not reset away. `own`: how many leading bytes
-    /// of `owed` are the proxy's own, not relayed payload.
-    pub(crate) fn graceful(owed: Option<O>, reason: CloseReason, own: usize) -> Self {
-        Self::new(owed, reason, own, Stage::Flush)
+    /// of `owed` are the proxy's own, not relayed payload. All of it
+    /// within `deadline`.
+    pub(crate) fn graceful(
+        owed: Option<O>,
+        reason: CloseReason,
+        own: usize,
+        deadline: Deadline,
+    ) -> Self {
+        Self::new(owed, reason, own, Stage::Flush, deadline)
     }
 
     /// The other side aborted (a reset, a dead process): flush `owed`,
     /// then reset the survivor too, so a cut-off stream cannot pass for a
-    /// complete one.
-    pub(crate) fn abort(owed: Option<O>, reason: CloseReason, own: usize) -> Self {
-        Self::new(owed, reason, own, Stage::FlushThenAbort)
+    /// complete one. All of it within `deadline`.
+    pub(crate) fn abort(
+        owed: Option<O>,
+        reason: CloseReason,
+        own: usize,
+        deadline: Deadline,
+    ) -> Self {
+        Self::new(owed, reason, own, Stage::FlushThenAbort, deadline)
     }
 
-    fn new(owed: Option<O>, reason: CloseReason, own: usize, stage: Stage) -> Self {
+    fn new(
+        owed: Option<O>,
+        reason: CloseReason,
+        own: usize,
+        stage: Stage,
+        deadline: Deadline,
+    ) -> Self {
         ClosingCore {
             owed,
             stage,
             reason,
             own,
             relayed: 0,
+            deadline,
         }
+    }
+
+    /// When the close is abandoned.
+    pub(crate) fn poll_timeout(&self) -> Instant {
+        self.deadline.at()
     }
 
     pub(crate) fn stage(&self) -> &'static str {
@@ -197,15 +226,24 @@ impl<O> ClosingCore<O> {
         Next::Again
     }
 
-    /// The close timer fired: whatever is left is abandoned. Input already
-    /// queued is read away first: closing over unread input sends a reset,
-    /// which can destroy the answer the peer has not read yet. Returns how
-    /// to close: for the close timeout, abortively, when bytes were still
-    /// owed (a FIN would make the cut-off stream look complete).
-    pub(crate) fn timed_out<P: Port>(&mut self, link: &mut Link, port: &mut P) -> TimedOut
+    /// The time is `now`: `None` before the deadline. Past it, whatever is
+    /// left is abandoned. Input already queued is read away first: closing
+    /// over unread input sends a reset, which can destroy the answer the
+    /// peer has not read yet. Returns how to close: for the close timeout,
+    /// abortively, when bytes were still owed (a FIN would make the
+    /// cut-off stream look complete).
+    pub(crate) fn handle_timeout<P: Port>(
+        &mut self,
+        now: Instant,
+        link: &mut Link,
+        port: &mut P,
+    ) -> Option<TimedOut>
     where
         O: Owed<P>,
     {
+        if !self.deadline.passed(now) {
+            return None;
+        }
         let mut scratch = [0u8; 4096];
         for _ in 0..LINGER_READS_PER_CALL {
             if !matches!(link.read(port, &mut scratch), Io::Progress(_)) {
@@ -213,14 +251,14 @@ impl<O> ClosingCore<O> {
             }
         }
         if self.owes::<P>() || self.stage == Stage::FlushThenAbort {
-            return TimedOut {
+            return Some(TimedOut {
                 reason: CloseReason::CloseTimeout,
                 abort: true,
-            };
+            });
         }
-        TimedOut {
+        Some(TimedOut {
             reason: self.reason,
             abort: false,
-        }
+        })
     }
 }

@@ -6,7 +6,8 @@
 //! [`Action::Dial`] (a non-blocking connect, registered with the reactor),
 //! reports how it went ([`DialCore::handle`]), lends the upstream to
 //! [`DialCore::pump`] while a parent proxy is asked for the tunnel, and asks
-//! [`DialCore::timed_out`] when the connect deadline passes:
+//! [`DialCore::handle_timeout`] when the session's timer fires at
+//! [`DialCore::poll_timeout`]:
 //!
 //! ```text
 //! while let Some(Action::Dial(addr, ip)) = core.poll_action() {
@@ -25,7 +26,9 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Instant;
 
+use super::clock::Deadline;
 use super::port::Port;
 use crate::io::Io;
 use crate::protocol::parent::{ParentHandshake, ParentProxy, Progress};
@@ -85,6 +88,8 @@ pub(crate) struct DialCore {
     /// Why the last connect failed.
     last_error: Option<io::Error>,
     stage: Stage,
+    /// Every address, and the parent's answer, within this.
+    deadline: Deadline,
 }
 
 /// How far the connect is.
@@ -103,8 +108,13 @@ enum Stage {
 
 impl DialCore {
     /// Connects to `port` on one of `addrs` (vetted), directly or through
-    /// `parent`.
-    pub(crate) fn new(addrs: Vec<IpAddr>, port: u16, parent: Option<Arc<ParentProxy>>) -> Self {
+    /// `parent`, by `deadline`.
+    pub(crate) fn new(
+        addrs: Vec<IpAddr>,
+        port: u16,
+        parent: Option<Arc<ParentProxy>>,
+        deadline: Deadline,
+    ) -> Self {
         DialCore {
             addrs,
             next: 0,
@@ -112,7 +122,13 @@ impl DialCore {
             parent,
             last_error: None,
             stage: Stage::Idle,
+            deadline,
         }
+    }
+
+    /// When the connect runs out of time.
+    pub(crate) fn poll_timeout(&self) -> Instant {
+        self.deadline.at()
     }
 
     /// The sub-stage, as the session's state names it: `tcp` or
@@ -210,16 +226,22 @@ impl DialCore {
         outcome
     }
 
-    /// The connect deadline passed: the refusal for the stage it caught.
-    pub(crate) fn timed_out(&self) -> Unreachable {
-        match (&self.parent, &self.stage) {
+    /// The time is `now`: once the connect deadline has passed, the
+    /// refusal for the stage it caught.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) -> Option<Unreachable> {
+        if !self.deadline.passed(now) {
+            return None;
+        }
+        let why = match (&self.parent, &self.stage) {
             // Waiting for its answer, or connecting to it: the parent's delay.
             (Some(parent), Stage::Parent(_)) => {
                 Unreachable::Parent(format!("no answer from {parent} in time"))
             }
             (Some(parent), _) => Unreachable::Parent(format!("timed out connecting to {parent}")),
             (None, _) => Unreachable::Timeout,
-        }
+        };
+        self.stage = Stage::Done;
+        Some(why)
     }
 
     /// A reloaded policy: of the addresses not tried yet (vetted under the

@@ -11,9 +11,11 @@
 //! ```text
 //! on readiness:  next = core.pump(client, env)
 //! on a verdict:  next = core.handle_verdict(verdict)
+//! at core.poll_timeout():  next = core.handle_timeout(now, env)
 //! next: Stay (wait; or a new sub-stage, logged, then pumped again)
 //!       Verify(job) (to the verifier pool; the verdict comes back)
-//!       Gone (the client left) | Leave(Exit) (to a target, an association, a refusal, an answer)
+//!       Gone (the client left) | TimedOut (the deadline passed)
+//!       Leave(Exit) (to a target, an association, a refusal, an answer)
 //! ```
 //!
 //! With users configured, a plaintext user or a remembered login is
@@ -25,7 +27,9 @@
 //! slot is sized by its largest state.
 
 use std::sync::Arc;
+use std::time::Instant;
 
+use super::clock::Deadline;
 use super::port::{send_owed, Port, Sent};
 use super::refusal::{Dialect, Refusal};
 use crate::auth::basic::{basic_auth_credentials, SameLogin};
@@ -69,6 +73,8 @@ pub(crate) enum Next {
     Verify(Verify),
     /// The client left, or its socket failed, before its request was whole.
     Gone,
+    /// The deadline passed first (from [`HandshakeCore::handle_timeout`]).
+    TimedOut,
     /// The handshake is over.
     Leave(Exit),
 }
@@ -135,6 +141,8 @@ pub(crate) struct HandshakeCore {
     login: Option<SameLogin>,
     /// A login was rejected on the way to the exit.
     rejected: bool,
+    /// The whole handshake's deadline: sub-stages do not extend it.
+    deadline: Deadline,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,8 +201,13 @@ enum Parsed {
 
 impl HandshakeCore {
     /// A handshake on a listener speaking `protocol`; `refusing` names the
-    /// limit the proxy is past, when the client is only to be told so.
-    pub(crate) fn new(protocol: ListenerProtocol, refusing: Option<&'static str>) -> Self {
+    /// limit the proxy is past, when the client is only to be told so. It
+    /// must be over by `deadline`.
+    pub(crate) fn new(
+        protocol: ListenerProtocol,
+        refusing: Option<&'static str>,
+        deadline: Deadline,
+    ) -> Self {
         HandshakeCore {
             protocol,
             refusing,
@@ -205,6 +218,7 @@ impl HandshakeCore {
             user: None,
             login: None,
             rejected: false,
+            deadline,
         }
     }
 
@@ -277,17 +291,27 @@ impl HandshakeCore {
         }
     }
 
-    /// The handshake deadline passed. An HTTP head the gate held back is
-    /// looked at first: a malformed start is refused for what it is (a
-    /// 400), as it would have been on arrival, not closed as timed out.
-    pub(crate) fn timed_out(&mut self, env: Env<'_>) -> Option<Exit> {
-        if self.stage != Stage::Http || self.refusing.is_some() {
+    /// When the handshake runs out of time.
+    pub(crate) fn poll_timeout(&self) -> Instant {
+        self.deadline.at()
+    }
+
+    /// The time is `now`: `None` while the deadline has not passed. Past
+    /// it, an HTTP head the gate held back is looked at first: a malformed
+    /// start is refused for what it is (a 400), as it would have been on
+    /// arrival ([`Next::Leave`]), not closed as timed out
+    /// ([`Next::TimedOut`]).
+    pub(crate) fn handle_timeout(&mut self, now: Instant, env: Env<'_>) -> Option<Next> {
+        if !self.deadline.passed(now) {
             return None;
         }
-        match self.parse_http(env, true) {
-            Parsed::Leave(leave @ Leave::Refuse(..)) => Some(self.exit(leave)),
-            _ => None,
+        if self.stage != Stage::Http || self.refusing.is_some() {
+            return Some(Next::TimedOut);
         }
+        Some(match self.parse_http(env, true) {
+            Parsed::Leave(leave @ Leave::Refuse(..)) => Next::Leave(self.exit(leave)),
+            _ => Next::TimedOut,
+        })
     }
 
     /// The verifier pool's verdict on the login of [`Next::Verify`]

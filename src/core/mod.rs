@@ -8,6 +8,7 @@
 //! this module's tests lends in-memory ports and virtual time to the same
 //! code.
 
+pub(crate) mod clock;
 pub(crate) mod closing;
 pub(crate) mod dial;
 pub(crate) mod handshake;

@@ -11,7 +11,7 @@
 //! and builds the state each answer names:
 //!
 //! ```text
-//! start(host, name check)  -> Decide(ip) | Deny | Resolve(name): ResolvingCore::dns()
+//! start(host, name check)  -> Decide(ip) | Deny | Resolve(name): ResolvingCore::dns(deadline)
 //! ResolvingCore::handle(Resolved(r) | PinsSettled) -> Stay | Decide(addrs) | Refuse
 //! admit(verdict, ...)      -> Deny | AwaitPins | OwnAddress | HandshakeRate | Dial
 //! after_connect(...)       -> Refuse | Forward | ForwardTls | Securing | Inspect
@@ -21,8 +21,9 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use super::clock::Deadline;
 use super::dial::{DialCore, Unreachable};
 use super::refusal::{Dialect, Refusal};
 use crate::client::ClientKey;
@@ -83,19 +84,36 @@ pub(crate) struct ResolvingCore {
     /// The target's addresses, when what is awaited is the policy's
     /// inspected names (see `reactor/pins.rs`), not the target's own DNS.
     resolved: Option<Vec<IpAddr>>,
+    /// The connect deadline: the resolve and the connect share it.
+    deadline: Deadline,
 }
 
 impl ResolvingCore {
-    /// Waiting for the target's own DNS.
-    pub(crate) fn dns() -> ResolvingCore {
-        ResolvingCore { resolved: None }
+    /// Waiting for the target's own DNS, until `deadline`.
+    pub(crate) fn dns(deadline: Deadline) -> ResolvingCore {
+        ResolvingCore {
+            resolved: None,
+            deadline,
+        }
     }
 
-    /// The target resolved to `addrs`; waiting for the inspected names.
-    pub(crate) fn pins(addrs: Vec<IpAddr>) -> ResolvingCore {
+    /// The target resolved to `addrs`; waiting for the inspected names,
+    /// until `deadline` (still the one the resolve began with).
+    pub(crate) fn pins(addrs: Vec<IpAddr>, deadline: Deadline) -> ResolvingCore {
         ResolvingCore {
             resolved: Some(addrs),
+            deadline,
         }
+    }
+
+    /// The connect deadline, which the connect inherits.
+    pub(crate) fn deadline(&self) -> Deadline {
+        self.deadline
+    }
+
+    /// When the wait runs out of time.
+    pub(crate) fn poll_timeout(&self) -> Instant {
+        self.deadline.at()
     }
 
     /// `dns` (the target's name) or `pins` (the policy's inspected names).
@@ -119,9 +137,10 @@ impl ResolvingCore {
         }
     }
 
-    /// The connect deadline passed while waiting (for either).
-    pub(crate) fn timed_out(&self) -> Refusal {
-        Refusal::Timeout
+    /// The time is `now`: once the connect deadline has passed while
+    /// waiting (for either), the refusal.
+    pub(crate) fn handle_timeout(&self, now: Instant) -> Option<Refusal> {
+        self.deadline.passed(now).then_some(Refusal::Timeout)
     }
 }
 
@@ -198,7 +217,9 @@ pub(crate) struct Admitted {
 /// `take_handshake` charges the client's terminated-handshake budget
 /// (`false` when spent), and is called only for a terminated tunnel with
 /// an address left to dial; `default_parent`: the global parent proxy,
-/// for a rule that names no route.
+/// for a rule that names no route; `deadline`: the connect's (the
+/// resolve's, when there was one).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn admit(
     verdict: Verdict,
     pins_settled: bool,
@@ -207,6 +228,7 @@ pub(crate) fn admit(
     mut own: impl FnMut(SocketAddr) -> bool,
     take_handshake: impl FnOnce() -> bool,
     default_parent: Option<&Arc<ParentProxy>>,
+    deadline: Deadline,
 ) -> Admission {
     let mut allowed = match verdict {
         Verdict::Deny(denial) => return Admission::Deny(denial),
@@ -245,7 +267,7 @@ pub(crate) fn admit(
         None => default_parent.cloned(),
     };
     Admission::Dial(Box::new(Admitted {
-        core: DialCore::new(allowed.addrs, port, parent),
+        core: DialCore::new(allowed.addrs, port, parent, deadline),
         treatment: Treatment {
             idle: allowed.idle_timeout,
             inspect: allowed.inspect,

@@ -6,9 +6,11 @@
 //! [`SecuringCore::complete`].
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use rustls::ServerConfig;
 
+use super::clock::Deadline;
 use super::port::{send_owed, Port, Sent};
 use crate::io::Io;
 use crate::lifecycle::CloseReason;
@@ -27,6 +29,8 @@ pub(crate) struct SecuringCore {
     reply: Vec<u8>,
     stage: Stage,
     target: Target,
+    /// The client has until this to send its ClientHello.
+    deadline: Deadline,
 }
 
 enum Stage {
@@ -60,13 +64,32 @@ pub(crate) enum Next {
 
 impl SecuringCore {
     /// `reply` is owed to the client first; `early` is what it sent behind
-    /// its request, the start of its first flight.
-    pub(crate) fn new(reply: Vec<u8>, early: Vec<u8>, target: Target) -> SecuringCore {
+    /// its request, the start of its first flight. All of it by `deadline`.
+    pub(crate) fn new(
+        reply: Vec<u8>,
+        early: Vec<u8>,
+        target: Target,
+        deadline: Deadline,
+    ) -> SecuringCore {
         SecuringCore {
             reply,
             stage: Stage::Sniff(early),
             target,
+            deadline,
         }
+    }
+
+    /// When the client runs out of time.
+    pub(crate) fn poll_timeout(&self) -> Instant {
+        self.deadline.at()
+    }
+
+    /// The time is `now`: once the deadline has passed with no whole
+    /// ClientHello, how the session closes.
+    pub(crate) fn handle_timeout(&self, now: Instant) -> Option<CloseReason> {
+        self.deadline
+            .passed(now)
+            .then_some(CloseReason::HandshakeTimeout)
     }
 
     pub(crate) fn target(&self) -> &Target {

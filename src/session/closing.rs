@@ -1,7 +1,9 @@
 //! Closing, the shell: it owns the survivor's socket (the other side is
 //! already closed) and lends it to [`ClosingCore`], which flushes what is
 //! owed, then FINs and lingers, or resets. Always bounded by the close
-//! timer, which `Session::step` arms on entry.
+//! deadline the core keeps from its start (`timeouts.close`).
+
+use std::time::Instant;
 
 use super::channel::Channel;
 use super::conn::Conn;
@@ -10,6 +12,7 @@ use super::endpoint::Endpoint;
 use super::passthrough::Carrier;
 use super::refusal::{Dialect, Refusal};
 use super::state::State;
+use crate::core::clock::Deadline;
 use crate::core::closing::{ClosingCore, Next};
 use crate::lifecycle::{CloseReason, Side};
 
@@ -58,8 +61,13 @@ pub(crate) fn answer(
     State::Closing(Closing {
         survivor: Channel::plain(client),
         side: Side::Client,
-        core: ClosingCore::graceful(Some(Carrier::Buf(buf)), reason, bytes.len()),
+        core: ClosingCore::graceful(Some(Carrier::Buf(buf)), reason, bytes.len(), deadline(ctx)),
     })
+}
+
+/// A close starting now ends by this.
+fn deadline(ctx: &Ctx) -> Deadline {
+    Deadline::after(ctx.now, ctx.settings.timeouts.close)
 }
 
 impl Closing {
@@ -73,11 +81,12 @@ impl Closing {
         owed: Option<Carrier>,
         reason: CloseReason,
         own: usize,
+        ctx: &Ctx,
     ) -> Closing {
         Closing {
             survivor,
             side,
-            core: ClosingCore::abort(owed, reason, own),
+            core: ClosingCore::abort(owed, reason, own, deadline(ctx)),
         }
     }
 
@@ -89,12 +98,18 @@ impl Closing {
         owed: Option<Carrier>,
         reason: CloseReason,
         own: usize,
+        ctx: &Ctx,
     ) -> Closing {
         Closing {
             survivor: client,
             side: Side::Client,
-            core: ClosingCore::graceful(owed, reason, own),
+            core: ClosingCore::graceful(owed, reason, own, deadline(ctx)),
         }
+    }
+
+    /// When the close is abandoned.
+    pub(crate) fn poll_timeout(&self) -> Instant {
+        self.core.poll_timeout()
     }
 
     pub(crate) fn stage(&self) -> &'static str {
@@ -128,11 +143,17 @@ impl Closing {
         }
     }
 
-    /// The close timer fired: whatever is left is abandoned (the survivor
-    /// reset when bytes were still owed to it).
-    pub(crate) fn on_timeout(mut self) -> State {
+    /// The session's timer fired: past the deadline, whatever is left is
+    /// abandoned (the survivor reset when bytes were still owed to it).
+    pub(crate) fn on_timeout(mut self, ctx: &Ctx) -> State {
         let core = &mut self.core;
-        let closed = self.survivor.with(|link, ep| core.timed_out(link, ep));
+        let now = ctx.now;
+        let closed = self
+            .survivor
+            .with(|link, ep| core.handle_timeout(now, link, ep));
+        let Some(closed) = closed else {
+            return State::Closing(self);
+        };
         if closed.abort {
             self.survivor.abort_on_close();
         }

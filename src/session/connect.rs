@@ -13,6 +13,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
 
 use super::channel::Channel;
 use super::closing::{answer, refuse};
@@ -27,6 +28,7 @@ use super::securing::Securing;
 use super::state::State;
 use super::vetting::Vetting;
 use crate::config::ListenAddr;
+use crate::core::clock::Deadline;
 use crate::core::dial::{self, Action, DialCore, Outcome, Unreachable};
 use crate::core::route::{self, Admission, Admitted, After, ResolvingCore, Start, Treatment};
 use crate::io::Stream;
@@ -95,15 +97,17 @@ fn begin(client: Endpoint, request: Request, conn: &mut Conn, ctx: &mut Ctx) -> 
     conn.log.target = Some(request.target.clone());
     let user = conn.log.user.as_deref();
     let check_name = || ctx.policy.check_name_as(&request.target, user);
+    // The resolve and the connect share one deadline.
+    let deadline = Deadline::after(ctx.now, ctx.settings.timeouts.connect);
     match route::start(&request.target.host, check_name) {
-        Start::Decide(ip) => decide(client, request, &[ip], conn, ctx),
+        Start::Decide(ip) => decide(client, request, &[ip], deadline, conn, ctx),
         Start::Deny(denial) => deny(client, denial, request, conn, ctx),
         Start::Resolve(name) => {
             ctx.resolve(name);
             State::Resolving(Resolving {
                 client,
                 request,
-                core: ResolvingCore::dns(),
+                core: ResolvingCore::dns(deadline),
             })
         }
     }
@@ -113,6 +117,7 @@ fn decide(
     client: Endpoint,
     request: Request,
     addrs: &[IpAddr],
+    deadline: Deadline,
     conn: &mut Conn,
     ctx: &mut Ctx,
 ) -> State {
@@ -128,6 +133,7 @@ fn decide(
         |addr| ctx.settings.own.contains(addr),
         || take_handshake(conn, ctx),
         ctx.settings.upstream_proxy.as_ref(),
+        deadline,
     );
     match admission {
         Admission::Deny(denial) => deny(client, denial, request, conn, ctx),
@@ -141,7 +147,7 @@ fn decide(
             State::Resolving(Resolving {
                 client,
                 request,
-                core: ResolvingCore::pins(addrs.to_vec()),
+                core: ResolvingCore::pins(addrs.to_vec(), deadline),
             })
         }
         Admission::OwnAddress(addr) => {
@@ -416,16 +422,26 @@ impl Resolving {
         self.follow(next, conn, ctx)
     }
 
+    /// When the wait runs out of time.
+    pub(crate) fn poll_timeout(&self) -> Instant {
+        self.core.poll_timeout()
+    }
+
     pub(crate) fn on_timeout(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let refusal = self.core.timed_out();
-        refuse_request(refusal, &self.request, self.client, conn, ctx)
+        match self.core.handle_timeout(ctx.now) {
+            Some(refusal) => refuse_request(refusal, &self.request, self.client, conn, ctx),
+            None => State::Resolving(self),
+        }
     }
 
     /// Carries out what the core said.
     fn follow(self, next: route::Next, conn: &mut Conn, ctx: &mut Ctx) -> State {
         match next {
             route::Next::Stay => State::Resolving(self),
-            route::Next::Decide(addrs) => decide(self.client, self.request, &addrs, conn, ctx),
+            route::Next::Decide(addrs) => {
+                let deadline = self.core.deadline();
+                decide(self.client, self.request, &addrs, deadline, conn, ctx)
+            }
             route::Next::Refuse(refusal) => {
                 refuse_request(refusal, &self.request, self.client, conn, ctx)
             }
@@ -645,6 +661,7 @@ impl Connecting {
                 target,
                 treatment.inspect,
                 idle,
+                Deadline::after(ctx.now, ctx.settings.timeouts.handshake),
             )),
             After::Inspect { reply } => State::Inspect(Box::new(Inspect::tunnel(
                 Channel::plain(client),
@@ -681,8 +698,15 @@ impl Connecting {
         }
     }
 
-    pub(crate) fn on_timeout(self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let why = self.core.timed_out();
+    /// When the connect runs out of time.
+    pub(crate) fn poll_timeout(&self) -> Instant {
+        self.core.poll_timeout()
+    }
+
+    pub(crate) fn on_timeout(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        let Some(why) = self.core.handle_timeout(ctx.now) else {
+            return State::Connecting(self);
+        };
         let Connecting { client, plan, .. } = *self;
         plan.unreachable(why, client, conn, ctx)
     }

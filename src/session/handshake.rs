@@ -6,6 +6,8 @@
 //! sub-stage, the handshake deadline still running), and turns the core's
 //! exit into the next state.
 
+use std::time::Instant;
+
 use super::associate;
 use super::closing::{answer, refuse};
 use super::conn::Conn;
@@ -15,6 +17,7 @@ use super::endpoint::Endpoint;
 use super::state::State;
 use crate::auth::Verdict;
 use crate::config::ListenerProtocol;
+use crate::core::clock::Deadline;
 use crate::core::handshake::{Env, Exit, HandshakeCore, Leave, Next};
 use crate::lifecycle::CloseReason;
 
@@ -28,11 +31,17 @@ impl Handshake {
         client: Endpoint,
         protocol: ListenerProtocol,
         refusing: Option<&'static str>,
+        deadline: Deadline,
     ) -> Self {
         Handshake {
             client,
-            core: HandshakeCore::new(protocol, refusing),
+            core: HandshakeCore::new(protocol, refusing, deadline),
         }
+    }
+
+    /// When the handshake runs out of time.
+    pub(crate) fn poll_timeout(&self) -> Instant {
+        self.core.poll_timeout()
     }
 
     pub(crate) fn is_refusing(&self) -> bool {
@@ -52,12 +61,12 @@ impl Handshake {
         self.carry_out(next, conn, ctx)
     }
 
-    /// The handshake deadline passed: closed, unless what arrived is
-    /// refused for what it is.
+    /// The session's timer fired: the core says whether the handshake ran
+    /// out of time (closed, unless what arrived is refused for what it is).
     pub(crate) fn on_timeout(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        match self.core.timed_out(env(ctx)) {
-            Some(exit) => self.leave(exit, conn, ctx),
-            None => State::Done(CloseReason::HandshakeTimeout),
+        match self.core.handle_timeout(ctx.now, env(ctx)) {
+            Some(next) => self.carry_out(next, conn, ctx),
+            None => State::Handshake(self),
         }
     }
 
@@ -78,6 +87,7 @@ impl Handshake {
                 State::Handshake(self)
             }
             Next::Gone => State::Done(CloseReason::ClientGone),
+            Next::TimedOut => State::Done(CloseReason::HandshakeTimeout),
             Next::Leave(exit) => self.leave(exit, conn, ctx),
         }
     }

@@ -231,9 +231,10 @@ impl Inspect {
                         owed,
                         reason,
                         parts.own,
+                        ctx,
                     ))
                 } else {
-                    State::Closing(Closing::to_client(client, owed, reason, parts.own))
+                    State::Closing(Closing::to_client(client, owed, reason, parts.own, ctx))
                 }
             }
             Stop::WrongProtocol(bytes, why) => {

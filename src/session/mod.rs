@@ -55,6 +55,7 @@ use state::State;
 
 use crate::client::Peer;
 use crate::config::ListenerProtocol;
+use crate::core::clock::Deadline;
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Phase, Side};
 use crate::policy::Recheck;
@@ -79,8 +80,11 @@ impl Session {
     ) -> io::Result<(Session, Effects)> {
         let client = Endpoint::accepted(stream, ctx.tokens.client, ctx.registry)?;
         let mut conn = Conn::new(id, peer, ctx.now);
-        conn.deadline_in(ctx.now, ctx.settings.timeouts.handshake);
-        let state = State::Handshake(handshake::Handshake::new(client, protocol, refusing));
+        let deadline = Deadline::after(ctx.now, ctx.settings.timeouts.handshake);
+        let state = State::Handshake(handshake::Handshake::new(
+            client, protocol, refusing, deadline,
+        ));
+        conn.deadline = state.poll_timeout();
         ctx.stats.phase(None, state.phase());
         log::debug!("conn={id} accepted: {state}");
         let mut session = Session { conn, state };
@@ -325,7 +329,6 @@ impl Session {
         let state = std::mem::replace(&mut self.state, State::Done(CloseReason::Done));
         let from_kind = std::mem::discriminant(&state);
         let (from, from_phase) = (state.label(), state.phase());
-        let was_resolving = matches!(state, State::Resolving(_));
         let next = f(state, &mut self.conn, ctx);
         if std::mem::discriminant(&next) == from_kind {
             // Same state; a new sub-stage is a change too (logged, and the
@@ -343,14 +346,14 @@ impl Session {
         }
         let timeouts = &ctx.settings.timeouts;
         match &next {
-            State::Handshake(_) => {}
-            State::Resolving(_) => self.conn.deadline_in(ctx.now, timeouts.connect),
-            // Resolve and connect share one deadline.
-            State::Connecting(_) if was_resolving => {}
-            State::Connecting(_) => self.conn.deadline_in(ctx.now, timeouts.connect),
-            // The client has the handshake timeout to start its TLS.
-            State::Securing(_) => self.conn.deadline_in(ctx.now, timeouts.handshake),
-            // So has a vetted raw tunnel to send its first flight.
+            // Their cores keep their deadlines (the resolve's and the
+            // connect's is one).
+            State::Handshake(_)
+            | State::Resolving(_)
+            | State::Connecting(_)
+            | State::Securing(_)
+            | State::Closing(_) => self.conn.deadline = next.poll_timeout(),
+            // A vetted raw tunnel has the handshake timeout for its first flight.
             State::Vetting(_) => self.conn.deadline_in(ctx.now, timeouts.handshake),
             State::Passthrough(p) => {
                 self.conn.deadline = p
@@ -359,7 +362,6 @@ impl Session {
             }
             // Inspect keeps its own deadline (response, idle) as it goes.
             State::Inspect(_) => self.conn.deadline = None,
-            State::Closing(_) => self.conn.deadline_in(ctx.now, timeouts.close),
             // Its idle deadline was set as it started.
             State::Associate(_) => {}
             State::Done(reason) => {

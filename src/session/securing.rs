@@ -6,7 +6,7 @@
 //! exchange between the two plaintexts.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::channel::Channel;
 use super::closing::answer;
@@ -15,6 +15,7 @@ use super::ctx::Ctx;
 use super::endpoint::Endpoint;
 use super::inspect::Inspect;
 use super::state::State;
+use crate::core::clock::Deadline;
 use crate::core::securing::{Next, SecuringCore};
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::{Allowed, RequestRules, Target};
@@ -31,6 +32,7 @@ pub(crate) struct Securing {
 }
 
 impl Securing {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         client: Endpoint,
         upstream: Endpoint,
@@ -39,13 +41,27 @@ impl Securing {
         target: Target,
         rules: Option<Arc<RequestRules>>,
         idle: Option<Duration>,
-    ) -> Securing {
-        Securing {
+        deadline: Deadline,
+    ) -> Box<Securing> {
+        Box::new(Securing {
             client,
             upstream,
-            core: SecuringCore::new(reply, early, target),
+            core: SecuringCore::new(reply, early, target, deadline),
             rules,
             idle,
+        })
+    }
+
+    /// When the client runs out of time for its ClientHello.
+    pub(crate) fn poll_timeout(&self) -> Instant {
+        self.core.poll_timeout()
+    }
+
+    /// The session's timer fired.
+    pub(crate) fn on_timeout(self: Box<Self>, ctx: &Ctx) -> State {
+        match self.core.handle_timeout(ctx.now) {
+            Some(reason) => State::Done(reason),
+            None => State::Securing(self),
         }
     }
 
@@ -67,7 +83,7 @@ impl Securing {
         self.core.stage()
     }
 
-    pub(crate) fn drive(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+    pub(crate) fn drive(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
         self.upstream.want(false, false);
         match self.core.pump(&mut self.client) {
             Next::Wait => State::Securing(self),
@@ -83,7 +99,7 @@ impl Securing {
                 }
                 answer(&bytes, reason, why, self.client, conn, ctx)
             }
-            Next::Hello { name } => self.hello(name, conn, ctx),
+            Next::Hello { name } => (*self).hello(name, conn, ctx),
         }
     }
 

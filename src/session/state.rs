@@ -24,6 +24,7 @@
 //! those two, what is logged is the net change over the call.
 
 use std::fmt;
+use std::time::Instant;
 
 use mio::event::Event;
 
@@ -48,7 +49,8 @@ pub(crate) enum State {
     /// and lasts a round trip, so it should not size every slab slot.
     Connecting(Box<Connecting>),
     /// A TLS-terminated tunnel's start: the reply, the ClientHello, its SNI.
-    Securing(Securing),
+    /// Boxed: it owns both sockets and lasts a round trip.
+    Securing(Box<Securing>),
     /// A raw tunnel on a port an inspecting rule covers: the reply out,
     /// the client's first flight in and checked for a name it fronts for.
     Vetting(Box<Vetting>),
@@ -135,6 +137,20 @@ impl State {
         }
     }
 
+    /// The state's deadline where its core keeps it; `None` for the
+    /// states whose clocks the shell sets as they go (a tunnel's idle
+    /// clock, an inspected session's, an association's).
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            State::Handshake(h) => Some(h.poll_timeout()),
+            State::Resolving(r) => Some(r.poll_timeout()),
+            State::Connecting(c) => Some(c.poll_timeout()),
+            State::Securing(s) => Some(s.poll_timeout()),
+            State::Closing(c) => Some(c.poll_timeout()),
+            _ => None,
+        }
+    }
+
     /// Folds a readiness event into the socket of `side`, if this state owns
     /// one. Returns whether it did.
     pub(crate) fn absorb(&mut self, side: Side, ev: &Event) -> bool {
@@ -172,11 +188,11 @@ impl State {
             State::Handshake(h) => h.on_timeout(conn, ctx),
             State::Resolving(r) => r.on_timeout(conn, ctx),
             State::Connecting(c) => c.on_timeout(conn, ctx),
-            State::Securing(_) => State::Done(CloseReason::HandshakeTimeout),
+            State::Securing(s) => s.on_timeout(ctx),
             State::Vetting(v) => v.on_timeout(conn),
             State::Passthrough(p) => p.on_timer(conn, ctx),
             State::Inspect(i) => i.on_timer(conn, ctx),
-            State::Closing(c) => c.on_timeout(),
+            State::Closing(c) => c.on_timeout(ctx),
             State::Associate(a) => a.on_timer(conn, ctx),
             done @ State::Done(_) => done,
         }

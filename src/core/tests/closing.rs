@@ -20,9 +20,9 @@ fn owed(bytes: &[u8]) -> Option<ByteBuf> {
 /// FIN and a linger.
 fn flushing(abort: bool, bytes: &[u8]) -> ClosingCore<ByteBuf> {
     if abort {
-        ClosingCore::abort(owed(bytes), REASON, 0)
+        ClosingCore::abort(owed(bytes), REASON, 0, super::deadline(5))
     } else {
-        ClosingCore::graceful(owed(bytes), REASON, 0)
+        ClosingCore::graceful(owed(bytes), REASON, 0, super::deadline(5))
     }
 }
 
@@ -48,7 +48,12 @@ const REASON: CloseReason = CloseReason::Denied;
 
 #[test]
 fn what_is_owed_goes_out_then_a_fin_then_it_lingers_until_the_peers_eof() {
-    let mut core = ClosingCore::graceful(owed(b"HTTP/1.1 403 Forbidden\r\n\r\n"), REASON, 26);
+    let mut core = ClosingCore::graceful(
+        owed(b"HTTP/1.1 403 Forbidden\r\n\r\n"),
+        REASON,
+        26,
+        super::deadline(5),
+    );
     let mut port = MemPort::roomy();
     assert_eq!(core.stage(), "flush");
     assert_eq!(pump(&mut core, &mut port), Next::Wait);
@@ -78,7 +83,7 @@ fn what_is_owed_goes_out_then_a_fin_then_it_lingers_until_the_peers_eof() {
 #[test]
 fn a_slow_reader_gets_what_is_owed_as_it_takes_it() {
     let body: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
-    let mut core = ClosingCore::graceful(owed(&body), REASON, 0);
+    let mut core = ClosingCore::graceful(owed(&body), REASON, 0, super::deadline(5));
     let mut port = taking(1000);
     let mut got = Vec::new();
     for _ in 0..9 {
@@ -113,9 +118,9 @@ fn the_proxys_own_reply_ahead_of_payload_is_not_counted_however_it_is_written() 
     let owed_bytes = [&reply[..], &answer[..]].concat();
     for abort in [false, true] {
         let mut core = if abort {
-            ClosingCore::abort(owed(&owed_bytes), REASON, reply.len())
+            ClosingCore::abort(owed(&owed_bytes), REASON, reply.len(), super::deadline(5))
         } else {
-            ClosingCore::graceful(owed(&owed_bytes), REASON, reply.len())
+            ClosingCore::graceful(owed(&owed_bytes), REASON, reply.len(), super::deadline(5))
         };
         let mut port = taking(7);
         let mut got = Vec::new();
@@ -133,12 +138,12 @@ fn the_proxys_own_reply_ahead_of_payload_is_not_counted_however_it_is_written() 
 
 #[test]
 fn the_close_timer_with_bytes_still_owed_is_a_close_timeout() {
-    let mut core = ClosingCore::graceful(owed(&[7; 5000]), REASON, 0);
+    let mut core = ClosingCore::graceful(owed(&[7; 5000]), REASON, 0, super::deadline(5));
     let mut port = taking(100);
     assert_eq!(pump(&mut core, &mut port), Next::Wait);
     assert!(core.take_spent::<MemPort>().is_none(), "still owed");
     assert_eq!(
-        core.timed_out(&mut Link::Plain, &mut port),
+        timed_out(&mut core, &mut port),
         TimedOut {
             reason: CloseReason::CloseTimeout,
             abort: true
@@ -157,7 +162,7 @@ fn the_close_timer_abandoning_owed_bytes_resets_the_survivor() {
         assert_eq!(pump(&mut core, &mut port), Next::Wait);
         assert!(!port.shut);
         assert_eq!(
-            core.timed_out(&mut Link::Plain, &mut port),
+            timed_out(&mut core, &mut port),
             TimedOut {
                 reason: CloseReason::CloseTimeout,
                 abort: true
@@ -187,7 +192,7 @@ fn a_close_delimited_body_cut_by_the_close_timer_is_reset_not_finished() {
 
 #[test]
 fn the_close_timer_while_lingering_keeps_the_reason_and_reads_queued_input_away() {
-    let mut core = ClosingCore::graceful(owed(b"bye"), REASON, 3);
+    let mut core = ClosingCore::graceful(owed(b"bye"), REASON, 3, super::deadline(5));
     let mut port = MemPort::roomy();
     assert_eq!(pump(&mut core, &mut port), Next::Wait);
     assert_eq!(core.stage(), "linger");
@@ -195,7 +200,7 @@ fn the_close_timer_while_lingering_keeps_the_reason_and_reads_queued_input_away(
     // would send a reset that can destroy the unread answer.
     port.deliver(&[1; 3000]);
     assert_eq!(
-        core.timed_out(&mut Link::Plain, &mut port),
+        timed_out(&mut core, &mut port),
         TimedOut {
             reason: REASON,
             abort: false
@@ -206,7 +211,7 @@ fn the_close_timer_while_lingering_keeps_the_reason_and_reads_queued_input_away(
 
 #[test]
 fn lingering_reads_a_bounded_amount_per_call() {
-    let mut core: ClosingCore<ByteBuf> = ClosingCore::graceful(None, REASON, 0);
+    let mut core: ClosingCore<ByteBuf> = ClosingCore::graceful(None, REASON, 0, super::deadline(5));
     let mut port = MemPort::roomy();
     assert_eq!(core.pump(&mut Link::Plain, &mut port), Next::Wait);
     port.deliver(&vec![0; 1 << 20]);
@@ -219,7 +224,12 @@ fn lingering_reads_a_bounded_amount_per_call() {
 
 #[test]
 fn an_abort_flushes_then_resets_without_a_fin() {
-    let mut core = ClosingCore::abort(owed(b"the tail"), CloseReason::UpstreamGone, 0);
+    let mut core = ClosingCore::abort(
+        owed(b"the tail"),
+        CloseReason::UpstreamGone,
+        0,
+        super::deadline(5),
+    );
     let mut port = MemPort::roomy();
     assert_eq!(core.stage(), "flush-then-reset");
     assert_eq!(
@@ -254,11 +264,12 @@ fn a_survivor_that_resets_while_owed_ends_the_close_at_once() {
 
 #[test]
 fn nothing_owed_goes_straight_to_the_fin() {
-    let mut core: ClosingCore<ByteBuf> = ClosingCore::graceful(None, REASON, 0);
+    let mut core: ClosingCore<ByteBuf> = ClosingCore::graceful(None, REASON, 0, super::deadline(5));
     let mut port = MemPort::roomy();
     assert_eq!(pump(&mut core, &mut port), Next::Wait);
     assert!(port.shut);
-    let mut core: ClosingCore<ByteBuf> = ClosingCore::abort(owed(b""), REASON, 0);
+    let mut core: ClosingCore<ByteBuf> =
+        ClosingCore::abort(owed(b""), REASON, 0, super::deadline(5));
     assert_eq!(
         pump(&mut core, &mut MemPort::roomy()),
         Next::Close {
@@ -322,4 +333,17 @@ fn a_terminated_client_gets_its_answer_then_close_notify_then_the_fin() {
     s.client_fin();
     s.drive();
     assert_eq!(s.closed, Some((CloseReason::UpstreamGone, false)));
+}
+
+/// The close timer fired at the deadline (after checking it does nothing
+/// a moment before).
+fn timed_out(core: &mut ClosingCore<ByteBuf>, port: &mut MemPort) -> TimedOut {
+    assert_eq!(core.poll_timeout(), super::at(5, 0));
+    assert!(
+        core.handle_timeout(super::at(4, 999), &mut Link::Plain, port)
+            .is_none(),
+        "not yet"
+    );
+    core.handle_timeout(super::at(5, 0), &mut Link::Plain, port)
+        .expect("timed out")
 }

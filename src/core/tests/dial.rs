@@ -8,6 +8,8 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use super::{at, deadline};
+use crate::core::clock::Deadline;
 use crate::core::dial::{Action, DialCore, Input, Outcome, Unreachable};
 use crate::core::mem::MemPort;
 use crate::core::port::Port;
@@ -75,6 +77,11 @@ fn open(outcome: Outcome) -> Vec<u8> {
     }
 }
 
+/// The connect deadline of a stage started at virtual time zero.
+fn connect_deadline() -> Deadline {
+    deadline(10)
+}
+
 /// The parent's reason, exactly.
 fn parent_why(outcome: Outcome) -> String {
     match outcome {
@@ -85,7 +92,7 @@ fn parent_why(outcome: Outcome) -> String {
 
 /// A core connected to the parent at `url` for the vetted `to`, port 443.
 fn asking(url: &str, to: &str) -> DialCore {
-    let mut core = DialCore::new(vec![ip(to)], 443, Some(parent(url)));
+    let mut core = DialCore::new(vec![ip(to)], 443, Some(parent(url)), connect_deadline());
     let (dials, outcome) = connect(&mut core, |_| Ok(()));
     assert_eq!(dials.len(), 1);
     assert!(matches!(outcome, Outcome::Working), "{outcome:?}");
@@ -214,7 +221,7 @@ impl Port for Shaped {
 /// dialled after it, and nothing is left over.
 #[test]
 fn direct_the_first_address_that_connects_is_open() {
-    let mut core = DialCore::new(addrs(), 8443, None);
+    let mut core = DialCore::new(addrs(), 8443, None, connect_deadline());
     assert_eq!(core.stage(), "tcp");
     let (dials, outcome) = connect(&mut core, |_| Ok(()));
     assert_eq!(dials, [dial("192.0.2.1:8443", "192.0.2.1")]);
@@ -226,7 +233,7 @@ fn direct_the_first_address_that_connects_is_open() {
 /// the target's port, whether the connect failed at once or later.
 #[test]
 fn direct_failures_fall_back_in_order_to_the_first_that_connects() {
-    let mut core = DialCore::new(addrs(), 443, None);
+    let mut core = DialCore::new(addrs(), 443, None, connect_deadline());
     let (dials, outcome) = connect(&mut core, |a| match a.ip() == ip("192.0.2.3") {
         true => Ok(()),
         false => Err(refused()),
@@ -246,7 +253,7 @@ fn direct_failures_fall_back_in_order_to_the_first_that_connects() {
 /// (not the first's), after every address was tried once.
 #[test]
 fn direct_every_address_failing_reports_the_last_error() {
-    let mut core = DialCore::new(addrs(), 443, None);
+    let mut core = DialCore::new(addrs(), 443, None, connect_deadline());
     let mut n = 0;
     let (dials, outcome) = connect(&mut core, |_| {
         n += 1;
@@ -263,7 +270,7 @@ fn direct_every_address_failing_reports_the_last_error() {
 /// No address at all: refused as such, nothing dialled.
 #[test]
 fn direct_no_address_is_refused_as_such() {
-    let mut core = DialCore::new(Vec::new(), 443, None);
+    let mut core = DialCore::new(Vec::new(), 443, None, connect_deadline());
     let (dials, outcome) = connect(&mut core, |_| Ok(()));
     assert!(dials.is_empty());
     match outcome {
@@ -281,7 +288,12 @@ fn direct_no_address_is_refused_as_such() {
 /// refusal names the parent (without its password).
 #[test]
 fn a_parent_that_cannot_be_reached_is_not_tried_for_the_next_address() {
-    let mut core = DialCore::new(addrs(), 443, Some(parent("socks5://u:pw@127.0.0.1:1080")));
+    let mut core = DialCore::new(
+        addrs(),
+        443,
+        Some(parent("socks5://u:pw@127.0.0.1:1080")),
+        connect_deadline(),
+    );
     let (dials, outcome) = connect(&mut core, |_| Err(refused()));
     assert_eq!(dials, [dial("127.0.0.1:1080", "192.0.2.1")]);
     assert_eq!(
@@ -536,7 +548,12 @@ fn a_long_tail_behind_the_answer_stays_in_the_transport() {
 /// Pumping before the parent stage moves nothing (the connect is in flight).
 #[test]
 fn nothing_is_sent_before_the_connect_completes() {
-    let mut core = DialCore::new(vec![ip("192.0.2.7")], 443, Some(parent(HTTP_PARENT)));
+    let mut core = DialCore::new(
+        vec![ip("192.0.2.7")],
+        443,
+        Some(parent(HTTP_PARENT)),
+        connect_deadline(),
+    );
     assert!(core.poll_action().is_some());
     let mut port = MemPort::roomy();
     assert!(matches!(core.pump(&mut port), Outcome::Working));
@@ -546,19 +563,25 @@ fn nothing_is_sent_before_the_connect_completes() {
 // Timeouts.
 
 /// The connect deadline passing: a plain timeout when direct; through a
-/// parent, its delay in connecting or in answering, each said so.
+/// parent, its delay in connecting or in answering, each said so. Not a
+/// moment before it.
 #[test]
 fn a_timeout_is_refused_as_the_stage_it_caught_says() {
-    let mut core = DialCore::new(addrs(), 443, None);
+    let mut core = DialCore::new(addrs(), 443, None, connect_deadline());
     core.poll_action();
     assert_eq!(core.stage(), "tcp");
-    assert!(matches!(core.timed_out(), Unreachable::Timeout));
+    assert_eq!(core.poll_timeout(), at(10, 0));
+    assert!(core.handle_timeout(at(9, 999)).is_none(), "not yet");
+    assert!(matches!(
+        core.handle_timeout(at(10, 0)),
+        Some(Unreachable::Timeout)
+    ));
 
-    let mut core = DialCore::new(addrs(), 443, Some(parent(HTTP_PARENT)));
+    let mut core = DialCore::new(addrs(), 443, Some(parent(HTTP_PARENT)), connect_deadline());
     core.poll_action();
     assert_eq!(core.stage(), "tcp");
-    match core.timed_out() {
-        Unreachable::Parent(why) => {
+    match core.handle_timeout(at(10, 0)) {
+        Some(Unreachable::Parent(why)) => {
             assert_eq!(why, "timed out connecting to http://127.0.0.1:3128")
         }
         other => panic!("{other:?}"),
@@ -569,12 +592,15 @@ fn a_timeout_is_refused_as_the_stage_it_caught_says() {
     port.deliver(&[5, 2]);
     assert!(matches!(core.pump(&mut port), Outcome::Working));
     assert_eq!(core.stage(), "parent-proxy");
-    match core.timed_out() {
-        Unreachable::Parent(why) => {
+    assert!(core.handle_timeout(at(9, 999)).is_none(), "not yet");
+    match core.handle_timeout(at(11, 0)) {
+        Some(Unreachable::Parent(why)) => {
             assert_eq!(why, "no answer from socks5://u:***@127.0.0.1:1080 in time")
         }
         other => panic!("{other:?}"),
     }
+    // Said once: the core is spent.
+    assert!(core.poll_action().is_none());
 }
 
 // Reloads.
@@ -584,7 +610,7 @@ fn a_timeout_is_refused_as_the_stage_it_caught_says() {
 /// before are not its business.
 #[test]
 fn a_reload_prunes_only_the_untried_addresses() {
-    let mut core = DialCore::new(addrs(), 443, None);
+    let mut core = DialCore::new(addrs(), 443, None, connect_deadline());
     let Some(Action::Dial(_, first)) = core.poll_action() else {
         panic!()
     };
@@ -620,7 +646,7 @@ fn a_reload_prunes_only_the_untried_addresses() {
 /// chance, and its failure is reported.
 #[test]
 fn a_reload_that_leaves_nothing_makes_the_connect_in_flight_the_last() {
-    let mut core = DialCore::new(addrs(), 443, None);
+    let mut core = DialCore::new(addrs(), 443, None, connect_deadline());
     assert!(core.poll_action().is_some());
     core.retain_untried(|_| false);
     let e = io::Error::from(io::ErrorKind::TimedOut);

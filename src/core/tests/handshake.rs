@@ -6,6 +6,7 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use std::time::Instant;
 
 use crate::auth::cache::LoginCache;
 use crate::auth::{hash_password_with, Credentials, HashedUser, PhcHash, Users, Verdict};
@@ -38,7 +39,7 @@ impl Client {
         refusing: Option<&'static str>,
         users: Option<Users>,
     ) -> Client {
-        let core = HandshakeCore::new(protocol, refusing);
+        let core = HandshakeCore::new(protocol, refusing, super::deadline(10));
         Client {
             stages: vec![core.stage()],
             core,
@@ -76,14 +77,26 @@ impl Client {
         panic!("the handshake never settles");
     }
 
-    /// The handshake deadline passed.
-    fn timed_out(&mut self) -> Option<Exit> {
+    /// The session's timer fired at `now`.
+    fn timer(&mut self, now: Instant) -> Option<Next> {
         let env = Env {
             max_head_bytes: self.max_head_bytes,
             users: self.users.as_ref(),
             logins: &self.logins,
         };
-        self.core.timed_out(env)
+        self.core.handle_timeout(now, env)
+    }
+
+    /// The handshake deadline passed: how it left, or `None` when it was
+    /// closed as timed out.
+    fn timed_out(&mut self) -> Option<Exit> {
+        assert_eq!(self.core.poll_timeout(), super::at(10, 0));
+        assert!(self.timer(super::at(9, 999)).is_none(), "not yet");
+        match self.timer(super::at(10, 0)) {
+            Some(Next::TimedOut) => None,
+            Some(Next::Leave(exit)) => Some(exit),
+            other => panic!("{other:?} at the deadline"),
+        }
     }
 
     fn send(&mut self, bytes: &[u8]) -> Next {
@@ -862,4 +875,20 @@ fn a_malformed_start_the_gate_held_back_is_refused_400_at_the_deadline() {
     let mut c = Client::new(ListenerProtocol::Http);
     assert!(matches!(c.send(&head[..30]), Next::Stay));
     assert!(c.timed_out().is_none(), "a valid start is only slow");
+}
+
+/// One deadline for the whole handshake: a SOCKS5 client moving through
+/// its greeting and login does not earn more time with each sub-stage.
+#[test]
+fn the_handshake_deadline_does_not_move_with_its_sub_stages() {
+    let users = Users::new(Some(&Credentials::new("alice", "pw")), &[]).unwrap();
+    let mut c = Client::with(ListenerProtocol::Socks5, None, Some(users));
+    assert!(matches!(c.send(&[5, 1, 2]), Next::Stay));
+    assert_eq!(c.core.stage(), "socks5-auth");
+    assert!(matches!(c.send(b"\x01\x05alice\x02pw"), Next::Stay));
+    assert_eq!(c.core.stage(), "socks5-request");
+    assert!(
+        c.timed_out().is_none(),
+        "closed as timed out at the first deadline"
+    );
 }

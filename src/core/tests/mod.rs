@@ -41,3 +41,20 @@ impl Rng {
         items[self.below(items.len())]
     }
 }
+
+/// Virtual time's origin: the instant the tests' stages start at (read
+/// once; nothing here waits on the clock).
+pub(super) fn t0() -> std::time::Instant {
+    static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *T0.get_or_init(std::time::Instant::now)
+}
+
+/// The deadline a stage started at [`t0`] has: `secs` later.
+pub(super) fn deadline(secs: u64) -> crate::core::clock::Deadline {
+    crate::core::clock::Deadline::after(t0(), std::time::Duration::from_secs(secs))
+}
+
+/// `secs` (and `millis`) after [`t0`].
+pub(super) fn at(secs: u64, millis: u64) -> std::time::Instant {
+    t0() + std::time::Duration::from_secs(secs) + std::time::Duration::from_millis(millis)
+}

@@ -121,6 +121,7 @@ impl Case {
                 self.budget_left
             },
             self.default_parent.as_ref(),
+            super::deadline(10),
         );
         (admission, charged.get())
     }
@@ -213,7 +214,7 @@ fn a_name_is_checked_before_dns_refused_or_resolved() {
 
 #[test]
 fn a_dns_error_is_a_resolve_refusal() {
-    let mut core = ResolvingCore::dns();
+    let mut core = ResolvingCore::dns(super::deadline(10));
     assert_eq!(core.stage(), "dns");
     let failed = io::Error::new(io::ErrorKind::NotFound, "no such host");
     match core.handle(Input::Resolved(Err(failed))) {
@@ -227,7 +228,7 @@ fn a_dns_error_is_a_resolve_refusal() {
 
 #[test]
 fn pins_settled_before_the_dns_answer_keep_waiting_for_it() {
-    let mut core = ResolvingCore::dns();
+    let mut core = ResolvingCore::dns(super::deadline(10));
     assert!(matches!(core.handle(Input::PinsSettled), Next::Stay));
     assert_eq!(core.stage(), "dns", "still the target's own DNS");
     let addrs = vec![ip("45.45.45.45"), ip("2a00::1")];
@@ -240,7 +241,7 @@ fn pins_settled_before_the_dns_answer_keep_waiting_for_it() {
 #[test]
 fn waiting_for_the_pins_decides_on_the_addresses_kept() {
     let addrs = vec![ip("45.45.45.46"), ip("45.45.45.45")];
-    let mut core = ResolvingCore::pins(addrs.clone());
+    let mut core = ResolvingCore::pins(addrs.clone(), super::deadline(10));
     assert_eq!(core.stage(), "pins");
     match core.handle(Input::PinsSettled) {
         Next::Decide(got) => assert_eq!(got, addrs, "in the resolver's order"),
@@ -248,13 +249,22 @@ fn waiting_for_the_pins_decides_on_the_addresses_kept() {
     }
 }
 
+/// Not a moment before it, and the connect that follows keeps it: the
+/// resolve and the connect share one deadline.
 #[test]
 fn the_deadline_refuses_with_a_timeout_in_either_stage() {
     for core in [
-        ResolvingCore::dns(),
-        ResolvingCore::pins(vec![ip("45.45.45.45")]),
+        ResolvingCore::dns(super::deadline(10)),
+        ResolvingCore::pins(vec![ip("45.45.45.45")], super::deadline(10)),
     ] {
-        let refusal = core.timed_out();
+        assert_eq!(core.poll_timeout(), super::at(10, 0));
+        assert_eq!(
+            core.deadline(),
+            super::deadline(10),
+            "what the connect inherits"
+        );
+        assert!(core.handle_timeout(super::at(9, 999)).is_none(), "not yet");
+        let refusal = core.handle_timeout(super::at(10, 0)).expect("timed out");
         assert!(matches!(refusal, Refusal::Timeout), "{refusal:?}");
         assert_eq!(refusal.describe(), "timed out connecting to the target");
         assert_eq!(refusal.close_reason(), CloseReason::ConnectTimeout);
@@ -315,6 +325,11 @@ fn the_proxys_own_addresses_are_dropped_from_the_dial() {
     );
     case.own = vec![sock("45.45.45.46:443"), sock("45.45.45.47:80")];
     let mut admitted = case.admitted();
+    assert_eq!(
+        admitted.core.poll_timeout(),
+        super::at(10, 0),
+        "the connect keeps the deadline it was admitted with"
+    );
     assert_eq!(
         dials(&mut admitted.core),
         [

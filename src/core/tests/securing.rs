@@ -55,7 +55,7 @@ fn pump(core: &mut SecuringCore, port: &mut MemPort) -> Next {
 fn the_reply_goes_out_first_and_nothing_is_read_before_it() {
     let f = Fixture::new();
     let (_, first) = hello(&f, "origin.test");
-    let mut core = SecuringCore::new(REPLY.to_vec(), Vec::new(), target());
+    let mut core = SecuringCore::new(REPLY.to_vec(), Vec::new(), target(), super::deadline(10));
     let mut port = MemPort::default();
     port.room = 10;
     port.deliver(&first);
@@ -78,7 +78,12 @@ fn a_client_hello_split_anywhere_names_the_target() {
     let (_, first) = hello(&f, "origin.test");
     // Part of it may have come behind the CONNECT, the rest byte by byte.
     for early in [0, 1, 4, 5, 6, first.len() / 2, first.len()] {
-        let mut core = SecuringCore::new(Vec::new(), first[..early].to_vec(), target());
+        let mut core = SecuringCore::new(
+            Vec::new(),
+            first[..early].to_vec(),
+            target(),
+            super::deadline(10),
+        );
         let mut port = MemPort::roomy();
         let mut next = pump(&mut core, &mut port);
         for b in &first[early..] {
@@ -98,7 +103,7 @@ fn a_client_hello_split_anywhere_names_the_target() {
 fn a_hello_for_another_name_is_refused_as_fronting() {
     let f = Fixture::new();
     let (_, first) = hello(&f, "elsewhere.test");
-    let mut core = SecuringCore::new(Vec::new(), first, target());
+    let mut core = SecuringCore::new(Vec::new(), first, target(), super::deadline(10));
     match pump(&mut core, &mut MemPort::roomy()) {
         Next::Refused {
             answer,
@@ -121,7 +126,7 @@ fn a_hello_for_another_name_is_refused_as_fronting() {
 fn the_sni_is_compared_canonically() {
     let f = Fixture::new();
     let (_, first) = hello(&f, "ORIGIN.Test");
-    let mut core = SecuringCore::new(Vec::new(), first, target());
+    let mut core = SecuringCore::new(Vec::new(), first, target(), super::deadline(10));
     assert!(matches!(
         pump(&mut core, &mut MemPort::roomy()),
         Next::Hello { .. }
@@ -134,7 +139,7 @@ fn a_hello_without_http11_in_its_alpn_is_refused() {
     let mut config = (*f.clients().config()).clone();
     config.alpn_protocols = vec![b"h2".to_vec()];
     let (_, first) = hello_with(Arc::new(config), "origin.test");
-    let mut core = SecuringCore::new(Vec::new(), first, target());
+    let mut core = SecuringCore::new(Vec::new(), first, target(), super::deadline(10));
     match pump(&mut core, &mut MemPort::roomy()) {
         Next::Refused { reason, why, .. } => {
             assert_eq!(reason, CloseReason::Denied);
@@ -150,6 +155,7 @@ fn plaintext_http_hears_a_400_that_says_tls_is_required() {
         Vec::new(),
         b"GET / HTTP/1.1\r\nHost: origin.test\r\n\r\n".to_vec(),
         target(),
+        super::deadline(10),
     );
     match pump(&mut core, &mut MemPort::roomy()) {
         Next::Refused {
@@ -171,7 +177,7 @@ fn plaintext_http_hears_a_400_that_says_tls_is_required() {
 #[test]
 fn anything_else_hears_only_the_close() {
     for first in [&b"SSH-2.0-OpenSSH_9.6\r\n"[..], &[0u8; 16][..]] {
-        let mut core = SecuringCore::new(Vec::new(), Vec::new(), target());
+        let mut core = SecuringCore::new(Vec::new(), Vec::new(), target(), super::deadline(10));
         let mut port = MemPort::roomy();
         port.deliver(first);
         match pump(&mut core, &mut port) {
@@ -189,7 +195,7 @@ fn a_broken_hello_gets_an_alert() {
     // A handshake record whose body is no ClientHello.
     let mut first = vec![0x16, 0x03, 0x01, 0x00, 0x08];
     first.extend([0x01, 0x00, 0x00, 0x04, 0xff, 0xff, 0xff, 0xff]);
-    let mut core = SecuringCore::new(Vec::new(), first, target());
+    let mut core = SecuringCore::new(Vec::new(), first, target(), super::deadline(10));
     match pump(&mut core, &mut MemPort::roomy()) {
         Next::Refused {
             answer,
@@ -211,7 +217,7 @@ fn a_client_that_leaves_before_its_hello_is_whole_is_gone() {
     let f = Fixture::new();
     let (_, first) = hello(&f, "origin.test");
     for (cut, reset) in [(0, false), (3, false), (first.len() - 1, false), (7, true)] {
-        let mut core = SecuringCore::new(Vec::new(), Vec::new(), target());
+        let mut core = SecuringCore::new(Vec::new(), Vec::new(), target(), super::deadline(10));
         let mut port = MemPort::roomy();
         port.deliver(&first[..cut]);
         let _ = pump(&mut core, &mut port);
@@ -229,7 +235,7 @@ fn a_client_that_leaves_before_its_hello_is_whole_is_gone() {
 
 #[test]
 fn a_client_gone_while_the_reply_is_owed_is_gone() {
-    let mut core = SecuringCore::new(REPLY.to_vec(), Vec::new(), target());
+    let mut core = SecuringCore::new(REPLY.to_vec(), Vec::new(), target(), super::deadline(10));
     let mut port = MemPort::default();
     port.reset = true;
     assert!(matches!(pump(&mut core, &mut port), Next::ClientGone));
@@ -239,7 +245,7 @@ fn a_client_gone_while_the_reply_is_owed_is_gone() {
 fn the_completed_layer_finishes_the_handshake_with_the_client() {
     let f = Fixture::new();
     let (mut client, first) = hello(&f, "origin.test");
-    let mut core = SecuringCore::new(Vec::new(), first, target());
+    let mut core = SecuringCore::new(Vec::new(), first, target(), super::deadline(10));
     let mut port = MemPort::roomy();
     let Next::Hello { name } = pump(&mut core, &mut port) else {
         panic!("no hello");
@@ -276,4 +282,23 @@ fn the_completed_layer_finishes_the_handshake_with_the_client() {
         crate::io::Io::Progress(n) => assert_eq!(&buf[..n], b"ping"),
         other => panic!("{other:?}"),
     }
+}
+
+/// A client that starts its TLS too slowly: half a ClientHello, then
+/// silence. Not a moment before the deadline; at it, a handshake timeout.
+#[test]
+fn a_client_hello_not_whole_by_the_deadline_is_a_handshake_timeout() {
+    let f = Fixture::new();
+    let (_, first) = hello(&f, "origin.test");
+    let mut core = SecuringCore::new(REPLY.to_vec(), Vec::new(), target(), super::deadline(10));
+    let mut port = MemPort::roomy();
+    port.deliver(&first[..first.len() / 2]);
+    assert!(matches!(pump(&mut core, &mut port), Next::Wait));
+    assert_eq!(core.stage(), "client-hello");
+    assert_eq!(core.poll_timeout(), super::at(10, 0));
+    assert_eq!(core.handle_timeout(super::at(9, 999)), None, "not yet");
+    assert_eq!(
+        core.handle_timeout(super::at(10, 0)),
+        Some(CloseReason::HandshakeTimeout)
+    );
 }

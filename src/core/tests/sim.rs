@@ -13,6 +13,7 @@ use rustls::{ClientConnection, Connection, ServerConnection};
 
 use crate::buffer::{BufPool, ByteBuf};
 use crate::config::Timeouts;
+use crate::core::clock::Deadline;
 use crate::core::closing::{ClosingCore, Next};
 use crate::core::inspect::{InspectCore, Parts, Setup, Stop};
 use crate::core::link::Link;
@@ -383,7 +384,7 @@ impl Session {
     /// The core's next deadline (none: it waits for bytes alone).
     pub(super) fn deadline(&self) -> Option<Instant> {
         if let Some(c) = &self.closing {
-            return Some(c.until);
+            return Some(c.core.poll_timeout());
         }
         self.core.as_ref()?.poll_timeout(&self.cport)
     }
@@ -417,8 +418,10 @@ impl Session {
     /// fired would wake the reactor in a loop: a spin, which fails the test.
     fn fire(&mut self) {
         if let Some(mut c) = self.closing.take() {
-            assert!(self.now >= c.until, "the close timer fired early");
-            let closed = c.core.timed_out(&mut c.link, &mut self.cport);
+            let closed = c
+                .core
+                .handle_timeout(self.now, &mut c.link, &mut self.cport);
+            let closed = closed.expect("the close timer fires at its deadline");
             self.closed = Some((closed.reason, closed.abort));
             return;
         }
@@ -458,16 +461,16 @@ impl Session {
         if let Stop::Closed { reason, abort, .. } = &stop {
             let owed = std::mem::replace(&mut parts.cout, ByteBuf::with_capacity(0));
             let owed = (!owed.is_empty()).then_some(owed);
+            let deadline = Deadline::after(self.now, self.close_timeout);
             let core = if *abort {
-                ClosingCore::abort(owed, *reason, parts.own)
+                ClosingCore::abort(owed, *reason, parts.own, deadline)
             } else {
-                ClosingCore::graceful(owed, *reason, parts.own)
+                ClosingCore::graceful(owed, *reason, parts.own, deadline)
             };
             let link = std::mem::replace(&mut parts.client, Link::Plain);
             self.closing = Some(Closing {
                 core,
                 link,
-                until: self.now + self.close_timeout,
                 stage_seen: "",
             });
         }
@@ -514,6 +517,5 @@ impl Session {
 pub(super) struct Closing {
     pub(super) core: ClosingCore<ByteBuf>,
     link: Link,
-    until: Instant,
     stage_seen: &'static str,
 }

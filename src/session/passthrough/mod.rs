@@ -302,6 +302,7 @@ impl Passthrough {
             owed.buf,
             dead.gone_reason(),
             own,
+            ctx,
         ))
     }
 
