@@ -1,7 +1,9 @@
 //! Vetting, as the core runs it: a raw tunnel to a port some inspecting
 //! rule covers sends the proxy's success reply, then reads the client's
 //! first flight (up to [`first_flight::MAX_FIRST_FLIGHT`] bytes) until it
-//! is a whole ClientHello or request head, and judges the names it carries
+//! is a whole ClientHello or request head (parsed again when the
+//! [`FlightGate`] says the answer may have changed; what it held back is
+//! parsed at the client's end and at the deadline), and judges the names it carries
 //! against the policy, so that a name allowed raw cannot front for one the
 //! policy inspects or refuses. The shell (`session/vetting.rs`) carries the
 //! verdict out: relay, refuse, inspect, or switch to the named target.
@@ -11,7 +13,7 @@ use std::sync::Arc;
 use super::port::{send_owed, Port, Sent};
 use crate::io::Io;
 use crate::policy::{Denial, Fronting};
-use crate::protocol::first_flight::{self, FirstFlight};
+use crate::protocol::first_flight::{self, FirstFlight, FlightGate};
 use crate::protocol::http;
 use crate::target::{Host, Target};
 use crate::tls::alert_record;
@@ -25,6 +27,8 @@ pub(crate) struct VettingCore {
     reply: Vec<u8>,
     /// The client's first flight so far (what it pipelined included).
     first: Vec<u8>,
+    /// Says when `first` is worth parsing again.
+    gate: FlightGate,
     target: Target,
 }
 
@@ -71,6 +75,7 @@ impl VettingCore {
         VettingCore {
             reply,
             first: early,
+            gate: FlightGate::default(),
             target,
         }
     }
@@ -103,7 +108,7 @@ impl VettingCore {
     /// the client's first means no front.
     pub(crate) fn pump(&mut self, client: &mut impl Port, upstream: &mut impl Port) -> Next {
         if client.failed() {
-            return Next::ClientGone;
+            return self.client_gone();
         }
         if !self.reply.is_empty() {
             upstream.want_read(false);
@@ -119,9 +124,11 @@ impl VettingCore {
         client.want_read(true);
         client.want_write(false);
         loop {
-            match first_flight::parse(&self.first) {
-                FirstFlight::NeedMore => {}
-                flight => return Next::Flight(flight),
+            if self.gate.due(&self.first) {
+                match first_flight::parse(&self.first) {
+                    FirstFlight::NeedMore => {}
+                    flight => return Next::Flight(flight),
+                }
             }
             if self.first.is_empty() && (upstream.can_read() || upstream.failed()) {
                 return Next::Relay;
@@ -137,7 +144,7 @@ impl VettingCore {
             match io {
                 Io::Progress(_) => {}
                 Io::WouldBlock => return Next::Wait,
-                Io::Eof | Io::PeerGone(_) => return Next::ClientGone,
+                Io::Eof | Io::PeerGone(_) => return self.client_gone(),
             }
         }
     }
@@ -241,6 +248,40 @@ impl VettingCore {
             }
             (None, _) => Verdict::Relay,
         }
+    }
+
+    /// The client closed or failed: gone, unless the gate held back a
+    /// verdict on what it sent before, which is given as it would have
+    /// been on arrival (before the end was seen).
+    fn client_gone(&self) -> Next {
+        match self.gate.held().then(|| self.held_back()).flatten() {
+            Some(flight) => Next::Flight(flight),
+            None => Next::ClientGone,
+        }
+    }
+
+    /// What the first flight read so far says, parsed whatever the gate
+    /// would wait for: a verdict the gate held back (a request head that
+    /// went wrong before its end), or `None` while it needs more.
+    fn held_back(&self) -> Option<FirstFlight> {
+        match first_flight::parse(&self.first) {
+            FirstFlight::NeedMore => None,
+            flight => Some(flight),
+        }
+    }
+
+    /// The handshake timeout passed: the first flight as read so far, if
+    /// it is whole or refused as it stands (the gate held its verdict
+    /// back, which a parse on arrival would have given), to [`judge`];
+    /// `None`: it still needs more (or the reply is still owed), the
+    /// session times out.
+    ///
+    /// [`judge`]: VettingCore::judge
+    pub(crate) fn timed_out(&self) -> Option<FirstFlight> {
+        if !self.reply.is_empty() {
+            return None;
+        }
+        self.held_back()
     }
 
     /// The handshake timeout passed before the first flight was whole:

@@ -1,8 +1,11 @@
 //! What a raw tunnel's first bytes name: the SNI of a TLS ClientHello, or
 //! the `Host` (and absolute-form authority) of a plaintext HTTP request.
 //! Sans-IO: [`parse`] is called on everything read so far and says whether
-//! it needs more. Bounded: a ClientHello larger than [`MAX_CLIENT_HELLO`]
-//! or a request head larger than [`MAX_HEAD`] is [`FirstFlight::TooLarge`].
+//! it needs more; a [`FlightGate`] says when that is worth doing again, so
+//! that a flight trickled a byte (or a one-byte record) at a time costs
+//! work linear in its size. Bounded: a ClientHello larger than
+//! [`MAX_CLIENT_HELLO`] or a request head larger than [`MAX_HEAD`] is
+//! [`FirstFlight::TooLarge`].
 //!
 //! Anything a server could read differently from us is
 //! [`FirstFlight::Malformed`], never guessed at: two SNI names, two
@@ -62,6 +65,202 @@ pub fn parse(buf: &[u8]) -> FirstFlight {
     match parse_prefix(buf) {
         FirstFlight::NeedMore if buf.len() >= MAX_FIRST_FLIGHT => FirstFlight::TooLarge,
         flight => flight,
+    }
+}
+
+/// Says when a first flight still arriving is worth parsing again.
+///
+/// [`parse`] looks at everything read so far, so parsing again on every
+/// arrival costs time quadratic in a flight sent a byte (or a one-byte
+/// TLS record) at a time. The gate looks at each byte once and lets a
+/// parse through only when its answer may have changed, which is exactly
+/// when the parse could stop needing more:
+///
+/// - TLS (the flight starts with `0x16`): the first record's version
+///   bytes (the sniff decides on them); a record header no handshake
+///   record can have (another type or version, length 0 or over 16 KiB);
+///   a record that completes the message's 4-byte header when that header
+///   is no ClientHello's or claims over [`MAX_CLIENT_HELLO`], or that
+///   completes the message. Records are walked as they arrive (where the
+///   next header starts, how much message is in), so every answer comes
+///   at the very read it would come at without the gate.
+/// - anything else: the first byte after the empty lines that is no
+///   method character (a word and a space, or neither TLS nor HTTP), the
+///   end of the first line (a request line or [`FirstFlight::Other`]), an
+///   empty line after it (the end of a head), and the size bounds: again
+///   at the very read. A request head `httparse` refuses before its end is
+///   the one answer that may come later: a bad request line at its line's
+///   end, a bad header line or a 101st header when the bytes doubled since
+///   the last parse, at the head's end or the bound, or at the client's
+///   EOF or the deadline (where the caller parses whatever the gate says).
+///
+/// And, whatever the flight, when the bytes doubled since the last parse
+/// and at [`MAX_FIRST_FLIGHT`]. A flight trickled a byte at a time is thus
+/// parsed about log2 of its size times, plus a few.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FlightGate {
+    /// Bytes already scanned.
+    scanned: usize,
+    /// Bytes there were at the last parse let through.
+    parsed: usize,
+    /// What the scan found.
+    scan: Scan,
+}
+
+/// What the scan of a flight found so far.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+enum Scan {
+    /// Nothing scanned yet.
+    #[default]
+    Empty,
+    /// A flight starting with `0x16`.
+    Tls(Records),
+    /// Anything else.
+    Text(Lines),
+}
+
+/// The record layer of a flight that starts as TLS does.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Records {
+    /// Where the next record header starts.
+    next: usize,
+    /// Handshake bytes in the records complete so far.
+    msg: usize,
+    /// The handshake message's 4-byte header, as far as it is in.
+    head: [u8; 4],
+    /// A record header no record can have: nothing past it is walked.
+    broken: bool,
+}
+
+/// The lines of a flight that does not start as TLS does.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Lines {
+    /// Where the first line starts (the empty lines before it skipped),
+    /// once a byte other than CR or LF came.
+    start: Option<usize>,
+    /// The first line's first token has ended.
+    token_ended: bool,
+    /// The first line has ended.
+    line_ended: bool,
+}
+
+impl FlightGate {
+    /// Whether `buf`, the first flight read so far (the bytes of the last
+    /// call and more), should be parsed now.
+    pub fn due(&mut self, buf: &[u8]) -> bool {
+        let len = buf.len();
+        if len < self.scanned {
+            // Not the bytes it watched: start over.
+            *self = FlightGate::default();
+        }
+        let from = self.scanned;
+        if matches!(self.scan, Scan::Empty) && len > 0 {
+            self.scan = if buf[0] == 0x16 {
+                Scan::Tls(Records::default())
+            } else {
+                Scan::Text(Lines::default())
+            };
+        }
+        let parsed = self.parsed;
+        // A bound the bytes reached since the last parse.
+        let crossed = |at: usize| parsed < at && at <= len;
+        let changed = match &mut self.scan {
+            Scan::Empty => false,
+            // The sniff decides on the version's first byte; the second
+            // byte is parsed anyway, the bytes doubling from the first.
+            Scan::Tls(records) => crossed(3) || records.walk(buf),
+            Scan::Text(lines) => {
+                let ended = lines.scan(buf, from);
+                ended
+                    || crossed(MAX_HEAD + 1)
+                    || lines
+                        .start
+                        .is_some_and(|s| crossed(s + MAX_HEAD) || crossed(s + MAX_HEAD + 1))
+            }
+        };
+        self.scanned = len;
+        let due = changed || crossed(MAX_FIRST_FLIGHT) || len >= 2 * parsed;
+        if due {
+            self.parsed = len;
+        }
+        due
+    }
+
+    /// Bytes were scanned and not parsed: a parse now may say more than
+    /// the last one did.
+    pub fn held(&self) -> bool {
+        self.parsed < self.scanned
+    }
+}
+
+impl Records {
+    /// Walks the records `buf` completes: whether one ends the message or
+    /// the walk (an answer other than more).
+    fn walk(&mut self, buf: &[u8]) -> bool {
+        let mut ended = false;
+        while !self.broken && buf.len() >= self.next + 5 {
+            let header = &buf[self.next..self.next + 5];
+            let len = be16(&header[3..5]);
+            if header[0] != 0x16 || header[1] != 0x03 || len == 0 || len > MAX_FRAGMENT {
+                self.broken = true;
+                return true;
+            }
+            let body = self.next + 5;
+            if buf.len() < body + len {
+                break;
+            }
+            let had = self.msg;
+            for (i, b) in buf[body..body + len.min(4)].iter().enumerate() {
+                if had + i < 4 {
+                    self.head[had + i] = *b;
+                }
+            }
+            self.msg += len;
+            self.next = body + len;
+            if self.msg >= 4 {
+                let claimed = be24(&self.head[1..4]);
+                // (Over the bound, the message is over its claim too.)
+                ended |= self.head[0] != 1 || claimed > MAX_CLIENT_HELLO || self.msg >= 4 + claimed;
+            }
+        }
+        ended
+    }
+}
+
+impl Lines {
+    /// Scans `buf[from..]`: whether the first line's token or the line
+    /// ended, or an empty line came after it.
+    fn scan(&mut self, buf: &[u8], from: usize) -> bool {
+        let mut ended = false;
+        for (i, &b) in buf.iter().enumerate().skip(from) {
+            let Some(start) = self.start else {
+                if matches!(b, b'\r' | b'\n') {
+                    continue;
+                }
+                self.start = Some(i);
+                if !is_tchar(b) {
+                    self.token_ended = true;
+                    ended = true;
+                }
+                continue;
+            };
+            if !self.token_ended && !is_tchar(b) {
+                self.token_ended = true;
+                ended = true;
+            }
+            if b != b'\n' {
+                continue;
+            }
+            if !self.line_ended {
+                self.line_ended = true;
+                ended = true;
+            }
+            // An empty line: `\n\n` or `\n\r\n`, after the first line's
+            // first byte.
+            let after = |at: usize| at > start && buf[at] == b'\n';
+            ended |= (i >= 1 && after(i - 1)) || (i >= 2 && buf[i - 1] == b'\r' && after(i - 2));
+        }
+        ended
     }
 }
 
@@ -603,5 +802,447 @@ mod tests {
         let ssh = b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n";
         assert_eq!(parse(ssh), FirstFlight::Other);
         assert_eq!(parse(&[0x05, 0x01, 0x00]), FirstFlight::Other);
+    }
+}
+
+#[cfg(test)]
+mod gate_tests {
+    use super::*;
+
+    /// Pseudo-random numbers (xorshift) from a fixed seed, so a failure
+    /// reproduces.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+        fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+            items[self.below(items.len())]
+        }
+        fn bytes(&mut self, n: usize) -> Vec<u8> {
+            (0..n).map(|_| self.below(256) as u8).collect()
+        }
+        /// Fewer than `most` random bytes.
+        fn some(&mut self, most: usize) -> Vec<u8> {
+            let n = self.below(most);
+            self.bytes(n)
+        }
+    }
+
+    /// A ClientHello message (its 4-byte header and body) with random
+    /// extensions: names, duplicates, ECH, padding.
+    fn hello_message(rng: &mut Rng) -> Vec<u8> {
+        let mut body = vec![0x03, 0x03];
+        body.extend(rng.bytes(32));
+        let session = rng.pick(&[0, 0, 32, 33]);
+        body.push(session as u8);
+        body.extend(rng.bytes(session));
+        body.extend([0x00, 0x04, 0x13, 0x01, 0x13, 0x02]);
+        body.extend([0x01, 0x00]);
+        if rng.below(8) != 0 {
+            let mut exts = Vec::new();
+            for _ in 0..rng.below(6) {
+                let (kind, data): (u16, Vec<u8>) = match rng.below(6) {
+                    0 | 1 => {
+                        let names: &[&str] =
+                            rng.pick(&[&["good.test"][..], &["a.test", "b.test"], &["bad name"]]);
+                        let mut list = Vec::new();
+                        for n in names {
+                            list.push(0);
+                            list.extend((n.len() as u16).to_be_bytes());
+                            list.extend(n.as_bytes());
+                        }
+                        let mut data = (list.len() as u16).to_be_bytes().to_vec();
+                        data.extend(list);
+                        (0, data)
+                    }
+                    2 => (0xfe0d, rng.some(40)),
+                    3 => (21, vec![0; rng.pick(&[1, 100, 3000])]),
+                    _ => (rng.below(50) as u16 + 10, rng.some(20)),
+                };
+                exts.extend(kind.to_be_bytes());
+                exts.extend((data.len() as u16).to_be_bytes());
+                exts.extend(data);
+            }
+            body.extend((exts.len() as u16).to_be_bytes());
+            body.extend(exts);
+        }
+        let mut msg = vec![1];
+        msg.extend(&(body.len() as u32).to_be_bytes()[1..]);
+        msg.extend(body);
+        msg
+    }
+
+    /// `msg` in handshake records of random sizes (down to a byte).
+    fn in_records(rng: &mut Rng, msg: &[u8]) -> Vec<u8> {
+        let most = rng.pick(&[1, 2, 5, 60, 700, MAX_FRAGMENT]);
+        let mut out = Vec::new();
+        let mut rest = msg;
+        while !rest.is_empty() {
+            let n = (1 + rng.below(most)).min(rest.len());
+            out.extend([0x16, 0x03, rng.pick(&[0x01, 0x03])]);
+            out.extend((n as u16).to_be_bytes());
+            out.extend(&rest[..n]);
+            rest = &rest[n..];
+        }
+        out
+    }
+
+    /// A random TLS first flight: whole, or broken in one of the ways a
+    /// parse refuses (or cut short).
+    fn tls_flight(rng: &mut Rng) -> Vec<u8> {
+        if rng.below(20) == 0 {
+            // No TLS version: neither TLS nor HTTP.
+            let start: &[u8] = rng.pick(&[&[0x16, 0x00][..], &[0x16, 0x03, 0x05], &[0x16, 0x16]]);
+            return [start, b"\x01\x00"].concat();
+        }
+        let mut msg = hello_message(rng);
+        match rng.below(10) {
+            // Another message type, a length over the bound, bytes after.
+            0 => msg[0] = rng.pick(&[0, 2, 0x16]),
+            1 => msg[1..4]
+                .copy_from_slice(&((MAX_CLIENT_HELLO + rng.below(3)) as u32).to_be_bytes()[1..]),
+            2 => msg.extend(rng.some(3).into_iter().chain([0])),
+            _ => {}
+        }
+        let mut flight = in_records(rng, &msg);
+        match rng.below(8) {
+            // A record header no record has, somewhere.
+            0 => {
+                let at = rng.below(flight.len());
+                let bad: &[u8] = rng.pick(&[
+                    &[0x16, 0x03, 0x01, 0x00, 0x00][..],
+                    &[0x16, 0x03, 0x01, 0x40, 0x01],
+                    &[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x28],
+                    &[0x17, 0x03, 0x03, 0x00, 0x01, 0xff],
+                    &[0x16, 0x02, 0x01, 0x00, 0x01, 0x01],
+                ]);
+                flight.splice(at..at, bad.iter().copied());
+            }
+            // A byte changed.
+            1 => {
+                let at = rng.below(flight.len());
+                let any = rng.below(256) as u8;
+                flight[at] = rng.pick(&[0, 1, 0x16, 0x40, 0xff, any]);
+            }
+            // Cut short, or more behind it.
+            2 if rng.below(2) == 0 => flight.truncate(rng.below(flight.len())),
+            3 => flight.extend([0x17, 0x03, 0x03, 0x00, 0x01, 0xff]),
+            _ => {}
+        }
+        flight
+    }
+
+    /// A random plaintext first flight: a request head (odd methods, bare
+    /// LFs, empty lines first, long lines, a byte changed), empty lines
+    /// alone, or words that are no request.
+    fn text_flight(rng: &mut Rng) -> Vec<u8> {
+        let mut out = Vec::new();
+        let lead = rng.pick(&[0, 0, 0, 1, 2, 7, MAX_HEAD - 3, MAX_HEAD + 2]);
+        for _ in 0..lead {
+            out.extend(rng.pick(&[&b"\r\n"[..], b"\n", b"\r"]));
+        }
+        out.truncate(lead.min(MAX_HEAD + 3));
+        match rng.below(6) {
+            0..=2 => {
+                let method = rng.pick(&[
+                    &b"GET"[..],
+                    b"get",
+                    b"CONNECT",
+                    b"X2",
+                    b"ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+                    b"G-T",
+                ]);
+                out.extend(method);
+                out.extend(rng.pick(&[&b" "[..], b" ", b" ", b" ", b" ", b"\t", b"/"]));
+                out.extend(rng.pick(&[&b"/"[..], b"/admin/x", b"http://good.test:80/a", b"*"]));
+                out.extend(rng.pick(&[
+                    &b" HTTP/1.1"[..],
+                    b" HTTP/1.1",
+                    b" HTTP/1.1",
+                    b" HTTP/1.0",
+                    b" http/1.1",
+                    b" HTTP/2",
+                    b"",
+                ]));
+                let eol: &[u8] = rng.pick(&[&b"\r\n"[..], b"\r\n", b"\n"]);
+                out.extend(eol);
+                let lines = if rng.below(20) == 0 {
+                    120
+                } else {
+                    rng.below(8)
+                };
+                for _ in 0..lines {
+                    let line: Vec<u8> = match rng.below(20) {
+                        0..=4 => rng
+                            .pick(&[&b"Host: good.test"[..], b"host: other.test:80"])
+                            .to_vec(),
+                        5..=7 => {
+                            [&b"X-Long: "[..], &vec![b'v'; rng.pick(&[10, 500, 5000])]].concat()
+                        }
+                        8 => b"Bad Header: x".to_vec(),
+                        9 => b"X: \x01".to_vec(),
+                        _ => b"Accept: */*".to_vec(),
+                    };
+                    out.extend(line);
+                    out.extend(eol);
+                }
+                if rng.below(6) != 0 {
+                    out.extend(eol);
+                }
+                if rng.below(6) == 0 && !out.is_empty() {
+                    let at = rng.below(out.len());
+                    out[at] = rng.pick(&[b'\r', b'\n', b' ', b':', 0, 0x16, b'x']);
+                }
+            }
+            3 => {}
+            4 => {
+                let words: &[u8] = rng.pick(&[
+                    &b"SSH-2.0-OpenSSH_9.6\r\n"[..],
+                    b"hello",
+                    b"hello world",
+                    b"\x05\x01\x00",
+                    b"\x16\x03\x01",
+                ]);
+                out.extend(words);
+            }
+            // A word of any length, ended by a byte no method has.
+            5 if rng.below(2) == 0 => {
+                let n = 1 + rng.below(100);
+                out.extend(std::iter::repeat_n(rng.pick(b"wW"), n));
+                out.extend([rng.pick(&[b'\r', b'\t', b'/', 0, b':', b'\n'])]);
+                out.extend(b"\r\n");
+            }
+            // A word or a line that goes on.
+            _ => {
+                let n = rng.pick(&[30, 3000, MAX_HEAD + 5]);
+                if rng.below(2) == 0 {
+                    out.extend(b"word ");
+                }
+                out.extend(std::iter::repeat_n(b'w', n));
+            }
+        }
+        out
+    }
+
+    /// Read boundaries for `len` bytes: random pieces down to a byte, and
+    /// every byte around the bounds a parse decides at.
+    fn cuts(rng: &mut Rng, len: usize) -> Vec<usize> {
+        let most = if len > 4000 {
+            rng.pick(&[100, 1000, 5000])
+        } else {
+            rng.pick(&[1, 1, 3, 20, 500])
+        };
+        let mut cuts = vec![];
+        let mut at = 0;
+        while at < len {
+            at = (at + 1 + rng.below(most)).min(len);
+            cuts.push(at);
+        }
+        for bound in [MAX_HEAD, MAX_FIRST_FLIGHT] {
+            for near in bound.saturating_sub(30)..bound + 30 {
+                if near <= len {
+                    cuts.push(near);
+                }
+            }
+        }
+        cuts.sort_unstable();
+        cuts.dedup();
+        cuts
+    }
+
+    /// Whether `want`, the answer to `prefix`, is a request head refused
+    /// by `httparse` before its end (a bad byte, a 101st header): the
+    /// answer the gate may give later.
+    fn head_refused(prefix: &[u8], want: &FirstFlight) -> bool {
+        let start = prefix
+            .iter()
+            .position(|b| *b != b'\r' && *b != b'\n')
+            .unwrap_or(prefix.len());
+        let mut headers = [httparse::EMPTY_HEADER; 100];
+        let parsed = httparse::Request::new(&mut headers).parse(&prefix[start..]);
+        match (parsed, want) {
+            (Err(httparse::Error::TooManyHeaders), FirstFlight::TooLarge) => true,
+            (Err(httparse::Error::TooManyHeaders), _) => false,
+            (Err(_), FirstFlight::Malformed(why)) => *why == "a request head that does not parse",
+            _ => false,
+        }
+    }
+
+    /// The first answer other than more, and the read it came at: parsing
+    /// at every read, and as the gate lets through (and its parse count).
+    fn both_ways(bytes: &[u8], cuts: &[usize]) -> [(Option<(usize, FirstFlight)>, usize); 2] {
+        let ungated = cuts
+            .iter()
+            .map(|&n| (n, parse(&bytes[..n])))
+            .find(|(_, f)| *f != FirstFlight::NeedMore);
+        let mut gate = FlightGate::default();
+        let mut parses = 0;
+        let mut gated = None;
+        for &n in cuts {
+            if gate.due(&bytes[..n]) {
+                parses += 1;
+                let flight = parse(&bytes[..n]);
+                if flight != FirstFlight::NeedMore {
+                    gated = Some((n, flight));
+                    break;
+                }
+            }
+        }
+        [(ungated, cuts.len()), (gated, parses)]
+    }
+
+    #[test]
+    fn the_gate_agrees_with_the_ungated_parse_on_random_flights() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        for case in 0..4000 {
+            let bytes = match rng.below(3) {
+                0 => tls_flight(&mut rng),
+                _ => text_flight(&mut rng),
+            };
+            let cuts = cuts(&mut rng, bytes.len());
+            let [(ungated, _), (gated, parses)] = both_ways(&bytes, &cuts);
+            let what = || {
+                let shown = &bytes[..bytes.len().min(300)];
+                format!("case {case} ({} bytes): {shown:?}", bytes.len())
+            };
+            match (&ungated, &gated) {
+                (None, None) => {}
+                (Some((n, want)), Some((m, got))) if n == m => assert_eq!(want, got, "{}", what()),
+                // A head refused before its end: the same answer by the
+                // first read past twice as many bytes, else at the end
+                // (the deadline's, or the EOF's, parse).
+                (Some((n, want)), got) if bytes[0] != 0x16 && head_refused(&bytes[..*n], want) => {
+                    let bound = cuts.iter().copied().find(|&c| c >= 2 * n);
+                    match (got, bound) {
+                        (Some((m, got)), _) => {
+                            assert_eq!(want, got, "{}", what());
+                            assert!(
+                                m > n && bound.is_none_or(|b| *m <= b),
+                                "{m} {n}: {}",
+                                what()
+                            );
+                        }
+                        (None, None) => assert_eq!(&parse(&bytes), want, "{}", what()),
+                        (None, Some(b)) => panic!("not refused by {b}: {}", what()),
+                    }
+                }
+                _ => panic!("ungated {ungated:?}, gated {gated:?}: {}", what()),
+            }
+            let most = 12 + bytes.len().max(1).ilog2() as usize;
+            assert!(parses <= most, "{parses} parses: {}", what());
+        }
+    }
+
+    /// `bytes` a byte per read until a parse answers: the answer, how many
+    /// bytes it took, and how many parses the gate let through.
+    fn trickled(bytes: &[u8]) -> (FirstFlight, usize, usize) {
+        let mut gate = FlightGate::default();
+        let mut parses = 0;
+        for n in 0..=bytes.len() {
+            if gate.due(&bytes[..n]) {
+                parses += 1;
+                match parse(&bytes[..n]) {
+                    FirstFlight::NeedMore => {}
+                    flight => return (flight, n, parses),
+                }
+            }
+        }
+        (FirstFlight::NeedMore, bytes.len(), parses)
+    }
+
+    /// A ClientHello of about `size` bytes (a padding extension) for
+    /// good.test, in records of `chunk` bytes.
+    fn padded_hello(size: usize, chunk: usize) -> Vec<u8> {
+        let mut body = vec![0x03, 0x03];
+        body.extend([7u8; 32]);
+        body.extend([0, 0x00, 0x02, 0x13, 0x01, 0x01, 0x00]);
+        let name = b"good.test";
+        let mut sni = ((name.len() + 3) as u16).to_be_bytes().to_vec();
+        sni.push(0);
+        sni.extend((name.len() as u16).to_be_bytes());
+        sni.extend(name);
+        let pad = size - body.len() - 2 - (4 + sni.len()) - 4 - 4;
+        let mut exts = vec![0, 0];
+        exts.extend((sni.len() as u16).to_be_bytes());
+        exts.extend(sni);
+        exts.extend([0, 21]);
+        exts.extend((pad as u16).to_be_bytes());
+        exts.extend(vec![0; pad]);
+        body.extend((exts.len() as u16).to_be_bytes());
+        body.extend(exts);
+        let mut msg = vec![1];
+        msg.extend(&(body.len() as u32).to_be_bytes()[1..]);
+        msg.extend(body);
+        assert_eq!(msg.len(), size);
+        let mut out = Vec::new();
+        for part in msg.chunks(chunk) {
+            out.extend([0x16, 0x03, 0x01]);
+            out.extend((part.len() as u16).to_be_bytes());
+            out.extend(part);
+        }
+        out
+    }
+
+    /// Flights sent a byte at a time (a ClientHello in one-byte records
+    /// besides) are parsed a few times each, not once a byte (16 Ki
+    /// times, each over all that came before), and still answered at the
+    /// byte that decides them.
+    #[test]
+    fn a_flight_trickled_a_byte_at_a_time_is_parsed_a_few_times() {
+        let good = FirstFlight::Tls {
+            sni: Some("good.test".into()),
+            ech: false,
+        };
+        // A 5 KiB hello in one-byte records: 30 KiB, whole at its last byte.
+        let small = padded_hello(5 * 1024, 1);
+        let (flight, at, parses) = trickled(&small);
+        assert_eq!((flight, at), (good.clone(), small.len()));
+        assert!(parses <= 30, "{parses} parses");
+        // A 16 KiB one in one-byte records: over the bound.
+        let big = padded_hello(MAX_CLIENT_HELLO, 1);
+        let (flight, at, parses) = trickled(&big);
+        assert_eq!((flight, at), (FirstFlight::TooLarge, MAX_FIRST_FLIGHT));
+        assert!(parses <= 30, "{parses} parses");
+        // And in one record.
+        let whole = padded_hello(MAX_CLIENT_HELLO, MAX_FRAGMENT);
+        let (flight, at, parses) = trickled(&whole);
+        assert_eq!((flight, at), (good, whole.len()));
+        assert!(parses <= 30, "{parses} parses");
+
+        // A 16 KiB request head, whole at its last byte.
+        let mut head = b"GET / HTTP/1.1\r\nHost: good.test\r\n".to_vec();
+        while head.len() + 320 < MAX_HEAD {
+            head.extend(b"X-Pad: ");
+            head.extend([b'p'; 300]);
+            head.extend(b"\r\n");
+        }
+        head.extend(b"\r\n");
+        let (flight, at, parses) = trickled(&head);
+        let hosts = vec!["good.test".to_owned()];
+        assert_eq!((flight, at), (FirstFlight::Http { hosts }, head.len()));
+        assert!(parses <= 30, "{parses} parses");
+        // One that never ends: over the bound.
+        let mut endless = b"GET / HTTP/1.1\r\nHost: good.test\r\nX-Pad: ".to_vec();
+        endless.extend(vec![b'p'; MAX_HEAD]);
+        let (flight, at, parses) = trickled(&endless);
+        assert_eq!((flight, at), (FirstFlight::TooLarge, MAX_HEAD + 1));
+        assert!(parses <= 30, "{parses} parses");
+
+        // 16 KiB of empty lines: over the bound.
+        let lines = b"\r\n".repeat(MAX_HEAD);
+        let (flight, at, parses) = trickled(&lines);
+        assert_eq!((flight, at), (FirstFlight::TooLarge, MAX_HEAD + 1));
+        assert!(parses <= 30, "{parses} parses");
+        // A word that never ends, after empty lines: no request.
+        let mut word = b"\r\n".repeat(100);
+        word.extend(vec![b'w'; MAX_HEAD]);
+        let (flight, at, parses) = trickled(&word);
+        assert_eq!((flight, at), (FirstFlight::Other, word.len()));
+        assert!(parses <= 30, "{parses} parses");
     }
 }

@@ -189,7 +189,7 @@ impl State {
             State::Resolving(r) => r.on_timeout(conn, ctx),
             State::Connecting(c) => c.on_timeout(conn, ctx),
             State::Securing(s) => s.on_timeout(ctx),
-            State::Vetting(v) => v.on_timeout(conn),
+            State::Vetting(v) => v.on_timeout(conn, ctx),
             State::Passthrough(p) => p.on_timer(conn, ctx),
             State::Inspect(i) => i.on_timer(conn, ctx),
             State::Closing(c) => c.on_timeout(ctx),

@@ -8,7 +8,8 @@
 //! every tunnel (the client sends nothing before it); then up to
 //! [`first_flight::MAX_FIRST_FLIGHT`] bytes are read, within the handshake
 //! timeout, until [`first_flight::parse`] has a ClientHello or a request
-//! head. What it names is checked by [`crate::policy::Policy::fronting`]:
+//! head (or, at the deadline, refuses what arrived as it stands). What it
+//! names is checked by [`crate::policy::Policy::fronting`]:
 //!
 //! - nothing stricter: the buffered bytes go first into a Passthrough, or,
 //!   for plaintext HTTP, into an [`super::inspect::Inspect`] with no request
@@ -43,6 +44,7 @@ use super::state::State;
 use crate::core::vetting::{Next, Verdict, VettingCore};
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::Target;
+use crate::protocol::first_flight::FirstFlight;
 
 /// The shell: both sockets and what the tunnel goes on with; the core
 /// reads and judges the first flight.
@@ -94,27 +96,35 @@ impl Vetting {
             Next::Wait => State::Vetting(self),
             Next::ClientGone => State::Done(CloseReason::ClientGone),
             Next::Relay => (*self).relay(ctx),
-            Next::Flight(flight) => {
-                let user = conn.log.user.clone();
-                let policy = ctx.policy;
-                let now = ctx.now;
-                let target = self.core.target();
-                let verdict = self
-                    .core
-                    .judge(flight, !self.from_upstream.is_empty(), |named| {
-                        policy.fronting(target, user.as_deref(), named, now)
-                    });
-                (*self).carry_out(verdict, conn, ctx)
-            }
+            Next::Flight(flight) => (*self).judge(flight, conn, ctx),
         }
     }
 
-    /// The handshake timeout passed before the first flight was whole.
-    pub(crate) fn on_timeout(&self, conn: &Conn) -> State {
+    /// The handshake timeout passed before the first flight was whole:
+    /// closed, unless what arrived is whole or refused as it stands (its
+    /// verdict, as it would have been given on arrival).
+    pub(crate) fn on_timeout(self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        if let Some(flight) = self.core.timed_out() {
+            return (*self).judge(flight, conn, ctx);
+        }
         if let Some(note) = self.core.timeout_note() {
             log::info!("conn={} {note}", conn.id);
         }
         State::Done(CloseReason::HandshakeTimeout)
+    }
+
+    /// Judges `flight` against the policy and carries the verdict out.
+    fn judge(self, flight: FirstFlight, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        let user = conn.log.user.clone();
+        let policy = ctx.policy;
+        let now = ctx.now;
+        let target = self.core.target();
+        let verdict = self
+            .core
+            .judge(flight, !self.from_upstream.is_empty(), |named| {
+                policy.fronting(target, user.as_deref(), named, now)
+            });
+        self.carry_out(verdict, conn, ctx)
     }
 
     fn carry_out(self, verdict: Verdict, conn: &mut Conn, ctx: &mut Ctx) -> State {

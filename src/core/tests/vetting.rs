@@ -9,10 +9,11 @@ use std::time::Instant;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection};
 
+use super::Rng;
 use crate::core::mem::MemPort;
 use crate::core::vetting::{Next, Verdict, VettingCore};
 use crate::policy::{parse_cli_inspect, parse_cli_rule, parse_cli_terminate, Action, Policy};
-use crate::protocol::first_flight::FirstFlight;
+use crate::protocol::first_flight::{self, FirstFlight};
 use crate::target::Target;
 use crate::tls::tests::Fixture;
 
@@ -80,16 +81,18 @@ fn the_reply_goes_first_and_nothing_is_read_or_watched_before_it() {
     assert_eq!(core.stage(), "reply");
     assert_eq!((client.read_total, upstream.read_total), (0, 0));
     let mut got = client.take();
+    let mut next = Next::Wait;
     while core.stage() == "reply" {
         client.room = 7;
-        let _ = core.pump(&mut client, &mut upstream);
+        next = core.pump(&mut client, &mut upstream);
         got.extend(client.take());
     }
     assert_eq!(got, REPLY);
-    assert!(matches!(
-        core.pump(&mut client, &mut upstream),
-        Next::Flight(FirstFlight::Http { .. })
-    ));
+    // The call that sent the reply's last bytes read the flight.
+    assert!(
+        matches!(next, Next::Flight(FirstFlight::Http { .. })),
+        "{next:?}"
+    );
     assert_eq!(upstream.read_total, 0, "the upstream is never read here");
 }
 
@@ -306,5 +309,139 @@ fn a_first_request_naming_no_host_is_held_to_the_tunnels_host() {
             Verdict::HoldToHost(host) => assert_eq!(host, tunnel(80)),
             other => panic!("{:?}: {other:?}", String::from_utf8_lossy(first)),
         }
+    }
+}
+
+/// A request head that goes wrong before its end, in two reads: the first
+/// is parsed (a first read always is), the second held back by the gate
+/// (no empty line yet, not twice the bytes), though a parse on arrival
+/// would refuse it already.
+fn held_back_head(core: &mut VettingCore, client: &mut MemPort) {
+    let upstream = &mut MemPort::roomy();
+    client.deliver(b"GET / HTTP/1.1\r\nHost: other.test\r\n");
+    assert!(matches!(core.pump(client, upstream), Next::Wait));
+    client.deliver(b"Bad Header: x\r\n");
+    assert!(matches!(core.pump(client, upstream), Next::Wait));
+}
+
+const REFUSED_HEAD: FirstFlight = FirstFlight::Malformed("a request head that does not parse");
+
+/// At the deadline, what the gate held back gets the verdict a parse on
+/// arrival gave (a malformed head refused with a 403 that says why), not
+/// a bare timeout; what needs more still times out.
+#[test]
+fn a_flight_the_gate_held_back_gets_its_verdict_at_the_deadline() {
+    let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(80));
+    let mut client = MemPort::roomy();
+    held_back_head(&mut core, &mut client);
+    let flight = core.timed_out().expect("a verdict, not a timeout");
+    assert_eq!(flight, REFUSED_HEAD);
+    match judge(&core, flight, 80, false) {
+        Verdict::Refuse { answer, why, .. } => {
+            assert!(answer.starts_with(b"HTTP/1.1 403"));
+            assert!(why.contains("a request head that does not parse"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A whole flight never looked at yet: its own verdict.
+    let core = VettingCore::new(Vec::new(), get("evil.test"), tunnel(443));
+    let flight = core.timed_out().expect("a verdict, not a timeout");
+    assert!(matches!(
+        judge(&core, flight, 443, false),
+        Verdict::Refuse { .. }
+    ));
+    // A flight that needs more, or one not asked for yet: timed out.
+    let core = VettingCore::new(
+        Vec::new(),
+        b"GET / HTTP/1.1\r\nHost: a".to_vec(),
+        tunnel(80),
+    );
+    assert_eq!(core.timed_out(), None);
+    let core = VettingCore::new(REPLY.to_vec(), get("evil.test"), tunnel(80));
+    assert_eq!(core.timed_out(), None);
+}
+
+/// A client that ends (or resets) after a flight the gate held back gets
+/// the verdict a parse on arrival gave, before its end was seen.
+#[test]
+fn a_flight_the_gate_held_back_is_judged_when_the_client_leaves() {
+    for reset in [false, true] {
+        let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(80));
+        let mut client = MemPort::roomy();
+        held_back_head(&mut core, &mut client);
+        if reset {
+            client.reset = true;
+        } else {
+            client.fin = true;
+        }
+        match core.pump(&mut client, &mut MemPort::roomy()) {
+            Next::Flight(flight) => assert_eq!(flight, REFUSED_HEAD),
+            other => panic!("reset {reset}: {other:?}"),
+        }
+    }
+}
+
+/// `hello` (one record, as rustls writes it) re-split into records of at
+/// most `most` bytes.
+fn in_records(hello: &[u8], most: usize, rng: &mut Rng) -> Vec<u8> {
+    assert_eq!(
+        hello.len(),
+        5 + (usize::from(hello[3]) << 8 | usize::from(hello[4]))
+    );
+    let mut rest = &hello[5..];
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let n = (1 + rng.below(most)).min(rest.len());
+        out.extend([0x16, 0x03, 0x01, 0x00, n as u8]);
+        out.extend(&rest[..n]);
+        rest = &rest[n..];
+    }
+    out
+}
+
+/// Flights in random pieces (down to a byte), a ClientHello in random
+/// records (down to a byte): the verdict comes at the very read that
+/// decides the flight (as parsing everything at every read says), never
+/// later; every byte is kept for the tunnel.
+#[test]
+fn a_flight_in_pieces_gets_its_verdict_at_the_read_that_decides_it() {
+    let f = Fixture::new();
+    let hello = client_hello(f.clients().config(), "good.test");
+    let mut rng = Rng(0x51_7cc1_b727_220a);
+    for case in 0..300 {
+        let most = rng.pick(&[1, 2, 16, 300]);
+        let mut bytes = match rng.below(7) {
+            0 | 1 => in_records(&hello, most, &mut rng),
+            2 => get("plain.test"),
+            3 => [&b"\r\n\r\n"[..], &get("evil.test")].concat(),
+            // Neither, at the first word's end, or at the first line's.
+            4 => b"SSH-2.0-OpenSSH_9.6p1_Ubuntu-3ubuntu13.5\r\n".to_vec(),
+            5 => b"hello there, this is no request line\r\nmore".to_vec(),
+            _ => b"get /x HTTP/1.1\r\nHost: other.test\r\n\r\n".to_vec(),
+        };
+        if bytes[0] == 0x16 && rng.below(3) == 0 {
+            // A record no ClientHello is sent in, somewhere.
+            let at = rng.below(bytes.len());
+            bytes.splice(at..at, [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x28]);
+        }
+        let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(443));
+        let (mut client, mut upstream) = (MemPort::roomy(), MemPort::roomy());
+        let mut at = 0;
+        while at < bytes.len() {
+            let piece = rng.pick(&[1, 3, 50]);
+            let n = (1 + rng.below(piece)).min(bytes.len() - at);
+            client.deliver(&bytes[at..at + n]);
+            at += n;
+            let want = first_flight::parse(&bytes[..at]);
+            match core.pump(&mut client, &mut upstream) {
+                Next::Wait if want == FirstFlight::NeedMore => {}
+                Next::Flight(got) => {
+                    assert_eq!(got, want, "case {case} at {at}");
+                    break;
+                }
+                other => panic!("case {case} at {at}: {other:?}, a parse says {want:?}"),
+            }
+        }
+        assert_eq!(core.into_first(), bytes[..at], "case {case}: all kept");
     }
 }

@@ -91,6 +91,43 @@ fn a_switched_tunnel_refused_behind_the_parent_is_closed_not_answered_again() {
     assert!(h.session().is_done(), "{}", h.state());
 }
 
+/// A vetted tunnel whose first flight went wrong before its end (a bad
+/// header line), in two reads: the gate holds the second back (no empty
+/// line, not twice the bytes), though a parse on arrival would refuse it.
+/// At the handshake deadline the client gets that refusal, a `403` that
+/// says why, not a bare close for a timeout.
+#[test]
+fn a_first_flight_held_back_is_refused_at_the_deadline_not_timed_out() {
+    let policy = Policy::from_rules(&[
+        parse_cli_rule(Action::Allow, "127.0.0.1:8080").unwrap(),
+        parse_cli_inspect("good.test:8080").unwrap(),
+    ])
+    .unwrap();
+    let (mut h, _) = Harness::new(policy, ListenerProtocol::Auto);
+    h.settings.upstream_proxy = Some(parent(&[b""]));
+    let _ = h.client_sends(b"CONNECT 127.0.0.1:8080 HTTP/1.1\r\n\r\n");
+    poll_while(&mut h, "Connecting");
+    assert!(h.state().starts_with("Vetting"), "{}", h.state());
+    let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
+    assert_eq!(h.client_reads(established.len()), established);
+
+    let _ = h.client_sends(b"GET / HTTP/1.1\r\nHost: other.test\r\n");
+    let _ = h.client_sends(b"Bad Header: x\r\n");
+    assert!(h.state().starts_with("Vetting"), "{}", h.state());
+    h.now += h.settings.timeouts.handshake + h.settings.timeouts.connect;
+    let mut s = h.session.take().unwrap();
+    let effects = h.with_ctx(|ctx| s.on_timer(ctx));
+    h.session = Some(s);
+    assert_ne!(effects.closed, Some(CloseReason::HandshakeTimeout));
+    let answer = String::from_utf8(h.client_reads(300)).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(answer.contains("X-Proxy-Error: fronting"), "{answer}");
+    assert!(
+        answer.contains("a request head that does not parse"),
+        "{answer}"
+    );
+}
+
 #[test]
 fn the_proxys_own_address_is_ours_in_its_translated_ipv6_spellings() {
     // Audit mode lets a `this-host` address through: this check is the
