@@ -9,7 +9,9 @@
 //! verdict out: relay, refuse, inspect, or switch to the named target.
 
 use std::sync::Arc;
+use std::time::Instant;
 
+use super::clock::Deadline;
 use super::port::{send_owed, Port, Sent};
 use crate::io::Io;
 use crate::policy::{Denial, Fronting};
@@ -30,6 +32,22 @@ pub(crate) struct VettingCore {
     /// Says when `first` is worth parsing again.
     gate: FlightGate,
     target: Target,
+    /// The client has until this to send its first flight whole.
+    deadline: Deadline,
+}
+
+/// What the deadline passing comes to.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum TimedOut {
+    /// The first flight as read so far is whole or refused as it stands
+    /// (the gate held back the verdict a parse on arrival gave): [`judge`]
+    /// it.
+    ///
+    /// [`judge`]: VettingCore::judge
+    Judge(FirstFlight),
+    /// It still needs more (or the reply was still owed): the session
+    /// closes as timed out, the note (what to fix) logged if there is one.
+    Close { note: Option<String> },
 }
 
 /// What a call left the shell to do.
@@ -70,14 +88,25 @@ pub(crate) enum Verdict {
 
 impl VettingCore {
     /// `reply` goes to the client first; `early` is the start of its first
-    /// flight (what it sent behind its request).
-    pub(crate) fn new(reply: Vec<u8>, early: Vec<u8>, target: Target) -> VettingCore {
+    /// flight (what it sent behind its request). All of it by `deadline`.
+    pub(crate) fn new(
+        reply: Vec<u8>,
+        early: Vec<u8>,
+        target: Target,
+        deadline: Deadline,
+    ) -> VettingCore {
         VettingCore {
             reply,
             first: early,
             gate: FlightGate::default(),
             target,
+            deadline,
         }
+    }
+
+    /// When the client runs out of time for its first flight.
+    pub(crate) fn poll_timeout(&self) -> Instant {
+        self.deadline.at()
     }
 
     pub(crate) fn stage(&self) -> &'static str {
@@ -270,36 +299,32 @@ impl VettingCore {
         }
     }
 
-    /// The handshake timeout passed: the first flight as read so far, if
-    /// it is whole or refused as it stands (the gate held its verdict
-    /// back, which a parse on arrival would have given), to [`judge`];
-    /// `None`: it still needs more (or the reply is still owed), the
-    /// session times out.
-    ///
-    /// [`judge`]: VettingCore::judge
-    pub(crate) fn timed_out(&self) -> Option<FirstFlight> {
-        if !self.reply.is_empty() {
+    /// The time is `now`: `None` before the deadline. Past it, the first
+    /// flight as read so far is judged if it is whole or refused as it
+    /// stands; otherwise the session times out.
+    pub(crate) fn handle_timeout(&self, now: Instant) -> Option<TimedOut> {
+        if !self.deadline.passed(now) {
             return None;
         }
-        self.held_back()
-    }
-
-    /// The handshake timeout passed before the first flight was whole:
-    /// what to log, with the fix (none while the reply was still owed).
-    pub(crate) fn timeout_note(&self) -> Option<String> {
-        self.reply.is_empty().then(|| {
-            // A client-first protocol whose first bytes could still be a
-            // request line waits here.
-            format!(
-                "fronting target={}: the first {} bytes are neither a TLS ClientHello \
-                 nor a whole request line, and no more came within timeouts.handshake; \
-                 port {} is vetted because a rule inspects it: send this protocol to \
-                 another port, or inspect or terminate it",
-                self.target,
-                self.first.len(),
-                self.target.port
-            )
-        })
+        if !self.reply.is_empty() {
+            // The client was never asked yet.
+            return Some(TimedOut::Close { note: None });
+        }
+        if let Some(flight) = self.held_back() {
+            return Some(TimedOut::Judge(flight));
+        }
+        // A client-first protocol whose first bytes could still be a
+        // request line waits here: say what to fix.
+        let note = format!(
+            "fronting target={}: the first {} bytes are neither a TLS ClientHello \
+             nor a whole request line, and no more came within timeouts.handshake; \
+             port {} is vetted because a rule inspects it: send this protocol to \
+             another port, or inspect or terminate it",
+            self.target,
+            self.first.len(),
+            self.target.port
+        );
+        Some(TimedOut::Close { note: Some(note) })
     }
 }
 

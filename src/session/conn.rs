@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::ctx::Ctx;
 use super::refusal::Dialect;
@@ -157,11 +157,6 @@ impl Conn {
                 datagrams: None,
             },
         }
-    }
-
-    /// Sets the deadline `after` from `now`, replacing any other.
-    pub(crate) fn deadline_in(&mut self, now: Instant, after: Duration) {
-        self.deadline = Some(now + after);
     }
 
     /// Records policy's decision on the target, and counts it under its rule.

@@ -683,6 +683,7 @@ impl Connecting {
                 target,
                 dialect,
                 idle,
+                Deadline::after(ctx.now, ctx.settings.timeouts.handshake),
             ))),
             After::Passthrough { to_client, own } => {
                 let mut preload = Preload::reply(&to_client, &early, ctx);

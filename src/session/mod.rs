@@ -352,9 +352,8 @@ impl Session {
             | State::Resolving(_)
             | State::Connecting(_)
             | State::Securing(_)
+            | State::Vetting(_)
             | State::Closing(_) => self.conn.deadline = next.poll_timeout(),
-            // A vetted raw tunnel has the handshake timeout for its first flight.
-            State::Vetting(_) => self.conn.deadline_in(ctx.now, timeouts.handshake),
             State::Passthrough(p) => {
                 self.conn.deadline = p
                     .idle_timeout(timeouts.half_close)

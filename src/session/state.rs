@@ -146,6 +146,7 @@ impl State {
             State::Resolving(r) => Some(r.poll_timeout()),
             State::Connecting(c) => Some(c.poll_timeout()),
             State::Securing(s) => Some(s.poll_timeout()),
+            State::Vetting(v) => Some(v.poll_timeout()),
             State::Closing(c) => Some(c.poll_timeout()),
             _ => None,
         }

@@ -30,7 +30,7 @@
 //! SNI, neither TLS nor HTTP, and an upstream that speaks first (not a TLS
 //! or HTTP front) are relayed under the tunnel's own rule.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::channel::Channel;
 use super::closing::answer;
@@ -41,7 +41,8 @@ use super::inspect::Inspect;
 use super::passthrough::{Passthrough, Preload};
 use super::refusal::Dialect;
 use super::state::State;
-use crate::core::vetting::{Next, Verdict, VettingCore};
+use crate::core::clock::Deadline;
+use crate::core::vetting::{Next, TimedOut, Verdict, VettingCore};
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::Target;
 use crate::protocol::first_flight::FirstFlight;
@@ -69,11 +70,12 @@ impl Vetting {
         target: Target,
         dialect: Dialect,
         idle: Option<Duration>,
+        deadline: Deadline,
     ) -> Vetting {
         Vetting {
             client,
             upstream,
-            core: VettingCore::new(reply, early, target),
+            core: VettingCore::new(reply, early, target, deadline),
             from_upstream,
             dialect,
             idle,
@@ -104,13 +106,21 @@ impl Vetting {
     /// closed, unless what arrived is whole or refused as it stands (its
     /// verdict, as it would have been given on arrival).
     pub(crate) fn on_timeout(self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        if let Some(flight) = self.core.timed_out() {
-            return (*self).judge(flight, conn, ctx);
+        match self.core.handle_timeout(ctx.now) {
+            None => State::Vetting(self),
+            Some(TimedOut::Judge(flight)) => (*self).judge(flight, conn, ctx),
+            Some(TimedOut::Close { note }) => {
+                if let Some(note) = note {
+                    log::info!("conn={} {note}", conn.id);
+                }
+                State::Done(CloseReason::HandshakeTimeout)
+            }
         }
-        if let Some(note) = self.core.timeout_note() {
-            log::info!("conn={} {note}", conn.id);
-        }
-        State::Done(CloseReason::HandshakeTimeout)
+    }
+
+    /// When the client runs out of time for its first flight.
+    pub(crate) fn poll_timeout(&self) -> Instant {
+        self.core.poll_timeout()
     }
 
     /// Judges `flight` against the policy and carries the verdict out.

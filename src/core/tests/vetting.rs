@@ -11,7 +11,7 @@ use rustls::{ClientConfig, ClientConnection};
 
 use super::Rng;
 use crate::core::mem::MemPort;
-use crate::core::vetting::{Next, Verdict, VettingCore};
+use crate::core::vetting::{Next, TimedOut, Verdict, VettingCore};
 use crate::policy::{parse_cli_inspect, parse_cli_rule, parse_cli_terminate, Action, Policy};
 use crate::protocol::first_flight::{self, FirstFlight};
 use crate::target::Target;
@@ -49,7 +49,7 @@ fn client_hello(config: Arc<ClientConfig>, sni: &str) -> Vec<u8> {
 
 /// Runs the core on `first` (delivered whole) and judges what it read.
 fn verdict_for(first: &[u8], port: u16) -> Verdict {
-    let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(port));
+    let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(port), super::deadline(10));
     let (mut client, mut upstream) = (MemPort::roomy(), MemPort::roomy());
     client.deliver(first);
     let flight = match core.pump(&mut client, &mut upstream) {
@@ -72,7 +72,7 @@ fn get(host: &str) -> Vec<u8> {
 
 #[test]
 fn the_reply_goes_first_and_nothing_is_read_or_watched_before_it() {
-    let mut core = VettingCore::new(REPLY.to_vec(), Vec::new(), tunnel(80));
+    let mut core = VettingCore::new(REPLY.to_vec(), Vec::new(), tunnel(80), super::deadline(10));
     let mut client = MemPort::default();
     client.room = 7;
     let mut upstream = MemPort::roomy();
@@ -101,7 +101,7 @@ fn the_reply_goes_first_and_nothing_is_read_or_watched_before_it() {
 /// with the client's bytes there too.
 #[test]
 fn an_upstream_banner_beside_the_first_flight_means_no_front() {
-    let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(443));
+    let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(443), super::deadline(10));
     let (mut client, mut upstream) = (MemPort::roomy(), MemPort::roomy());
     client.deliver(&get("evil.test"));
     upstream.deliver(b"220 smtp.other.test ESMTP\r\n");
@@ -114,7 +114,12 @@ fn a_first_flight_split_anywhere_is_read_whole() {
     let hello = client_hello(f.clients().config(), "good.test");
     for bytes in [hello, get("plain.test")] {
         for early in [0, 1, 5, bytes.len() / 2] {
-            let mut core = VettingCore::new(Vec::new(), bytes[..early].to_vec(), tunnel(443));
+            let mut core = VettingCore::new(
+                Vec::new(),
+                bytes[..early].to_vec(),
+                tunnel(443),
+                super::deadline(10),
+            );
             let (mut client, mut upstream) = (MemPort::roomy(), MemPort::roomy());
             let mut next = core.pump(&mut client, &mut upstream);
             for b in &bytes[early..] {
@@ -179,7 +184,12 @@ fn plaintext_http_is_held_to_the_host_it_names_first() {
         other => panic!("{other:?}"),
     }
     // A destination that spoke already cannot be an HTTP front: relayed.
-    let mut core = VettingCore::new(Vec::new(), get("other.test"), tunnel(80));
+    let mut core = VettingCore::new(
+        Vec::new(),
+        get("other.test"),
+        tunnel(80),
+        super::deadline(10),
+    );
     let Next::Flight(flight) = core.pump(&mut MemPort::roomy(), &mut MemPort::roomy()) else {
         panic!("no flight");
     };
@@ -251,14 +261,19 @@ fn neither_tls_nor_http_is_relayed() {
 
 #[test]
 fn an_upstream_that_speaks_before_the_client_is_relayed() {
-    let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(443));
+    let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(443), super::deadline(10));
     let (mut client, mut upstream) = (MemPort::roomy(), MemPort::roomy());
     assert!(matches!(core.pump(&mut client, &mut upstream), Next::Wait));
     upstream.deliver(b"220 smtp.other.test ESMTP\r\n");
     assert!(matches!(core.pump(&mut client, &mut upstream), Next::Relay));
     assert_eq!(upstream.read_total, 0, "watched, never read");
     // But once the client has begun, its flight is what counts.
-    let mut core = VettingCore::new(Vec::new(), b"GET / HT".to_vec(), tunnel(80));
+    let mut core = VettingCore::new(
+        Vec::new(),
+        b"GET / HT".to_vec(),
+        tunnel(80),
+        super::deadline(10),
+    );
     let mut upstream = MemPort::roomy();
     upstream.deliver(b"hello");
     assert!(matches!(
@@ -270,7 +285,12 @@ fn an_upstream_that_speaks_before_the_client_is_relayed() {
 #[test]
 fn a_client_that_leaves_before_its_flight_is_whole_is_gone() {
     for reset in [false, true] {
-        let mut core = VettingCore::new(Vec::new(), b"GET / HT".to_vec(), tunnel(80));
+        let mut core = VettingCore::new(
+            Vec::new(),
+            b"GET / HT".to_vec(),
+            tunnel(80),
+            super::deadline(10),
+        );
         let mut client = MemPort::roomy();
         if reset {
             client.reset = true;
@@ -286,11 +306,20 @@ fn a_client_that_leaves_before_its_flight_is_whole_is_gone() {
 
 #[test]
 fn the_timeout_says_how_to_fix_it_once_the_reply_is_out() {
-    let core = VettingCore::new(REPLY.to_vec(), Vec::new(), tunnel(443));
-    assert_eq!(core.timeout_note(), None, "the client was never asked yet");
-    let core = VettingCore::new(Vec::new(), b"\x00\x01".to_vec(), tunnel(443));
-    let note = core.timeout_note().unwrap();
-    assert!(note.contains("the first 2 bytes"), "{note}");
+    let core = VettingCore::new(REPLY.to_vec(), Vec::new(), tunnel(443), super::deadline(10));
+    assert_eq!(
+        timed_out(&core),
+        Err(None),
+        "the client was never asked yet"
+    );
+    let core = VettingCore::new(
+        Vec::new(),
+        b"GET".to_vec(),
+        tunnel(443),
+        super::deadline(10),
+    );
+    let note = timed_out(&core).unwrap_err().unwrap();
+    assert!(note.contains("the first 3 bytes"), "{note}");
     assert!(note.contains("send this protocol to another port, or inspect or terminate it"));
 }
 
@@ -324,6 +353,18 @@ fn held_back_head(core: &mut VettingCore, client: &mut MemPort) {
     assert!(matches!(core.pump(client, upstream), Next::Wait));
 }
 
+/// The deadline passed (after checking it does nothing a moment before):
+/// the flight to judge, or the note of a plain timeout.
+fn timed_out(core: &VettingCore) -> Result<FirstFlight, Option<String>> {
+    assert_eq!(core.poll_timeout(), super::at(10, 0));
+    assert_eq!(core.handle_timeout(super::at(9, 999)), None, "not yet");
+    match core.handle_timeout(super::at(10, 0)) {
+        Some(TimedOut::Judge(flight)) => Ok(flight),
+        Some(TimedOut::Close { note }) => Err(note),
+        None => panic!("not timed out at the deadline"),
+    }
+}
+
 const REFUSED_HEAD: FirstFlight = FirstFlight::Malformed("a request head that does not parse");
 
 /// At the deadline, what the gate held back gets the verdict a parse on
@@ -331,10 +372,10 @@ const REFUSED_HEAD: FirstFlight = FirstFlight::Malformed("a request head that do
 /// a bare timeout; what needs more still times out.
 #[test]
 fn a_flight_the_gate_held_back_gets_its_verdict_at_the_deadline() {
-    let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(80));
+    let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(80), super::deadline(10));
     let mut client = MemPort::roomy();
     held_back_head(&mut core, &mut client);
-    let flight = core.timed_out().expect("a verdict, not a timeout");
+    let flight = timed_out(&core).expect("a verdict, not a timeout");
     assert_eq!(flight, REFUSED_HEAD);
     match judge(&core, flight, 80, false) {
         Verdict::Refuse { answer, why, .. } => {
@@ -344,8 +385,13 @@ fn a_flight_the_gate_held_back_gets_its_verdict_at_the_deadline() {
         other => panic!("{other:?}"),
     }
     // A whole flight never looked at yet: its own verdict.
-    let core = VettingCore::new(Vec::new(), get("evil.test"), tunnel(443));
-    let flight = core.timed_out().expect("a verdict, not a timeout");
+    let core = VettingCore::new(
+        Vec::new(),
+        get("evil.test"),
+        tunnel(443),
+        super::deadline(10),
+    );
+    let flight = timed_out(&core).expect("a verdict, not a timeout");
     assert!(matches!(
         judge(&core, flight, 443, false),
         Verdict::Refuse { .. }
@@ -355,10 +401,16 @@ fn a_flight_the_gate_held_back_gets_its_verdict_at_the_deadline() {
         Vec::new(),
         b"GET / HTTP/1.1\r\nHost: a".to_vec(),
         tunnel(80),
+        super::deadline(10),
     );
-    assert_eq!(core.timed_out(), None);
-    let core = VettingCore::new(REPLY.to_vec(), get("evil.test"), tunnel(80));
-    assert_eq!(core.timed_out(), None);
+    assert!(timed_out(&core).is_err());
+    let core = VettingCore::new(
+        REPLY.to_vec(),
+        get("evil.test"),
+        tunnel(80),
+        super::deadline(10),
+    );
+    assert!(timed_out(&core).is_err());
 }
 
 /// A client that ends (or resets) after a flight the gate held back gets
@@ -366,7 +418,7 @@ fn a_flight_the_gate_held_back_gets_its_verdict_at_the_deadline() {
 #[test]
 fn a_flight_the_gate_held_back_is_judged_when_the_client_leaves() {
     for reset in [false, true] {
-        let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(80));
+        let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(80), super::deadline(10));
         let mut client = MemPort::roomy();
         held_back_head(&mut core, &mut client);
         if reset {
@@ -424,7 +476,7 @@ fn a_flight_in_pieces_gets_its_verdict_at_the_read_that_decides_it() {
             let at = rng.below(bytes.len());
             bytes.splice(at..at, [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x28]);
         }
-        let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(443));
+        let mut core = VettingCore::new(Vec::new(), Vec::new(), tunnel(443), super::deadline(10));
         let (mut client, mut upstream) = (MemPort::roomy(), MemPort::roomy());
         let mut at = 0;
         while at < bytes.len() {
