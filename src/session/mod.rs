@@ -9,7 +9,8 @@
 //! handler runs the current state, which consumes itself and returns the
 //! next; [`Session::step`] is the one place a state changes, so every
 //! transition (a sub-stage change included) is logged there, the phase gauges move
-//! there, and each new state gets its deadline there.
+//! there, and the session's timer is armed there on the new state's
+//! deadline (a stage's core keeps its own: `State::poll_timeout`).
 //!
 //! Each state owns what it uses, sockets included: Connecting owns the
 //! pending upstream, Passthrough and Inspect own both ends, Closing owns the
@@ -323,8 +324,9 @@ impl Session {
 
     /// Runs `f` on the current state and enters the state it returns. This is
     /// the one place a state changes: the change is logged (sub-stages too),
-    /// the phase gauges move, the new state gets its deadline, and an ended
-    /// session is accounted for. Returns whether the state changed.
+    /// the phase gauges move, the timer is armed on the new state's
+    /// deadline, and an ended session is accounted for. Returns whether the
+    /// state changed.
     fn step(&mut self, ctx: &mut Ctx, f: impl FnOnce(State, &mut Conn, &mut Ctx) -> State) -> bool {
         let state = std::mem::replace(&mut self.state, State::Done(CloseReason::Done));
         let from_kind = std::mem::discriminant(&state);
