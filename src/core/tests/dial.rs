@@ -47,7 +47,8 @@ fn connect(
     mut net: impl FnMut(SocketAddr) -> io::Result<()>,
 ) -> (Vec<Action>, Outcome) {
     let mut dials = Vec::new();
-    loop {
+    // Bounded: a core that dials forever fails here rather than hangs.
+    for _ in 0..64 {
         let Some(action) = core.poll_action() else {
             return (dials, Outcome::Unreachable(core.give_up()));
         };
@@ -64,6 +65,7 @@ fn connect(
             outcome => return (dials, outcome),
         }
     }
+    panic!("the core never stops dialling: {:?} ...", &dials[..4]);
 }
 
 fn dial(addr: &str, vetted: &str) -> Action {

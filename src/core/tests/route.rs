@@ -139,6 +139,12 @@ impl Case {
 fn dials(core: &mut DialCore) -> Vec<Action> {
     let mut out = Vec::new();
     while let Some(action) = core.poll_action() {
+        // Bounded: a core that dials forever fails here rather than hangs.
+        assert!(
+            out.len() < 64,
+            "the core never stops dialling: {:?} ...",
+            &out[..4]
+        );
         out.push(action);
         let refused = io::ErrorKind::ConnectionRefused.into();
         if let Outcome::Unreachable(_) = core.handle(DialInput::Failed(refused)) {
