@@ -672,6 +672,7 @@ impl InspectCore {
             }
         }
         if self.half_close_due(client).is_some_and(|due| now >= due) {
+            self.response_stalled()?;
             log::info!(
                 "conn={} the client finished and nothing moved for the half-close timeout",
                 self.id
@@ -697,8 +698,23 @@ impl InspectCore {
             }
         } else if let Some(idle) = self.clocks.idle {
             if now >= self.clocks.last_active + idle {
+                self.response_stalled()?;
                 return Err(Stop::Done(CloseReason::IdleTimeout));
             }
+        }
+        Ok(())
+    }
+
+    /// A clock is about to end the session while a response head is
+    /// arriving: one the head gate held back that is already malformed is
+    /// refused for what it is (a 502 to the client), not timed out.
+    fn response_stalled(&mut self) -> Result<(), Stop> {
+        if self.ex.response_stalled(self.uin.data()) {
+            log::info!(
+                "conn={} the upstream's response head, stalled, does not parse",
+                self.id
+            );
+            self.check_status()?;
         }
         Ok(())
     }

@@ -518,3 +518,47 @@ fn each_request_gets_its_own_response_clock() {
     s.elapse(Duration::from_secs(1));
     assert_eq!(s.reason(), Some(CloseReason::ResponseTimeout));
 }
+
+/// A response head that went wrong before its end, then silence: the
+/// head gate held its bad line back (no empty line yet, not twice the
+/// bytes), so only a clock ends the wait. When the idle or the half-close
+/// clock does, the client hears the 502 a parse on arrival gave it, not a
+/// bare close; a head merely incomplete still times out.
+#[test]
+fn a_malformed_response_head_held_back_is_a_502_when_a_clock_ends_the_wait() {
+    let start = "HTTP/1.1 200 OK\r\nX-Pad: aaaaaaaaaaaaaaaaaaaa\r\n";
+    for (bad, half_close) in [(true, false), (true, true), (false, false)] {
+        // Idle timeouts off when the client finishes: the half-close clock
+        // (60 s) ends the wait.
+        let mut s = Session::new(Options {
+            idle: (!half_close).then_some(Duration::from_secs(5)),
+            ..Options::tunnel()
+        });
+        s.client_sends(get("/a"));
+        if half_close {
+            s.client_fin();
+        }
+        s.drive();
+        s.upstream_sends(start);
+        s.drive();
+        s.upstream_sends(if bad {
+            "Bad Header: x\r\n"
+        } else {
+            "X-Ok: y\r\n"
+        });
+        s.drive();
+        assert!(s.stop.is_none(), "held back, waiting");
+        s.elapse(Duration::from_secs(120));
+        let text = s.client_text();
+        if bad {
+            assert!(
+                text.starts_with("HTTP/1.1 502") && text.contains("bad-upstream-response"),
+                "half-close {half_close}: {text}"
+            );
+            assert_eq!(s.reason(), Some(CloseReason::UpstreamGone), "{text}");
+        } else {
+            assert_eq!(text, "", "nothing of a head cut short is relayed");
+            assert_eq!(s.reason(), Some(CloseReason::IdleTimeout));
+        }
+    }
+}

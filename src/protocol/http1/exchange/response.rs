@@ -149,6 +149,31 @@ impl Exchange {
     }
 
     /// The upstream broke HTTP before any of this response went out: 502.
+    /// A clock of the session's ran out (idle, half-close) while a
+    /// response head was arriving: what the head gate held back is looked
+    /// at first. A malformed or oversized start ends the conversation as a
+    /// bad upstream (`502`), as a parse on arrival would have, and this
+    /// returns true; a head merely incomplete changes nothing (the caller
+    /// times the session out). `input`: the upstream's bytes not yet
+    /// taken.
+    pub fn response_stalled(&mut self, input: &[u8]) -> bool {
+        let head_due = matches!(self.phase, Phase::Open)
+            && matches!(self.resp, Resp::Head)
+            && matches!(self.due.front(), Some(Due::Upstream(_)));
+        if !head_due || input.is_empty() {
+            return false;
+        }
+        // Only an error is taken here: a whole head always passes the gate.
+        match http1::parse_response_head(input, self.config.max_head_bytes) {
+            Err(HeadError::TooLarge) => self.bad_upstream("response head too large".into()),
+            Err(HeadError::Malformed(why)) => {
+                self.bad_upstream(format!("malformed response: {why}"))
+            }
+            Ok(_) => return false,
+        };
+        true
+    }
+
     fn bad_upstream(&mut self, why: String) -> UpstreamAction {
         let answer = error_response(502, "bad-upstream-response", &why, &[]);
         self.close(End::BadUpstream(why), Some((502, answer)));
