@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
-"""The proxy's CPU for first flights trickled a byte at a time into vetted
-raw tunnels.
+"""The proxy's CPU for bytes trickled one at a time: request heads into
+the handshake, and first flights into vetted raw tunnels.
 
 Starts BINARY on 127.0.0.1:PORT with two rules on one loopback port (a
 silent upstream listening there): `localhost` raw, `a.localhost`
 inspected, so a tunnel to localhost is vetted (its first flight read and
-parsed before anything is relayed). For each kind of flight, opens CONNS
-such tunnels and sends each flight one byte per send, every tunnel's next
-byte after a short pause, so each byte arrives on its own; the flights
-stay just short of their end (or of the bound). Prints the proxy's CPU
-seconds (utime + stime, /proc) per kind: the wake-ups and reads a byte
-costs, plus whatever parsing the flights cost (quadratic in a flight's
-size if every arrival re-parses it).
+parsed before anything is relayed). For each case, opens CONNS
+connections and sends each its bytes one per send, every connection's
+next byte after a short pause, so each byte arrives on its own; the bytes
+stay just short of their end (or of the bound):
 
-    scripts/trickle-flights.py target/release/portcullis [PORT] [CONNS]
+- a 30 KiB CONNECT head (thirty 1,000-byte headers), to the handshake;
+- into vetted tunnels: a 16 KiB request head, 16 KiB of CRLFs, and a
+  ClientHello in 30 KiB of one-byte records.
+
+Prints the proxy's CPU seconds (utime + stime, /proc) per case: the
+wake-ups and reads a byte costs, plus whatever parsing costs (quadratic
+in the size if every arrival re-parses what came so far).
+
+    scripts/trickle.py target/release/portcullis [PORT] [CONNS]
     # two builds, same run:
-    for b in "$BASELINE_BIN" target/release/portcullis; do scripts/trickle-flights.py "$b"; done
+    for b in "$BASELINE_BIN" target/release/portcullis; do scripts/trickle.py "$b"; done
 """
 import os
 import socket
@@ -67,8 +72,13 @@ def hello_in_one_byte_records(size):
     return b"".join(b"\x16\x03\x01\x00\x01" + msg[i : i + 1] for i in range(len(msg)))
 
 
+connect_head = b"CONNECT example.test:443 HTTP/1.1\r\n"
+connect_head += b"".join(b"X-F: " + b"f" * 1000 + b"\r\n" for _ in range(30))
 head = b"GET / HTTP/1.1\r\nHost: localhost\r\n"
 head += b"".join(b"X-F: " + b"f" * 500 + b"\r\n" for _ in range(31))
+# Into the handshake: no CONNECT first.
+heads = {"30 KiB CONNECT head": connect_head}
+# Into a vetted tunnel, after its CONNECT.
 flights = {
     # All but the end: incomplete throughout.
     "16 KiB request head": head,
@@ -94,14 +104,17 @@ with tempfile.NamedTemporaryFile("w", suffix=".toml") as cfg:
             fields = open(f"/proc/{proxy.pid}/stat").read().rsplit(")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-        for name, flight in flights.items():
+        cases = [(name, b, False) for name, b in heads.items()]
+        cases += [(name, b, True) for name, b in flights.items()]
+        for name, flight, tunnel in cases:
             socks = []
             for _ in range(conns):
                 s = socket.create_connection(("127.0.0.1", port))
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                s.sendall(f"CONNECT localhost:{up_port} HTTP/1.1\r\n\r\n".encode())
-                reply = s.recv(4096)
-                assert reply.startswith(b"HTTP/1.1 200"), reply
+                if tunnel:
+                    s.sendall(f"CONNECT localhost:{up_port} HTTP/1.1\r\n\r\n".encode())
+                    reply = s.recv(4096)
+                    assert reply.startswith(b"HTTP/1.1 200"), reply
                 socks.append(s)
             before = cpu()
             for i in range(len(flight)):
@@ -118,6 +131,6 @@ with tempfile.NamedTemporaryFile("w", suffix=".toml") as cfg:
                     early = b""
                 assert not early, f"{name}: answered early: {early[:80]!r}"
                 s.close()
-            print(f"{binary}: {name}, {conns} tunnels of {len(flight)} bytes, a byte per send: proxy CPU {spent:.2f} s")
+            print(f"{binary}: {name}, {conns} connections of {len(flight)} bytes, a byte per send: proxy CPU {spent:.2f} s")
     finally:
         proxy.kill()
