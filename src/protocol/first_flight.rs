@@ -76,9 +76,9 @@ pub fn parse(buf: &[u8]) -> FirstFlight {
 /// parse through only when its answer may have changed, which is exactly
 /// when the parse could stop needing more:
 ///
-/// - TLS (the flight starts with `0x16`): the first record's version
-///   bytes (the sniff decides on them); a record header no handshake
-///   record can have (another type or version, length 0 or over 16 KiB);
+/// - TLS (the flight starts with `0x16`, whatever follows): a record
+///   header no handshake record can have (another type or major version,
+///   length 0 or over 16 KiB);
 ///   a record that completes the message's 4-byte header when that header
 ///   is no ClientHello's or claims over [`MAX_CLIENT_HELLO`], or that
 ///   completes the message. Records are walked as they arrive (where the
@@ -166,9 +166,8 @@ impl FlightGate {
         let crossed = |at: usize| parsed < at && at <= len;
         let changed = match &mut self.scan {
             Scan::Empty => false,
-            // The sniff decides on the version's first byte; the second
-            // byte is parsed anyway, the bytes doubling from the first.
-            Scan::Tls(records) => crossed(3) || records.walk(buf),
+            // Nothing is decided before a record header is whole.
+            Scan::Tls(records) => records.walk(buf),
             Scan::Text(lines) => {
                 let ended = lines.scan(buf, from);
                 ended
@@ -282,6 +281,14 @@ fn parse_prefix(buf: &[u8]) -> FirstFlight {
             Sniff::Http | Sniff::NeedMore => http(buf, start),
             _ => other_or_http(buf, start),
         };
+    }
+    if buf.first() == Some(&0x16) {
+        // A handshake record: read as TLS whatever its record version says
+        // (a server ignores it, RFC 8446 5.1: rustls and OpenSSL check only
+        // its major byte, Go only that it is under 0x1000), so a name in a
+        // ClientHello with an odd version is vetted, not relayed raw as
+        // neither TLS nor HTTP; a major byte other than 3 is malformed.
+        return tls(buf);
     }
     match sniff(buf) {
         Sniff::NeedMore => FirstFlight::NeedMore,

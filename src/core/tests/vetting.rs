@@ -497,3 +497,36 @@ fn a_flight_in_pieces_gets_its_verdict_at_the_read_that_decides_it() {
         assert_eq!(core.into_first(), bytes[..at], "case {case}: all kept");
     }
 }
+
+/// A ClientHello whose record header carries another version than 0x0301
+/// to 0x0304: a server reads it as TLS (RFC 8446 5.1: the field is ignored;
+/// rustls and OpenSSL check only its major byte, Go only that it is under
+/// 0x1000), so the name it carries must be vetted, not relayed raw as
+/// "neither TLS nor HTTP".
+#[test]
+fn a_client_hello_with_an_odd_record_version_is_vetted() {
+    let f = Fixture::new();
+    let hello = client_hello(f.clients().config(), "evil.test");
+    for version in [
+        [0x03, 0x05],
+        [0x03, 0xff],
+        [0x00, 0x00],
+        [0x02, 0x00],
+        [0x0f, 0xff],
+    ] {
+        let mut odd = hello.clone();
+        odd[1..3].copy_from_slice(&version);
+        if version[0] == 0x03 {
+            // A real server takes it for the ClientHello it is.
+            let mut acceptor = rustls::server::Acceptor::default();
+            acceptor.read_tls(&mut &odd[..]).unwrap();
+            let accepted = acceptor.accept().map_err(|(e, _)| e).unwrap().unwrap();
+            assert_eq!(accepted.client_hello().server_name(), Some("evil.test"));
+        }
+        let v = verdict_for(&odd, 443);
+        assert!(
+            matches!(v, Verdict::Refuse { .. }),
+            "record version {version:02x?}: {v:?}"
+        );
+    }
+}
