@@ -59,6 +59,13 @@ pub enum FirstFlight {
 /// split into many small records takes more than its own size.
 pub const MAX_FIRST_FLIGHT: usize = 2 * MAX_CLIENT_HELLO;
 
+/// A flight starting with this byte is read as TLS records: it is a TLS
+/// record's content type (change_cipher_spec, alert, handshake,
+/// application_data), which no text protocol starts with.
+pub fn starts_tls(first: u8) -> bool {
+    matches!(first, 0x14..=0x17)
+}
+
 /// Parses the first flight read so far. Past [`MAX_FIRST_FLIGHT`] bytes,
 /// what still needs more is [`FirstFlight::TooLarge`].
 pub fn parse(buf: &[u8]) -> FirstFlight {
@@ -76,7 +83,7 @@ pub fn parse(buf: &[u8]) -> FirstFlight {
 /// parse through only when its answer may have changed, which is exactly
 /// when the parse could stop needing more:
 ///
-/// - TLS (the flight starts with `0x16`, whatever follows): a record
+/// - TLS (the flight starts as a TLS record does: [`starts_tls`]): a record
 ///   header no handshake record can have (another type or major version,
 ///   length 0 or over 16 KiB);
 ///   a record that completes the message's 4-byte header when that header
@@ -113,7 +120,7 @@ enum Scan {
     /// Nothing scanned yet.
     #[default]
     Empty,
-    /// A flight starting with `0x16`.
+    /// A flight starting as a TLS record does.
     Tls(Records),
     /// Anything else.
     Text(Lines),
@@ -155,7 +162,7 @@ impl FlightGate {
         }
         let from = self.scanned;
         if matches!(self.scan, Scan::Empty) && len > 0 {
-            self.scan = if buf[0] == 0x16 {
+            self.scan = if starts_tls(buf[0]) {
                 Scan::Tls(Records::default())
             } else {
                 Scan::Text(Lines::default())
@@ -282,12 +289,14 @@ fn parse_prefix(buf: &[u8]) -> FirstFlight {
             _ => other_or_http(buf, start),
         };
     }
-    if buf.first() == Some(&0x16) {
-        // A handshake record: read as TLS whatever its record version says
-        // (a server ignores it, RFC 8446 5.1: rustls and OpenSSL check only
+    if buf.first().is_some_and(|b| starts_tls(*b)) {
+        // A TLS record: read as TLS whatever its record version says (a
+        // server ignores it, RFC 8446 5.1: rustls and OpenSSL check only
         // its major byte, Go only that it is under 0x1000), so a name in a
         // ClientHello with an odd version is vetted, not relayed raw as
-        // neither TLS nor HTTP; a major byte other than 3 is malformed.
+        // neither TLS nor HTTP; a major byte other than 3 is malformed. So
+        // is any record before the ClientHello: Go and rustls servers drop
+        // a warning alert sent first and read the ClientHello behind it.
         return tls(buf);
     }
     match sniff(buf) {
@@ -676,9 +685,10 @@ mod tests {
         assert!(matches!(parse(&two_exts), FirstFlight::Malformed(_)));
         let bad_name = hello(&[(0, sni_ext(&["good test"]))]);
         assert!(matches!(parse(&bad_name), FirstFlight::Malformed(_)));
-        // An alert record where the hello should be.
+        // An alert record where the hello should be: a server may drop a
+        // warning and read a ClientHello behind it, so it is no "other".
         let alert = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x28];
-        assert_eq!(parse(&alert), FirstFlight::Other);
+        assert!(matches!(parse(&alert), FirstFlight::Malformed(_)));
         let mut cut_then_alert = hello(&[(0, sni_ext(&["good.test"]))]);
         let len = cut_then_alert.len();
         cut_then_alert[3..5].copy_from_slice(&((len - 5 - 10) as u16).to_be_bytes());
@@ -903,9 +913,18 @@ mod gate_tests {
     /// parse refuses (or cut short).
     fn tls_flight(rng: &mut Rng) -> Vec<u8> {
         if rng.below(20) == 0 {
-            // No TLS version: neither TLS nor HTTP.
+            // An odd record version, or no record header at all.
             let start: &[u8] = rng.pick(&[&[0x16, 0x00][..], &[0x16, 0x03, 0x05], &[0x16, 0x16]]);
             return [start, b"\x01\x00"].concat();
+        }
+        if rng.below(20) == 0 {
+            // Another record first (a warning alert, a change_cipher_spec).
+            let first: &[u8] = rng.pick(&[
+                &[0x15, 0x03, 0x01, 0x00, 0x02, 0x01, 0x5a][..],
+                &[0x14, 0x03, 0x03, 0x00, 0x01, 0x01],
+            ]);
+            let msg = hello_message(rng);
+            return [first, &in_records(rng, &msg)].concat();
         }
         let mut msg = hello_message(rng);
         match rng.below(10) {
@@ -1123,7 +1142,9 @@ mod gate_tests {
                 // A head refused before its end: the same answer by the
                 // first read past twice as many bytes, else at the end
                 // (the deadline's, or the EOF's, parse).
-                (Some((n, want)), got) if bytes[0] != 0x16 && head_refused(&bytes[..*n], want) => {
+                (Some((n, want)), got)
+                    if !starts_tls(bytes[0]) && head_refused(&bytes[..*n], want) =>
+                {
                     let bound = cuts.iter().copied().find(|&c| c >= 2 * n);
                     match (got, bound) {
                         (Some((m, got)), _) => {

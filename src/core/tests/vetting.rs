@@ -530,3 +530,50 @@ fn a_client_hello_with_an_odd_record_version_is_vetted() {
         );
     }
 }
+
+/// A warning alert before the ClientHello: Go's and rustls's servers drop
+/// it (a warning before any version is agreed) and read the ClientHello
+/// behind it, so the flight must be vetted as TLS (refused: a record other
+/// than a handshake before the ClientHello), not relayed raw as neither
+/// TLS nor HTTP.
+#[test]
+fn a_client_hello_behind_a_warning_alert_is_not_relayed() {
+    let f = Fixture::new();
+    let hello = client_hello(f.clients().config(), "evil.test");
+    // user_canceled (90), a warning.
+    let mut flight = vec![0x15, 0x03, 0x01, 0x00, 0x02, 0x01, 90];
+    flight.extend_from_slice(&hello);
+    assert_eq!(server_reads_sni(&flight).as_deref(), Some("evil.test"));
+    match verdict_for(&flight, 443) {
+        Verdict::Refuse { answer, .. } => assert_eq!(answer[0], 0x15, "an alert: {answer:?}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The SNI a rustls server reads from `flight` (its certificate lookup).
+fn server_reads_sni(flight: &[u8]) -> Option<String> {
+    use rustls::server::{ClientHello, ResolvesServerCert};
+    use rustls::sign::CertifiedKey;
+    use std::sync::Mutex;
+    #[derive(Debug, Default)]
+    struct Seen(Mutex<Option<String>>);
+    impl ResolvesServerCert for Seen {
+        fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+            *self.0.lock().unwrap() = hello.server_name().map(str::to_owned);
+            None
+        }
+    }
+    let seen = Arc::new(Seen::default());
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_cert_resolver(seen.clone());
+    let mut server = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+    let mut rest = flight;
+    while !rest.is_empty() && server.read_tls(&mut rest).unwrap() > 0 {
+        if server.process_new_packets().is_err() {
+            break;
+        }
+    }
+    let name = seen.0.lock().unwrap().clone();
+    name
+}
