@@ -92,7 +92,7 @@ pub fn parse(buf: &[u8]) -> FirstFlight {
 ///   next header starts, how much message is in), so every answer comes
 ///   at the very read it would come at without the gate.
 /// - anything else: the first byte after the empty lines that is no
-///   method character (a word and a space, or neither TLS nor HTTP), the
+///   method character (a word and a blank, or neither TLS nor HTTP), the
 ///   end of the first line (a request line or [`FirstFlight::Other`]), an
 ///   empty line after it (the end of a head), and the size bounds: again
 ///   at the very read. A request head `httparse` refuses before its end is
@@ -311,12 +311,12 @@ fn parse_prefix(buf: &[u8]) -> FirstFlight {
 /// upper-case tokens): still a request if its first line is one, whatever
 /// the method's case or characters (`get /admin HTTP/1.1`: Go's server,
 /// among others, takes any token as a method and routes by `Host`), else
-/// [`FirstFlight::Other`]. A first token and a space with no line end yet
+/// [`FirstFlight::Other`]. A first token and a blank with no line end yet
 /// waits for the line (the client decides where segments end).
 fn other_or_http(buf: &[u8], start: usize) -> FirstFlight {
     let rest = &buf[start..];
     let token = rest.iter().take_while(|b| is_tchar(**b)).count();
-    if token == 0 || rest.get(token) != Some(&b' ') {
+    if token == 0 || !rest.get(token).is_some_and(|b| is_blank(*b)) {
         return match (token, rest.get(token)) {
             // Only token bytes so far: the space may come.
             (1.., None) if rest.len() < MAX_HEAD => FirstFlight::NeedMore,
@@ -330,19 +330,25 @@ fn other_or_http(buf: &[u8], start: usize) -> FirstFlight {
             FirstFlight::NeedMore
         };
     };
-    let line = rest[..end].strip_suffix(b"\r").unwrap_or(&rest[..end]);
-    let mut words = line.split(|b| *b == b' ');
-    let request_line = words.next().is_some()
-        && words.next().is_some_and(|t| !t.is_empty())
-        && words
-            .next()
-            .is_some_and(|v| v.len() >= 5 && v[..5].eq_ignore_ascii_case(b"HTTP/"))
-        && words.next().is_none();
+    // A lenient server splits a request line on any run of whitespace
+    // (RFC 9112 3: HAProxy takes tabs, nginx runs of spaces) and routes
+    // by its `Host`: a first word, blanks, then anything naming an HTTP
+    // version is a request, refused as malformed where `httparse` (single
+    // spaces) does not take it.
+    let request_line = rest[token..end]
+        .windows(5)
+        .any(|w| w.eq_ignore_ascii_case(b"HTTP/"));
     if request_line {
         http(buf, start)
     } else {
         FirstFlight::Other
     }
+}
+
+/// Whitespace a lenient server splits a request line on (RFC 9112 3;
+/// a bare CR aside).
+fn is_blank(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | 0x0b | 0x0c)
 }
 
 /// A `tchar` of RFC 9110 5.6.2 (what a method token is made of).

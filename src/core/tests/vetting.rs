@@ -577,3 +577,26 @@ fn server_reads_sni(flight: &[u8]) -> Option<String> {
     let name = seen.0.lock().unwrap().clone();
     name
 }
+
+/// Request lines a lenient server takes (RFC 9112 3 lets it split on any
+/// whitespace: HAProxy takes tabs and runs of blanks, nginx runs of
+/// spaces and blanks after the version) and routes by their `Host`: they
+/// are refused as malformed, never relayed raw as "neither TLS nor HTTP".
+#[test]
+fn a_request_line_with_odd_whitespace_is_not_relayed() {
+    for line in [
+        "GET\t/ HTTP/1.1",
+        "get\t/\tHTTP/1.1",
+        "get  / HTTP/1.1",
+        "get / HTTP/1.1 ",
+        "get /  HTTP/1.1",
+        "get\x0b/ HTTP/1.1",
+    ] {
+        let flight = format!("{line}\r\nHost: plain.test\r\n\r\n");
+        let v = verdict_for(flight.as_bytes(), 80);
+        assert!(matches!(v, Verdict::Refuse { .. }), "{line:?}: {v:?}");
+    }
+    // A line that names no HTTP version is still no request.
+    let v = verdict_for(b"SSH-2.0-OpenSSH_9.6 Ubuntu-3\r\n", 443);
+    assert!(matches!(v, Verdict::Relay), "{v:?}");
+}
