@@ -191,7 +191,10 @@ impl VettingCore {
     ) -> Verdict {
         let port = self.target.port;
         let target = &self.target;
-        let starts_tls = self.first.first() == Some(&0x16);
+        let starts_tls = self
+            .first
+            .first()
+            .is_some_and(|b| first_flight::starts_tls(*b));
         let (kind, names, tls): (&str, Vec<String>, bool) = match flight {
             FirstFlight::NeedMore | FirstFlight::Other => return Verdict::Relay,
             FirstFlight::Tls { ech: true, sni } => {

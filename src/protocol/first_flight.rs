@@ -59,6 +59,13 @@ pub enum FirstFlight {
 /// split into many small records takes more than its own size.
 pub const MAX_FIRST_FLIGHT: usize = 2 * MAX_CLIENT_HELLO;
 
+/// A flight starting with this byte is read as TLS records: it is a TLS
+/// record's content type (change_cipher_spec, alert, handshake,
+/// application_data), which no text protocol starts with.
+pub fn starts_tls(first: u8) -> bool {
+    matches!(first, 0x14..=0x17)
+}
+
 /// Parses the first flight read so far. Past [`MAX_FIRST_FLIGHT`] bytes,
 /// what still needs more is [`FirstFlight::TooLarge`].
 pub fn parse(buf: &[u8]) -> FirstFlight {
@@ -76,16 +83,16 @@ pub fn parse(buf: &[u8]) -> FirstFlight {
 /// parse through only when its answer may have changed, which is exactly
 /// when the parse could stop needing more:
 ///
-/// - TLS (the flight starts with `0x16`): the first record's version
-///   bytes (the sniff decides on them); a record header no handshake
-///   record can have (another type or version, length 0 or over 16 KiB);
+/// - TLS (the flight starts as a TLS record does: [`starts_tls`]): a record
+///   header no handshake record can have (another type or major version,
+///   length 0 or over 16 KiB);
 ///   a record that completes the message's 4-byte header when that header
 ///   is no ClientHello's or claims over [`MAX_CLIENT_HELLO`], or that
 ///   completes the message. Records are walked as they arrive (where the
 ///   next header starts, how much message is in), so every answer comes
 ///   at the very read it would come at without the gate.
 /// - anything else: the first byte after the empty lines that is no
-///   method character (a word and a space, or neither TLS nor HTTP), the
+///   method character (a word and a blank, or neither TLS nor HTTP), the
 ///   end of the first line (a request line or [`FirstFlight::Other`]), an
 ///   empty line after it (the end of a head), and the size bounds: again
 ///   at the very read. A request head `httparse` refuses before its end is
@@ -113,7 +120,7 @@ enum Scan {
     /// Nothing scanned yet.
     #[default]
     Empty,
-    /// A flight starting with `0x16`.
+    /// A flight starting as a TLS record does.
     Tls(Records),
     /// Anything else.
     Text(Lines),
@@ -155,7 +162,7 @@ impl FlightGate {
         }
         let from = self.scanned;
         if matches!(self.scan, Scan::Empty) && len > 0 {
-            self.scan = if buf[0] == 0x16 {
+            self.scan = if starts_tls(buf[0]) {
                 Scan::Tls(Records::default())
             } else {
                 Scan::Text(Lines::default())
@@ -166,9 +173,8 @@ impl FlightGate {
         let crossed = |at: usize| parsed < at && at <= len;
         let changed = match &mut self.scan {
             Scan::Empty => false,
-            // The sniff decides on the version's first byte; the second
-            // byte is parsed anyway, the bytes doubling from the first.
-            Scan::Tls(records) => crossed(3) || records.walk(buf),
+            // Nothing is decided before a record header is whole.
+            Scan::Tls(records) => records.walk(buf),
             Scan::Text(lines) => {
                 let ended = lines.scan(buf, from);
                 ended
@@ -283,6 +289,16 @@ fn parse_prefix(buf: &[u8]) -> FirstFlight {
             _ => other_or_http(buf, start),
         };
     }
+    if buf.first().is_some_and(|b| starts_tls(*b)) {
+        // A TLS record: read as TLS whatever its record version says (a
+        // server ignores it, RFC 8446 5.1: rustls and OpenSSL check only
+        // its major byte, Go only that it is under 0x1000), so a name in a
+        // ClientHello with an odd version is vetted, not relayed raw as
+        // neither TLS nor HTTP; a major byte other than 3 is malformed. So
+        // is any record before the ClientHello: Go and rustls servers drop
+        // a warning alert sent first and read the ClientHello behind it.
+        return tls(buf);
+    }
     match sniff(buf) {
         Sniff::NeedMore => FirstFlight::NeedMore,
         Sniff::Tls => tls(buf),
@@ -295,12 +311,12 @@ fn parse_prefix(buf: &[u8]) -> FirstFlight {
 /// upper-case tokens): still a request if its first line is one, whatever
 /// the method's case or characters (`get /admin HTTP/1.1`: Go's server,
 /// among others, takes any token as a method and routes by `Host`), else
-/// [`FirstFlight::Other`]. A first token and a space with no line end yet
+/// [`FirstFlight::Other`]. A first token and a blank with no line end yet
 /// waits for the line (the client decides where segments end).
 fn other_or_http(buf: &[u8], start: usize) -> FirstFlight {
     let rest = &buf[start..];
     let token = rest.iter().take_while(|b| is_tchar(**b)).count();
-    if token == 0 || rest.get(token) != Some(&b' ') {
+    if token == 0 || !rest.get(token).is_some_and(|b| is_blank(*b)) {
         return match (token, rest.get(token)) {
             // Only token bytes so far: the space may come.
             (1.., None) if rest.len() < MAX_HEAD => FirstFlight::NeedMore,
@@ -314,19 +330,25 @@ fn other_or_http(buf: &[u8], start: usize) -> FirstFlight {
             FirstFlight::NeedMore
         };
     };
-    let line = rest[..end].strip_suffix(b"\r").unwrap_or(&rest[..end]);
-    let mut words = line.split(|b| *b == b' ');
-    let request_line = words.next().is_some()
-        && words.next().is_some_and(|t| !t.is_empty())
-        && words
-            .next()
-            .is_some_and(|v| v.len() >= 5 && v[..5].eq_ignore_ascii_case(b"HTTP/"))
-        && words.next().is_none();
+    // A lenient server splits a request line on any run of whitespace
+    // (RFC 9112 3: HAProxy takes tabs, nginx runs of spaces) and routes
+    // by its `Host`: a first word, blanks, then anything naming an HTTP
+    // version is a request, refused as malformed where `httparse` (single
+    // spaces) does not take it.
+    let request_line = rest[token..end]
+        .windows(5)
+        .any(|w| w.eq_ignore_ascii_case(b"HTTP/"));
     if request_line {
         http(buf, start)
     } else {
         FirstFlight::Other
     }
+}
+
+/// Whitespace a lenient server splits a request line on (RFC 9112 3;
+/// a bare CR aside).
+fn is_blank(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | 0x0b | 0x0c)
 }
 
 /// A `tchar` of RFC 9110 5.6.2 (what a method token is made of).
@@ -669,9 +691,10 @@ mod tests {
         assert!(matches!(parse(&two_exts), FirstFlight::Malformed(_)));
         let bad_name = hello(&[(0, sni_ext(&["good test"]))]);
         assert!(matches!(parse(&bad_name), FirstFlight::Malformed(_)));
-        // An alert record where the hello should be.
+        // An alert record where the hello should be: a server may drop a
+        // warning and read a ClientHello behind it, so it is no "other".
         let alert = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x28];
-        assert_eq!(parse(&alert), FirstFlight::Other);
+        assert!(matches!(parse(&alert), FirstFlight::Malformed(_)));
         let mut cut_then_alert = hello(&[(0, sni_ext(&["good.test"]))]);
         let len = cut_then_alert.len();
         cut_then_alert[3..5].copy_from_slice(&((len - 5 - 10) as u16).to_be_bytes());
@@ -896,9 +919,18 @@ mod gate_tests {
     /// parse refuses (or cut short).
     fn tls_flight(rng: &mut Rng) -> Vec<u8> {
         if rng.below(20) == 0 {
-            // No TLS version: neither TLS nor HTTP.
+            // An odd record version, or no record header at all.
             let start: &[u8] = rng.pick(&[&[0x16, 0x00][..], &[0x16, 0x03, 0x05], &[0x16, 0x16]]);
             return [start, b"\x01\x00"].concat();
+        }
+        if rng.below(20) == 0 {
+            // Another record first (a warning alert, a change_cipher_spec).
+            let first: &[u8] = rng.pick(&[
+                &[0x15, 0x03, 0x01, 0x00, 0x02, 0x01, 0x5a][..],
+                &[0x14, 0x03, 0x03, 0x00, 0x01, 0x01],
+            ]);
+            let msg = hello_message(rng);
+            return [first, &in_records(rng, &msg)].concat();
         }
         let mut msg = hello_message(rng);
         match rng.below(10) {
@@ -1116,7 +1148,9 @@ mod gate_tests {
                 // A head refused before its end: the same answer by the
                 // first read past twice as many bytes, else at the end
                 // (the deadline's, or the EOF's, parse).
-                (Some((n, want)), got) if bytes[0] != 0x16 && head_refused(&bytes[..*n], want) => {
+                (Some((n, want)), got)
+                    if !starts_tls(bytes[0]) && head_refused(&bytes[..*n], want) =>
+                {
                     let bound = cuts.iter().copied().find(|&c| c >= 2 * n);
                     match (got, bound) {
                         (Some((m, got)), _) => {

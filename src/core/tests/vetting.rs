@@ -497,3 +497,106 @@ fn a_flight_in_pieces_gets_its_verdict_at_the_read_that_decides_it() {
         assert_eq!(core.into_first(), bytes[..at], "case {case}: all kept");
     }
 }
+
+/// A ClientHello whose record header carries another version than 0x0301
+/// to 0x0304: a server reads it as TLS (RFC 8446 5.1: the field is ignored;
+/// rustls and OpenSSL check only its major byte, Go only that it is under
+/// 0x1000), so the name it carries must be vetted, not relayed raw as
+/// "neither TLS nor HTTP".
+#[test]
+fn a_client_hello_with_an_odd_record_version_is_vetted() {
+    let f = Fixture::new();
+    let hello = client_hello(f.clients().config(), "evil.test");
+    for version in [
+        [0x03, 0x05],
+        [0x03, 0xff],
+        [0x00, 0x00],
+        [0x02, 0x00],
+        [0x0f, 0xff],
+    ] {
+        let mut odd = hello.clone();
+        odd[1..3].copy_from_slice(&version);
+        if version[0] == 0x03 {
+            // A real server takes it for the ClientHello it is.
+            let mut acceptor = rustls::server::Acceptor::default();
+            acceptor.read_tls(&mut &odd[..]).unwrap();
+            let accepted = acceptor.accept().map_err(|(e, _)| e).unwrap().unwrap();
+            assert_eq!(accepted.client_hello().server_name(), Some("evil.test"));
+        }
+        let v = verdict_for(&odd, 443);
+        assert!(
+            matches!(v, Verdict::Refuse { .. }),
+            "record version {version:02x?}: {v:?}"
+        );
+    }
+}
+
+/// A warning alert before the ClientHello: Go's and rustls's servers drop
+/// it (a warning before any version is agreed) and read the ClientHello
+/// behind it, so the flight must be vetted as TLS (refused: a record other
+/// than a handshake before the ClientHello), not relayed raw as neither
+/// TLS nor HTTP.
+#[test]
+fn a_client_hello_behind_a_warning_alert_is_not_relayed() {
+    let f = Fixture::new();
+    let hello = client_hello(f.clients().config(), "evil.test");
+    // user_canceled (90), a warning.
+    let mut flight = vec![0x15, 0x03, 0x01, 0x00, 0x02, 0x01, 90];
+    flight.extend_from_slice(&hello);
+    assert_eq!(server_reads_sni(&flight).as_deref(), Some("evil.test"));
+    match verdict_for(&flight, 443) {
+        Verdict::Refuse { answer, .. } => assert_eq!(answer[0], 0x15, "an alert: {answer:?}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The SNI a rustls server reads from `flight` (its certificate lookup).
+fn server_reads_sni(flight: &[u8]) -> Option<String> {
+    use rustls::server::{ClientHello, ResolvesServerCert};
+    use rustls::sign::CertifiedKey;
+    use std::sync::Mutex;
+    #[derive(Debug, Default)]
+    struct Seen(Mutex<Option<String>>);
+    impl ResolvesServerCert for Seen {
+        fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+            *self.0.lock().unwrap() = hello.server_name().map(str::to_owned);
+            None
+        }
+    }
+    let seen = Arc::new(Seen::default());
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_cert_resolver(seen.clone());
+    let mut server = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+    let mut rest = flight;
+    while !rest.is_empty() && server.read_tls(&mut rest).unwrap() > 0 {
+        if server.process_new_packets().is_err() {
+            break;
+        }
+    }
+    let name = seen.0.lock().unwrap().clone();
+    name
+}
+
+/// Request lines a lenient server takes (RFC 9112 3 lets it split on any
+/// whitespace: HAProxy takes tabs and runs of blanks, nginx runs of
+/// spaces and blanks after the version) and routes by their `Host`: they
+/// are refused as malformed, never relayed raw as "neither TLS nor HTTP".
+#[test]
+fn a_request_line_with_odd_whitespace_is_not_relayed() {
+    for line in [
+        "GET\t/ HTTP/1.1",
+        "get\t/\tHTTP/1.1",
+        "get  / HTTP/1.1",
+        "get / HTTP/1.1 ",
+        "get /  HTTP/1.1",
+        "get\x0b/ HTTP/1.1",
+    ] {
+        let flight = format!("{line}\r\nHost: plain.test\r\n\r\n");
+        let v = verdict_for(flight.as_bytes(), 80);
+        assert!(matches!(v, Verdict::Refuse { .. }), "{line:?}: {v:?}");
+    }
+    // A line that names no HTTP version is still no request.
+    let v = verdict_for(b"SSH-2.0-OpenSSH_9.6 Ubuntu-3\r\n", 443);
+    assert!(matches!(v, Verdict::Relay), "{v:?}");
+}
