@@ -156,10 +156,14 @@ impl Session {
         }
         self.conn.deadline = None;
         if self.step(ctx, State::on_timer) {
-            self.run(ctx)
-        } else {
-            self.report(ctx)
+            return self.run(ctx);
         }
+        if self.conn.deadline.is_none() {
+            // A stage whose core says its deadline has not come yet keeps
+            // it: no session is left without a timer.
+            self.conn.deadline = self.state.poll_timeout();
+        }
+        self.report(ctx)
     }
 
     /// The resolver answered.

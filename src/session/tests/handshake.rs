@@ -193,6 +193,23 @@ fn an_early_timer_only_reports_the_deadline() {
     assert_eq!(effects.deadline, first.deadline);
 }
 
+/// The session's timer and its stage's core disagreeing (the timer armed
+/// earlier than the core's deadline): the core says not yet, the state
+/// stays, and the session keeps a timer on the core's deadline, never none.
+#[test]
+fn a_timer_before_the_cores_deadline_keeps_the_cores_deadline() {
+    let (mut h, first) = Harness::new(Policy::default(), ListenerProtocol::Auto);
+    let mut s = h.session.take().unwrap();
+    s.conn.deadline = Some(h.now);
+    let effects = h.with_ctx(|ctx| s.on_timer(ctx));
+    assert_eq!(
+        effects.closed, None,
+        "the handshake's deadline has not come"
+    );
+    assert_eq!(effects.deadline, first.deadline, "re-armed on the core's");
+    assert_eq!(s.state.to_string(), "Handshake(sniff)");
+}
+
 #[test]
 fn an_oversized_head_gets_431() {
     let (mut h, _) = Harness::new(Policy::default(), ListenerProtocol::Http);
