@@ -3,9 +3,9 @@
 //! first flight (up to [`first_flight::MAX_FIRST_FLIGHT`] bytes) until it
 //! is a whole ClientHello or request head (parsed again when the
 //! [`FlightGate`] says the answer may have changed; what it held back is
-//! parsed at the client's end and at the deadline), and judges the names it carries
-//! against the policy, so that a name allowed raw cannot front for one the
-//! policy inspects or refuses. The shell (`session/vetting.rs`) carries the
+//! parsed at the client's end and at the deadline), and judges the names
+//! it carries against the policy, so that a name allowed raw cannot front
+//! for one the policy inspects or refuses. The shell (`session/vetting.rs`) carries the
 //! verdict out: relay, refuse, inspect, or switch to the named target.
 
 use std::sync::Arc;
