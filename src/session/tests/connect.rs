@@ -51,6 +51,25 @@ fn poll_while(h: &mut Harness, stage: &str) {
     panic!("still {}", h.state());
 }
 
+/// A raw tunnel to 127.0.0.1:8080 through a [`parent`] answering with
+/// `behind`, vetted (good.test:8080 is inspected): its `200` read, the
+/// session waiting for the client's first flight.
+fn vetted_tunnel(behind: &'static [&'static [u8]]) -> Harness {
+    let policy = Policy::from_rules(&[
+        parse_cli_rule(Action::Allow, "127.0.0.1:8080").unwrap(),
+        parse_cli_inspect("good.test:8080").unwrap(),
+    ])
+    .unwrap();
+    let (mut h, _) = Harness::new(policy, ListenerProtocol::Auto);
+    h.settings.upstream_proxy = Some(parent(behind));
+    let _ = h.client_sends(b"CONNECT 127.0.0.1:8080 HTTP/1.1\r\n\r\n");
+    poll_while(&mut h, "Connecting");
+    assert!(h.state().starts_with("Vetting"), "{}", h.state());
+    let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
+    assert_eq!(h.client_reads(established.len()), established);
+    h
+}
+
 #[test]
 fn a_switched_tunnel_refused_behind_the_parent_is_closed_not_answered_again() {
     // A raw tunnel to 127.0.0.1:8080, vetted (good.test:8080 is
@@ -59,18 +78,7 @@ fn a_switched_tunnel_refused_behind_the_parent_is_closed_not_answered_again() {
     // its `200`: refused, as for any inspected tunnel. The client heard
     // its `200` already: only a close is left, not a second answer inside
     // the tunnel, read as the response to its request.
-    let policy = Policy::from_rules(&[
-        parse_cli_rule(Action::Allow, "127.0.0.1:8080").unwrap(),
-        parse_cli_inspect("good.test:8080").unwrap(),
-    ])
-    .unwrap();
-    let (mut h, _) = Harness::new(policy, ListenerProtocol::Auto);
-    h.settings.upstream_proxy = Some(parent(&[b"", b"220 banner\r\n"]));
-    let _ = h.client_sends(b"CONNECT 127.0.0.1:8080 HTTP/1.1\r\n\r\n");
-    poll_while(&mut h, "Connecting");
-    assert!(h.state().starts_with("Vetting"), "{}", h.state());
-    let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
-    assert_eq!(h.client_reads(established.len()), established);
+    let mut h = vetted_tunnel(&[b"", b"220 banner\r\n"]);
 
     let effects = h.client_sends(b"GET / HTTP/1.1\r\nHost: good.test:8080\r\n\r\n");
     assert_eq!(effects.resolve.as_deref(), Some("good.test"));
@@ -98,18 +106,7 @@ fn a_switched_tunnel_refused_behind_the_parent_is_closed_not_answered_again() {
 /// says why, not a bare close for a timeout.
 #[test]
 fn a_first_flight_held_back_is_refused_at_the_deadline_not_timed_out() {
-    let policy = Policy::from_rules(&[
-        parse_cli_rule(Action::Allow, "127.0.0.1:8080").unwrap(),
-        parse_cli_inspect("good.test:8080").unwrap(),
-    ])
-    .unwrap();
-    let (mut h, _) = Harness::new(policy, ListenerProtocol::Auto);
-    h.settings.upstream_proxy = Some(parent(&[b""]));
-    let _ = h.client_sends(b"CONNECT 127.0.0.1:8080 HTTP/1.1\r\n\r\n");
-    poll_while(&mut h, "Connecting");
-    assert!(h.state().starts_with("Vetting"), "{}", h.state());
-    let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
-    assert_eq!(h.client_reads(established.len()), established);
+    let mut h = vetted_tunnel(&[b""]);
 
     let _ = h.client_sends(b"GET / HTTP/1.1\r\nHost: other.test\r\n");
     let _ = h.client_sends(b"Bad Header: x\r\n");
