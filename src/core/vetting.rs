@@ -210,9 +210,12 @@ impl VettingCore {
             FirstFlight::Tls { sni: Some(n), .. } => ("sni", vec![n], true),
             FirstFlight::Http { hosts } => ("host", hosts, false),
             FirstFlight::Malformed(what) => {
+                // A protocol that only looks like TLS or HTTP (its first
+                // byte a TLS record type, its first line naming HTTP/)
+                // lands here too: say where it belongs.
                 let why = format!(
                     "fronting target={target}: {what} on port {port}, which an inspecting rule \
-                     covers"
+                     covers; a protocol other than TLS or HTTP belongs on another port"
                 );
                 return refuse(why, None, starts_tls);
             }
