@@ -631,3 +631,61 @@ fn no_head_clock_while_the_client_is_held_back() {
     assert_eq!(sim.ex().awaiting_head(), None);
     assert!(!sim.head_timeout());
 }
+
+/// A malformed start the head gate has not let through yet when the
+/// upstream closes cleanly: parsed on arrival it was a 400 at once; the
+/// upstream's end looks at it before ending the conversation.
+#[test]
+fn a_malformed_start_held_back_is_400_when_the_upstream_closes() {
+    let head = "GET /x HTTP/1.1\r\nHost: origin.test\r\nBad Header: x\r\n";
+    for first in [None, Some("/first")] {
+        let mut client = String::new();
+        let mut replies = vec![];
+        if let Some(path) = first {
+            client += &get(path);
+            replies.push(Reply::on(&get(path), ok("first")));
+        }
+        let cut = client.len() + 26;
+        client += head;
+        let mut sim = Sim::new(
+            tunnel(),
+            Script::new(&client, replies),
+            Plan {
+                client_cuts: vec![cut],
+                upstream_cuts: vec![],
+            },
+            Limits::roomy(),
+        );
+        sim.run();
+        assert!(sim.ex().awaiting_head().is_some(), "held back, waiting");
+        sim.upstream_closes();
+        sim.run();
+        let out = sim.outcome();
+        let methods: Vec<&str> = first.iter().map(|_| "GET").chain(["GET"]).collect();
+        let want: Vec<u16> = first.iter().map(|_| 200).chain([400]).collect();
+        assert_eq!(out.statuses(&methods), want, "after {first:?}");
+        assert_eq!(out.end, Ending::Closed(End::Done), "after {first:?}");
+    }
+}
+
+/// A start merely incomplete when the upstream closes cleanly: nothing
+/// more can be forwarded, and the conversation ends without an answer.
+#[test]
+fn an_incomplete_start_ends_quietly_when_the_upstream_closes() {
+    let head = "GET /x HTTP/1.1\r\nHost: origin.test\r\nGood: x\r\n";
+    let mut sim = Sim::new(
+        tunnel(),
+        Script::new(head, vec![]),
+        Plan {
+            client_cuts: vec![26],
+            upstream_cuts: vec![],
+        },
+        Limits::roomy(),
+    );
+    sim.run();
+    sim.upstream_closes();
+    sim.run();
+    let out = sim.outcome();
+    assert!(out.to_client.is_empty(), "{:?}", out.client_text());
+    assert_eq!(out.end, Ending::Closed(End::Done));
+}

@@ -212,7 +212,15 @@ impl Exchange {
                     };
                 }
             }
-            // Nothing more can be forwarded; finish what is due.
+            // Nothing more can be forwarded; finish what is due. A start
+            // the head gate held back is looked at first: malformed, it is
+            // refused for what it is (400, 431), as a parse on arrival
+            // would have, not dropped with the connection. Only an error
+            // is taken: a whole head always passes the gate.
+            if let Err(e) = parse_request_head(input, self.config.max_head_bytes) {
+                self.request_gate.restart();
+                return self.refuse_head(e);
+            }
             self.req = Req::Stopped;
             return ClientAction::Stopped;
         }
@@ -236,11 +244,19 @@ impl Exchange {
                 self.refuse_fatal(Some(&head), 400, "bad-request", why)
             }
             Ok(Some((head, n))) => self.request(head, n, input, room),
-            Err(HeadError::TooLarge) => {
+            Err(e) => self.refuse_head(e),
+        }
+    }
+
+    /// A request head that does not parse: `431` or `400`, and the
+    /// conversation ends.
+    fn refuse_head(&mut self, e: HeadError) -> ClientAction {
+        match e {
+            HeadError::TooLarge => {
                 let why = "request head too large".to_owned();
                 self.refuse_fatal(None, 431, "head-too-large", why)
             }
-            Err(HeadError::Malformed(why)) => self.refuse_fatal(
+            HeadError::Malformed(why) => self.refuse_fatal(
                 None,
                 400,
                 "bad-request",

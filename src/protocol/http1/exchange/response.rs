@@ -44,9 +44,11 @@ impl Exchange {
                 let told = self.upstream_failure.is_some()
                     && matches!(self.req, Req::Head)
                     && !self.client_eof;
-                if self.upstream_eof && !told {
+                if self.upstream_eof && !told && !self.partial_head {
                     // The upstream closed between exchanges: nothing more
-                    // can be forwarded, and nothing is owed.
+                    // can be forwarded, and nothing is owed. (A head begun
+                    // is the client side's to end: the start the head gate
+                    // held back may be malformed, and owed a 400.)
                     self.close(End::Done, None);
                 }
                 return UpstreamAction::Wait;
