@@ -284,8 +284,11 @@ fn parse_prefix(buf: &[u8]) -> FirstFlight {
                 FirstFlight::NeedMore
             };
         }
+        // A byte no method starts with is no request, however the client
+        // splits what follows: `"\r\n\x16"` waits for no more TLS bytes.
         return match sniff(&buf[start..]) {
-            Sniff::Http | Sniff::NeedMore => http(buf, start),
+            Sniff::Http => http(buf, start),
+            Sniff::NeedMore if is_tchar(buf[start]) => http(buf, start),
             _ => other_or_http(buf, start),
         };
     }
@@ -632,6 +635,46 @@ mod tests {
             assert_eq!(parse(&bytes[..cut]), FirstFlight::NeedMore, "cut at {cut}");
         }
         assert_eq!(parse(bytes), want);
+    }
+
+    /// The verdict the vetting acts on (the first that needs no more
+    /// bytes) is the same wherever the client splits `bytes`.
+    fn settles_as_the_whole(bytes: &[u8]) -> FirstFlight {
+        let whole = parse(bytes);
+        for cut in 1..=bytes.len() {
+            match parse(&bytes[..cut]) {
+                FirstFlight::NeedMore => {}
+                first => {
+                    assert_eq!(first, whole, "{:?} cut at {cut}", &bytes[..cut]);
+                    break;
+                }
+            }
+        }
+        whole
+    }
+
+    /// Empty lines, then a byte no method starts with: not a request, and
+    /// not TLS either (no server reads a record behind a CR), whether that
+    /// byte comes alone or with more.
+    #[test]
+    fn empty_lines_then_no_method_byte_is_other_at_every_split() {
+        for lead in ["\r\n", "\n", "\r\n\r\n"] {
+            for rest in [rustls_hello("good.test"), vec![0x80, 1, 2], vec![0, b'G']] {
+                let mut bytes = lead.as_bytes().to_vec();
+                bytes.extend(&rest);
+                assert_eq!(
+                    settles_as_the_whole(&bytes),
+                    FirstFlight::Other,
+                    "{bytes:?}"
+                );
+            }
+        }
+        // A method's first bytes still wait for the rest of the line.
+        assert_eq!(parse(b"\r\nGE"), FirstFlight::NeedMore);
+        assert!(matches!(
+            settles_as_the_whole(b"\r\nGET / HTTP/1.1\r\nHost: a.test\r\n\r\n"),
+            FirstFlight::Http { .. }
+        ));
     }
 
     #[test]
