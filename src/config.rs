@@ -201,8 +201,8 @@ pub struct Timeouts {
     /// On graceful shutdown, how long open sessions may finish before they
     /// are closed.
     pub drain: Duration,
-    /// Inspected HTTP: how long an upstream may take to start answering a
-    /// request (504 after that).
+    /// Inspected HTTP: how long an upstream may take to send the whole
+    /// head of its response to a request (504 after that).
     pub response: Duration,
     /// TCP keepalive on both sockets of every TCP session: probes start
     /// after this long without traffic (then every 10 s, 6 unanswered

@@ -692,6 +692,11 @@ impl InspectCore {
                 // handshake (a plaintext server, a wrong port).
                 self.upstream_tls_timed_out()?;
             }
+            if due {
+                // A head the gate held back that is already malformed is
+                // a 502, not a 504.
+                self.response_stalled()?;
+            }
             if due && self.ex.response_timeout() {
                 log::info!("conn={} the upstream did not answer in time", self.id);
                 self.check_status()?;

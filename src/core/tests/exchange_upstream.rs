@@ -404,8 +404,12 @@ fn response_timer_bookkeeping() {
     sim.run();
     // Both requests are out; the first one's answer is awaited.
     let first = sim.ex().awaiting_response().expect("the clock runs");
-    // Part of a head arrived: the upstream is answering.
+    // Part of a head arrived: no answer yet, the same wait goes on.
     sim.upstream_sends("HTTP/1.1 200 OK\r\n");
+    sim.run();
+    assert_eq!(sim.ex().awaiting_response(), Some(first));
+    // The head is whole: the upstream has answered.
+    sim.upstream_sends("Content-Length: 1\r\n\r\n");
     sim.run();
     assert_eq!(sim.ex().awaiting_response(), None);
     assert!(
@@ -414,7 +418,7 @@ fn response_timer_bookkeeping() {
     );
     assert_eq!(sim.ex().status(), Status::Open);
     // The first answer is complete: the second is awaited, a new wait.
-    sim.upstream_sends("Content-Length: 1\r\n\r\na");
+    sim.upstream_sends("a");
     sim.run();
     let second = sim.ex().awaiting_response().expect("the clock runs again");
     assert_ne!(first, second, "a new wait restarts the clock");
@@ -429,6 +433,48 @@ fn response_timer_bookkeeping() {
         Some("response-timeout")
     );
     assert_eq!(out.record_statuses(), [Some(200), Some(504)]);
+}
+
+/// A response head the upstream starts and never finishes is no answer:
+/// the response clock runs on from the request, and the client gets its
+/// 504 (a trickled head cannot hold the session past it). A whole head
+/// waiting for room toward a slow client is an answer: no clock.
+#[test]
+fn a_response_head_begun_and_not_finished_is_a_504() {
+    let mut sim = Sim::new(
+        tunnel(),
+        Script::new(get("/a"), vec![]),
+        Plan::default(),
+        Limits::roomy(),
+    );
+    sim.run();
+    let first = sim.ex().awaiting_response().expect("the clock runs");
+    for line in ["HTTP/1.1 200 OK\r\n", "X-A: 1\r\n", "X-B: 2\r\n"] {
+        sim.upstream_sends(line);
+        sim.run();
+        assert_eq!(sim.ex().awaiting_response(), Some(first), "after {line:?}");
+    }
+    assert!(sim.ex().response_timeout());
+    sim.run();
+    let out = sim.outcome();
+    assert_eq!(out.end, Ending::Closed(End::ResponseTimeout));
+    assert_eq!(out.statuses(&["GET"]), [504]);
+
+    let mut sim = Sim::new(
+        tunnel(),
+        Script::new(get("/a"), vec![]),
+        Plan::default(),
+        Limits::roomy(),
+    );
+    sim.run();
+    sim.resize_cout(0);
+    sim.upstream_sends(ok("a"));
+    sim.run();
+    assert_eq!(
+        sim.ex().awaiting_response(),
+        None,
+        "answered, the client slow"
+    );
 }
 
 #[test]

@@ -316,7 +316,10 @@ pub struct Exchange {
     /// The upstream failed for a reason the client should hear (cause, why):
     /// the request due, or the next one, is answered 502 with it.
     upstream_failure: Option<(String, String)>,
-    /// The last `on_upstream` saw unconsumed bytes: a response is arriving.
+    /// The last `on_upstream` saw unconsumed bytes that are more than a
+    /// response head still arriving: the upstream has answered (the
+    /// response clock stops). A head trickled and never finished is no
+    /// answer: its clock keeps running.
     upstream_pending: bool,
     /// Changes whenever a wait for a response may have begun anew.
     wait_id: u64,
@@ -543,8 +546,8 @@ impl Exchange {
 
     /// `Some(id)` while the response timer should run: the answer due next
     /// is the upstream's, its request is wholly sent (or waits for
-    /// `100 Continue`), and nothing of its response has arrived. A new `id`
-    /// is a new wait: restart the clock.
+    /// `100 Continue`), and its response head has not arrived whole. A new
+    /// `id` is a new wait: restart the clock.
     pub fn awaiting_response(&self) -> Option<u64> {
         if !matches!(self.phase, Phase::Open)
             || !matches!(self.resp, Resp::Head)

@@ -122,7 +122,13 @@ impl Exchange {
                     self.close(End::BadRequest(why), Some((400, answer)));
                     UpstreamAction::Close
                 }
-                _ => UpstreamAction::Wait,
+                _ => {
+                    // A head not whole yet is no answer: the response
+                    // clock runs on (an upstream that trickles a head, or
+                    // stops inside one, gets its 504 in time).
+                    self.upstream_pending = false;
+                    UpstreamAction::Wait
+                }
             },
             Err(HeadError::TooLarge) => self.bad_upstream("response head too large".into()),
             Err(HeadError::Malformed(why)) => {
