@@ -654,7 +654,6 @@ impl InspectCore {
                 // A request due gets its 502; with none due, the next one.
                 self.clocks.upstream_tls_until = None;
                 self.upstream_tls_timed_out()?;
-                return Ok(());
             }
         }
         if let Some((_, since)) = self.clocks.head_wait {
@@ -667,8 +666,11 @@ impl InspectCore {
                 );
                 self.clocks.head_wait = None;
                 self.clocks.head_timed_out = true;
-                // The 408 goes out in order (the pump), then the conversation ends.
-                return Ok(());
+                // The 408 goes out in order (the pump), then the
+                // conversation ends. The clocks below are looked at too:
+                // each that ran out by now is acted on in this one call,
+                // or the timer would be due again at once (a response
+                // awaited ahead of the 408 still gets its 504).
             }
         }
         if self.half_close_due(client).is_some_and(|due| now >= due) {

@@ -566,3 +566,27 @@ fn a_malformed_response_head_held_back_is_a_502_when_a_clock_ends_the_wait() {
         }
     }
 }
+
+/// Two clocks that run out at the same instant (a late timer, or two
+/// deadlines that coincide) are both acted on when the timer fires: the
+/// head clock's 408 for a request cut short does not leave the response
+/// clock of the request ahead of it due (the timer would fire again at
+/// once; `elapse` fails on that as a spin). The request ahead gets its
+/// 504, and the conversation ends there.
+#[test]
+fn a_head_clock_and_a_response_clock_that_run_out_together_are_both_acted_on() {
+    let mut s = session();
+    s.client_sends(get("/a"));
+    s.drive();
+    // The response clock of /a: 30 s. The head clock of /b, begun at 20 s:
+    // 10 s. Both at 30 s.
+    s.elapse(Duration::from_secs(20));
+    s.client_sends("GET /b HTTP/1.1\r\nHost: origin.test\r\n");
+    s.drive();
+    assert_eq!(s.deadline().unwrap() - s.now, Duration::from_secs(10));
+    s.elapse(Duration::from_secs(10));
+    assert_eq!(s.reason(), Some(CloseReason::ResponseTimeout));
+    let text = s.client_text();
+    assert!(text.starts_with("HTTP/1.1 504"), "{text}");
+    assert!(!text.contains("408"), "nothing after the 504: {text}");
+}
