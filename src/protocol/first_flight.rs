@@ -335,8 +335,8 @@ fn parse_prefix(buf: &[u8]) -> FirstFlight {
 /// What the sniffer took for neither TLS nor HTTP (it knows methods as
 /// upper-case tokens): still a request if its first line is one, whatever
 /// the method's case or characters (`get /admin HTTP/1.1`: Go's server,
-/// among others, takes any token as a method and routes by `Host`), else
-/// [`FirstFlight::Other`]. A first token and a blank with no line end yet
+/// among others, takes any token as a method and routes by `Host`), or
+/// an HTTP/0.9 `GET` split by tabs, else [`FirstFlight::Other`]. A first token and a blank with no line end yet
 /// waits for the line (the client decides where segments end).
 fn other_or_http(buf: &[u8], start: usize) -> FirstFlight {
     let rest = &buf[start..];
@@ -363,7 +363,11 @@ fn other_or_http(buf: &[u8], start: usize) -> FirstFlight {
     let request_line = rest[token..end]
         .windows(5)
         .any(|w| w.eq_ignore_ascii_case(b"HTTP/"));
-    if request_line {
+    // So is HTTP/0.9 (`GET`, a target, no version) split by tabs as by a
+    // space: HAProxy with `option accept-invalid-http-request` takes it
+    // as HTTP/1.0 and sends it on, its absolute-form target naming where.
+    let simple = &rest[..token] == b"GET";
+    if request_line || simple {
         http(buf, start)
     } else {
         FirstFlight::Other
@@ -907,6 +911,28 @@ mod tests {
             "{:?}",
             parse(v)
         );
+    }
+
+    /// HTTP/0.9 split by tabs (`GET\thttp://evil.test/`): HAProxy with
+    /// `option accept-invalid-http-request` takes it and sends it on by
+    /// its absolute-form target. Malformed, as with a space, at every
+    /// split; other words and blanks with no version are still no request.
+    #[test]
+    fn http_0_9_split_by_tabs_is_refused_at_every_split() {
+        for req in [
+            &b"GET\thttp://evil.test/\r\n"[..],
+            b"GET\t\thttp://evil.test/\t\r\n\r\n",
+            b"\r\nGET\t/\n",
+            b"GET http://evil.test/\r\n",
+        ] {
+            assert!(
+                matches!(settles_as_the_whole(req), FirstFlight::Malformed(_)),
+                "{req:?}"
+            );
+        }
+        for other in [&b"get\t/\r\n"[..], b"GETS\t/\r\n", b"hello world\r\n"] {
+            assert_eq!(settles_as_the_whole(other), FirstFlight::Other, "{other:?}");
+        }
     }
 
     #[test]

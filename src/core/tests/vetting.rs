@@ -626,3 +626,21 @@ fn a_proxy_protocol_header_before_the_flight_is_not_relayed() {
         }
     }
 }
+
+/// An HTTP/0.9 request split by a tab (`GET`, a target, no version):
+/// HAProxy with `option accept-invalid-http-request` takes it, as HTTP/1.0,
+/// and sends it on with its absolute-form target, which names where it
+/// goes (checked against HAProxy 2.6 in front of nginx 1.22). Refused like
+/// the same line split by a space, never relayed raw.
+#[test]
+fn an_http_0_9_request_split_by_a_tab_is_not_relayed() {
+    for flight in [
+        &b"GET\thttp://plain.test/\r\n\r\n"[..],
+        b"GET\thttp://plain.test/\r\n",
+        b"\r\nGET\thttp://plain.test/ \r\n",
+        b"GET http://plain.test/\r\n",
+    ] {
+        let v = verdict_for(flight, 80);
+        assert!(matches!(v, Verdict::Refuse { .. }), "{flight:?}: {v:?}");
+    }
+}
