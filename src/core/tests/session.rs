@@ -566,3 +566,31 @@ fn a_malformed_response_head_held_back_is_a_502_when_a_clock_ends_the_wait() {
         }
     }
 }
+
+/// A request whose body broke after its head went up (the client is owed
+/// an answer, and only the upstream can still give one), while the
+/// upstream's response head has begun and stalls: the response clock runs
+/// on it, as on any head not whole. With idle timeouts off (the default)
+/// nothing else would ever end the session.
+#[test]
+fn a_broken_request_whose_response_head_stalls_times_out() {
+    let mut s = session();
+    s.client_sends(format!(
+        "POST /up HTTP/1.1\r\nHost: {ORIGIN}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ));
+    s.drive();
+    s.upstream_sends("HTTP/1.1 200 OK\r\nX-A: b\r\n");
+    s.drive();
+    s.client_sends("zz\r\n");
+    s.drive();
+    let due = s.deadline().expect("a clock runs");
+    assert_eq!(due - s.now, Duration::from_secs(30));
+    s.elapse(Duration::from_secs(30));
+    assert!(
+        s.client_text().starts_with("HTTP/1.1 504"),
+        "nothing of the head is relayed: {}",
+        s.client_text()
+    );
+    assert_eq!(s.reason(), Some(CloseReason::ResponseTimeout));
+    assert_eq!(s.records[0].status, Some(504));
+}
