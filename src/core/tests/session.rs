@@ -594,3 +594,36 @@ fn a_broken_request_whose_response_head_stalls_times_out() {
     assert_eq!(s.reason(), Some(CloseReason::ResponseTimeout));
     assert_eq!(s.records[0].status, Some(504));
 }
+
+/// A client that sends `Expect: 100-continue` and then its body without
+/// waiting (curl does after a second), to an upstream that sends no
+/// `100` (RFC 9110 10.1.1 lets it skip one once content arrived): the
+/// response clock ran from the head, so an upload longer than the
+/// response timeout got a 504 mid-way while its bytes still flowed. The
+/// clock runs on the upload's silence, then from its end as for any body.
+#[test]
+fn an_upload_that_did_not_wait_for_100_continue_is_not_cut_by_the_response_clock() {
+    let mut s = session();
+    s.client_sends(format!(
+        "PUT /up HTTP/1.1\r\nHost: {ORIGIN}\r\nExpect: 100-continue\r\nContent-Length: 80\r\n\r\n"
+    ));
+    s.drive();
+    for _ in 0..8 {
+        s.elapse(Duration::from_secs(10));
+        s.client_sends("0123456789");
+        s.drive();
+    }
+    assert!(s.stop.is_none(), "{}", s.client_text());
+    assert_eq!(
+        s.upstream.got.len(),
+        s.upstream_text().find("\r\n\r\n").unwrap() + 4 + 80
+    );
+    // Wholly sent: the clock runs from here.
+    assert_eq!(s.deadline().unwrap() - s.now, Duration::from_secs(30));
+    s.elapse(Duration::from_secs(30));
+    assert!(
+        s.client_text().starts_with("HTTP/1.1 504"),
+        "{}",
+        s.client_text()
+    );
+}
