@@ -11,7 +11,8 @@
 //! [`FirstFlight::Malformed`], never guessed at: two SNI names, two
 //! `server_name` or other duplicate extensions, two `Host` headers, bytes
 //! left over inside the ClientHello, a record other than a handshake
-//! before the ClientHello is complete.
+//! before the ClientHello is complete, a PROXY protocol header before
+//! either.
 
 use crate::tls::{sniff, Sniff};
 
@@ -94,9 +95,10 @@ pub fn parse(buf: &[u8]) -> FirstFlight {
 /// - anything else: the first byte after the empty lines that is no
 ///   method character (a word and a blank, or neither TLS nor HTTP), the
 ///   end of the first line (a request line or [`FirstFlight::Other`]), an
-///   empty line after it (the end of a head), and the size bounds: again
-///   at the very read. A request head `httparse` refuses before its end is
-///   the one answer that may come later: a bad request line at its line's
+///   empty line after it (the end of a head), each byte of a PROXY
+///   protocol v2 signature, and the size bounds: again at the very read.
+///   A request head `httparse` refuses before its end is the one answer
+///   that may come later: a bad request line at its line's
 ///   end, a bad header line or a 101st header when the bytes doubled since
 ///   the last parse, at the head's end or the bound, or at the client's
 ///   EOF or the deadline (where the caller parses whatever the gate says).
@@ -177,7 +179,9 @@ impl FlightGate {
             Scan::Tls(records) => records.walk(buf),
             Scan::Text(lines) => {
                 let ended = lines.scan(buf, from);
+                // A PROXY v2 signature is decided byte by byte (12 at most).
                 ended
+                    || (len > from && proxy_v2_so_far(&buf[..from]))
                     || crossed(MAX_HEAD + 1)
                     || lines
                         .start
@@ -270,7 +274,26 @@ impl Lines {
     }
 }
 
+/// The signature a PROXY protocol v2 header starts with (HAProxy's
+/// proxy-protocol.txt, 2.2): empty lines, then a NUL.
+const PROXY_V2: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
+
+/// `buf` is the PROXY v2 signature's first bytes, its NUL in: more decides.
+fn proxy_v2_so_far(buf: &[u8]) -> bool {
+    (5..PROXY_V2.len()).contains(&buf.len()) && PROXY_V2.starts_with(buf)
+}
+
 fn parse_prefix(buf: &[u8]) -> FirstFlight {
+    // A PROXY protocol v2 header: nginx (`proxy_protocol`) and HAProxy
+    // (`accept-proxy`) take one from any client, then read the request or
+    // ClientHello behind it and route by its name. Not relayed raw as
+    // naming nothing (its empty lines then a NUL would be).
+    if buf.starts_with(PROXY_V2) {
+        return FirstFlight::Malformed("a PROXY protocol header");
+    }
+    if proxy_v2_so_far(buf) {
+        return FirstFlight::NeedMore;
+    }
     // A server ignores empty lines before a request line (RFC 9112 2.2).
     let start = buf
         .iter()
@@ -313,9 +336,10 @@ fn parse_prefix(buf: &[u8]) -> FirstFlight {
 /// What the sniffer took for neither TLS nor HTTP (it knows methods as
 /// upper-case tokens): still a request if its first line is one, whatever
 /// the method's case or characters (`get /admin HTTP/1.1`: Go's server,
-/// among others, takes any token as a method and routes by `Host`), else
-/// [`FirstFlight::Other`]. A first token and a blank with no line end yet
-/// waits for the line (the client decides where segments end).
+/// among others, takes any token as a method and routes by `Host`), or
+/// an HTTP/0.9 `GET` split by tabs, else [`FirstFlight::Other`]. A first
+/// token and a blank with no line end yet waits for the line (the client
+/// decides where segments end).
 fn other_or_http(buf: &[u8], start: usize) -> FirstFlight {
     let rest = &buf[start..];
     let token = rest.iter().take_while(|b| is_tchar(**b)).count();
@@ -341,7 +365,11 @@ fn other_or_http(buf: &[u8], start: usize) -> FirstFlight {
     let request_line = rest[token..end]
         .windows(5)
         .any(|w| w.eq_ignore_ascii_case(b"HTTP/"));
-    if request_line {
+    // So is HTTP/0.9 (`GET`, a target, no version) split by tabs as by a
+    // space: HAProxy with `option accept-invalid-http-request` takes it
+    // as HTTP/1.0 and sends it on, its absolute-form target naming where.
+    let simple = &rest[..token] == b"GET";
+    if request_line || simple {
         http(buf, start)
     } else {
         FirstFlight::Other
@@ -654,8 +682,9 @@ mod tests {
     }
 
     /// Empty lines, then a byte no method starts with: not a request, and
-    /// not TLS either (no server reads a record behind a CR), whether that
-    /// byte comes alone or with more.
+    /// not TLS either (no TLS server reads a record behind a CR), whether
+    /// that byte comes alone or with more. (A PROXY protocol v2 signature,
+    /// which starts so, is refused: its own test, below.)
     #[test]
     fn empty_lines_then_no_method_byte_is_other_at_every_split() {
         for lead in ["\r\n", "\n", "\r\n\r\n"] {
@@ -675,6 +704,38 @@ mod tests {
             settles_as_the_whole(b"\r\nGET / HTTP/1.1\r\nHost: a.test\r\n\r\n"),
             FirstFlight::Http { .. }
         ));
+    }
+
+    /// A PROXY protocol v2 header (HAProxy's proxy-protocol.txt 2.2),
+    /// client-made, before a request or a ClientHello: nginx
+    /// (`listen ... proxy_protocol`) and HAProxy (`bind ... accept-proxy`)
+    /// take it from anyone and route by the `Host` or SNI behind it. Its
+    /// signature starts with empty lines then a NUL, which alone would be
+    /// relayed raw as naming nothing: refused, at every split.
+    #[test]
+    fn a_proxy_protocol_v2_header_is_refused_at_every_split() {
+        let mut header = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+        // PROXY TCP4 10.0.0.1:1111 -> 10.0.0.2:80.
+        header.extend([
+            0x21, 0x11, 0, 12, 10, 0, 0, 1, 10, 0, 0, 2, 0x04, 0x57, 0, 80,
+        ]);
+        let request = b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n".to_vec();
+        for behind in [request, rustls_hello("evil.test")] {
+            let bytes = [header.clone(), behind].concat();
+            assert_eq!(
+                settles_as_the_whole(&bytes),
+                FirstFlight::Malformed("a PROXY protocol header"),
+                "{bytes:?}"
+            );
+        }
+        // Empty lines then a NUL that goes on otherwise is still no request.
+        for other in [
+            &b"\r\n\r\n\0\r\nQUIZ\n"[..],
+            b"\r\n\r\n\0G",
+            b"\r\n\0\r\nQUIT\n",
+        ] {
+            assert_eq!(settles_as_the_whole(other), FirstFlight::Other, "{other:?}");
+        }
     }
 
     #[test]
@@ -853,6 +914,28 @@ mod tests {
             "{:?}",
             parse(v)
         );
+    }
+
+    /// HTTP/0.9 split by tabs (`GET\thttp://evil.test/`): HAProxy with
+    /// `option accept-invalid-http-request` takes it and sends it on by
+    /// its absolute-form target. Malformed, as with a space, at every
+    /// split; other words and blanks with no version are still no request.
+    #[test]
+    fn http_0_9_split_by_tabs_is_refused_at_every_split() {
+        for req in [
+            &b"GET\thttp://evil.test/\r\n"[..],
+            b"GET\t\thttp://evil.test/\t\r\n\r\n",
+            b"\r\nGET\t/\n",
+            b"GET http://evil.test/\r\n",
+        ] {
+            assert!(
+                matches!(settles_as_the_whole(req), FirstFlight::Malformed(_)),
+                "{req:?}"
+            );
+        }
+        for other in [&b"get\t/\r\n"[..], b"GETS\t/\r\n", b"hello world\r\n"] {
+            assert_eq!(settles_as_the_whole(other), FirstFlight::Other, "{other:?}");
+        }
     }
 
     #[test]
@@ -1082,6 +1165,7 @@ mod gate_tests {
                     b"hello world",
                     b"\x05\x01\x00",
                     b"\x16\x03\x01",
+                    b"\r\n\r\n\x00\r\nQUIT\n\x21\x11\x00\x00GET / HTTP/1.1\r\n\r\n",
                 ]);
                 out.extend(words);
             }
@@ -1212,6 +1296,28 @@ mod gate_tests {
             }
             let most = 12 + bytes.len().max(1).ilog2() as usize;
             assert!(parses <= most, "{parses} parses: {}", what());
+        }
+    }
+
+    /// The PROXY v2 signature, whole or diverging anywhere after its NUL:
+    /// the gate lets each byte through, so every answer comes at the read
+    /// it would come at ungated.
+    #[test]
+    fn the_gate_agrees_on_a_proxy_protocol_signature_at_every_split() {
+        let sig = b"\r\n\r\n\0\r\nQUIT\n";
+        let mut flights = vec![[&sig[..], b"\x21\x11\0\0GET / HTTP/1.1\r\n\r\n"].concat()];
+        for at in 5..sig.len() {
+            for b in [b'x', b'\r', b'\n', 0, 0x16] {
+                if sig[at] != b {
+                    flights.push([&sig[..at], &[b], b"GET / HTTP/1.1\r\n\r\n"].concat());
+                }
+            }
+        }
+        for bytes in flights {
+            let cuts: Vec<usize> = (1..=bytes.len()).collect();
+            let [(ungated, _), (gated, _)] = both_ways(&bytes, &cuts);
+            assert!(ungated.is_some(), "{bytes:?}");
+            assert_eq!(ungated, gated, "{bytes:?}");
         }
     }
 

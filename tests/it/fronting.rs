@@ -539,3 +539,35 @@ fn a_lone_word_on_a_vetted_port_ends_at_the_handshake_timeout_saying_why() {
         assert!(seen.lock().unwrap().is_empty(), "nothing reached the front");
     });
 }
+
+/// A PROXY protocol v2 header the client writes before its request (its
+/// signature starts with empty lines then a NUL): a front that takes one
+/// (nginx `proxy_protocol`, HAProxy `accept-proxy`) routes by the `Host`
+/// behind it, so the tunnel is refused, and the front hears nothing.
+#[test]
+fn a_proxy_protocol_header_cannot_hide_a_host_on_a_raw_tunnel() {
+    in_netns(&[GOOD_ADDR, OTHER_ADDR], || {
+        let (_front, port, seen) = front(None);
+        let (_dir, proxy) = proxy("fronting-proxy-v2", &rules(port, ""));
+        let other = format!("other.test:{port}");
+        let mut s = connect_via_http(proxy.addr, &other);
+        s.set_read_timeout(Some(PROMPTLY)).unwrap();
+        let mut flight = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+        flight.extend([
+            0x21, 0x11, 0, 12, 10, 0, 0, 1, 10, 0, 0, 2, 0x04, 0x57, 0, 80,
+        ]);
+        flight
+            .extend(format!("GET /admin/page HTTP/1.1\r\nHost: good.test:{port}\r\n\r\n").bytes());
+        s.write_all(&flight).unwrap();
+        let (head, body) = read_response(&mut s);
+        assert_eq!(head.status, 403, "{}{body}", head.raw);
+        assert_eq!(
+            head.header("X-Proxy-Error"),
+            Some("fronting"),
+            "{}",
+            head.raw
+        );
+        assert!(body.contains("a PROXY protocol header"), "{body}");
+        assert!(seen.lock().unwrap().is_empty());
+    });
+}

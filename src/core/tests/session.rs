@@ -590,3 +590,64 @@ fn a_head_clock_and_a_response_clock_that_run_out_together_are_both_acted_on() {
     assert!(text.starts_with("HTTP/1.1 504"), "{text}");
     assert!(!text.contains("408"), "nothing after the 504: {text}");
 }
+
+/// A request whose body broke after its head went up (the client is owed
+/// an answer, and only the upstream can still give one), while the
+/// upstream's response head has begun and stalls: the response clock runs
+/// on it, as on any head not whole. With idle timeouts off (the default)
+/// nothing else would ever end the session.
+#[test]
+fn a_broken_request_whose_response_head_stalls_times_out() {
+    let mut s = session();
+    s.client_sends(format!(
+        "POST /up HTTP/1.1\r\nHost: {ORIGIN}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ));
+    s.drive();
+    s.upstream_sends("HTTP/1.1 200 OK\r\nX-A: b\r\n");
+    s.drive();
+    s.client_sends("zz\r\n");
+    s.drive();
+    let due = s.deadline().expect("a clock runs");
+    assert_eq!(due - s.now, Duration::from_secs(30));
+    s.elapse(Duration::from_secs(30));
+    assert!(
+        s.client_text().starts_with("HTTP/1.1 504"),
+        "nothing of the head is relayed: {}",
+        s.client_text()
+    );
+    assert_eq!(s.reason(), Some(CloseReason::ResponseTimeout));
+    assert_eq!(s.records[0].status, Some(504));
+}
+
+/// A client that sends `Expect: 100-continue` and then its body without
+/// waiting (curl does after a second), to an upstream that sends no
+/// `100` (RFC 9110 10.1.1 lets it skip one once content arrived): the
+/// response clock ran from the head, so an upload longer than the
+/// response timeout got a 504 mid-way while its bytes still flowed. The
+/// clock runs on the upload's silence, then from its end as for any body.
+#[test]
+fn an_upload_that_did_not_wait_for_100_continue_is_not_cut_by_the_response_clock() {
+    let mut s = session();
+    s.client_sends(format!(
+        "PUT /up HTTP/1.1\r\nHost: {ORIGIN}\r\nExpect: 100-continue\r\nContent-Length: 80\r\n\r\n"
+    ));
+    s.drive();
+    for _ in 0..8 {
+        s.elapse(Duration::from_secs(10));
+        s.client_sends("0123456789");
+        s.drive();
+    }
+    assert!(s.stop.is_none(), "{}", s.client_text());
+    assert_eq!(
+        s.upstream.got.len(),
+        s.upstream_text().find("\r\n\r\n").unwrap() + 4 + 80
+    );
+    // Wholly sent: the clock runs from here.
+    assert_eq!(s.deadline().unwrap() - s.now, Duration::from_secs(30));
+    s.elapse(Duration::from_secs(30));
+    assert!(
+        s.client_text().starts_with("HTTP/1.1 504"),
+        "{}",
+        s.client_text()
+    );
+}

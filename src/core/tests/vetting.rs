@@ -600,3 +600,47 @@ fn a_request_line_with_odd_whitespace_is_not_relayed() {
     let v = verdict_for(b"SSH-2.0-OpenSSH_9.6 Ubuntu-3\r\n", 443);
     assert!(matches!(v, Verdict::Relay), "{v:?}");
 }
+
+/// A PROXY protocol v2 header the client wrote, then a request or a
+/// ClientHello naming an inspected host: nginx (`listen ... proxy_protocol`)
+/// and HAProxy (`accept-proxy`) read the header from any client and route
+/// by the name behind it (checked against nginx 1.22 and HAProxy 2.6).
+/// Refused, never relayed raw as naming nothing.
+#[test]
+fn a_proxy_protocol_header_before_the_flight_is_not_relayed() {
+    let f = Fixture::new();
+    let mut header = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    header.extend([
+        0x21, 0x11, 0, 12, 10, 0, 0, 1, 10, 0, 0, 2, 0x04, 0x57, 0, 80,
+    ]);
+    for (behind, port) in [
+        (get("plain.test"), 80),
+        (client_hello(f.clients().config(), "good.test"), 443),
+    ] {
+        let flight = [header.clone(), behind].concat();
+        match verdict_for(&flight, port) {
+            Verdict::Refuse { why, .. } => {
+                assert!(why.contains("a PROXY protocol header"), "{why}");
+            }
+            other => panic!("{port}: {other:?}"),
+        }
+    }
+}
+
+/// An HTTP/0.9 request split by a tab (`GET`, a target, no version):
+/// HAProxy with `option accept-invalid-http-request` takes it, as HTTP/1.0,
+/// and sends it on with its absolute-form target, which names where it
+/// goes (checked against HAProxy 2.6 in front of nginx 1.22). Refused like
+/// the same line split by a space, never relayed raw.
+#[test]
+fn an_http_0_9_request_split_by_a_tab_is_not_relayed() {
+    for flight in [
+        &b"GET\thttp://plain.test/\r\n\r\n"[..],
+        b"GET\thttp://plain.test/\r\n",
+        b"\r\nGET\thttp://plain.test/ \r\n",
+        b"GET http://plain.test/\r\n",
+    ] {
+        let v = verdict_for(flight, 80);
+        assert!(matches!(v, Verdict::Refuse { .. }), "{flight:?}: {v:?}");
+    }
+}

@@ -546,8 +546,9 @@ impl Exchange {
 
     /// `Some(id)` while the response timer should run: the answer due next
     /// is the upstream's, its request is wholly sent (or waits for
-    /// `100 Continue`), and its response head has not arrived whole. A new
-    /// `id` is a new wait: restart the clock.
+    /// `100 Continue`, or broke and goes no further), and its response
+    /// head has not arrived whole. A new `id` is a new wait: restart the
+    /// clock.
     pub fn awaiting_response(&self) -> Option<u64> {
         if !matches!(self.phase, Phase::Open)
             || !matches!(self.resp, Resp::Head)
@@ -556,7 +557,13 @@ impl Exchange {
             return None;
         }
         match self.due.front() {
-            Some(Due::Upstream(f)) if matches!(f.progress, Progress::Sent | Progress::Continue) => {
+            // (Broken, with no head begun, is answered at once.)
+            Some(Due::Upstream(f))
+                if matches!(
+                    f.progress,
+                    Progress::Sent | Progress::Continue | Progress::Broken(_)
+                ) =>
+            {
                 Some(self.wait_id)
             }
             _ => None,

@@ -119,6 +119,8 @@ impl Exchange {
             if forward {
                 self.request_sent();
             }
+        } else if forward {
+            self.body_moved();
         }
         debug_assert!(n > 0, "a body in progress takes at least a byte");
         if forward {
@@ -142,6 +144,19 @@ impl Exchange {
             }
             Some(Due::Local(l)) if !forward => l.close = true,
             _ => {}
+        }
+    }
+
+    /// Body bytes of the newest forwarded request went up. One still
+    /// waiting for `100 Continue` is uploading without it (curl does after
+    /// a second; an upstream may skip the `100` once content arrived, RFC
+    /// 9110 10.1.1): its response clock waits on the upload's silence, not
+    /// its length, as for any body still coming.
+    fn body_moved(&mut self) {
+        if let Some(Due::Upstream(f)) = self.due.back() {
+            if f.progress == Progress::Continue {
+                self.wait_id += 1;
+            }
         }
     }
 
