@@ -361,6 +361,10 @@ impl InspectCore {
                 self.ex.upstream_cut();
             }
             self.upstream_end = UpstreamEnd::Gone;
+            // The client side first: a request start the head gate held
+            // back is looked at now that nothing more can be forwarded
+            // (malformed, its 400), and the conversation ends.
+            self.requests(client)?;
             self.responses()?;
             self.check_status()?;
         }

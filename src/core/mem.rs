@@ -19,6 +19,10 @@ pub(crate) struct MemPort {
     /// The peer reset: reads give what is left of the inbox, then the reset;
     /// writes fail.
     pub(crate) reset: bool,
+    /// The kernel reported an error with nothing to say a read would
+    /// make progress (an error event alone): failed, and a read gives the
+    /// inbox, then the error.
+    pub(crate) error_only: bool,
     /// Bytes the core wrote, not yet taken by the peer.
     pub(crate) outbox: Vec<u8>,
     /// Bytes the transport takes before writes would block.
@@ -68,7 +72,7 @@ impl MemPort {
 impl Wire for MemPort {
     fn read(&mut self, buf: &mut [u8]) -> Io {
         if self.inbox.is_empty() {
-            return match (self.reset, self.fin) {
+            return match (self.reset || self.error_only, self.fin) {
                 (true, _) => Io::PeerGone(io::ErrorKind::ConnectionReset.into()),
                 (false, true) => Io::Eof,
                 (false, false) => Io::WouldBlock,
@@ -83,7 +87,7 @@ impl Wire for MemPort {
     }
 
     fn write(&mut self, buf: &[u8]) -> Io {
-        if self.reset || self.shut {
+        if self.reset || self.error_only || self.shut {
             return Io::PeerGone(io::ErrorKind::BrokenPipe.into());
         }
         let n = self.cap(buf.len().min(self.room));
@@ -110,7 +114,7 @@ impl Port for MemPort {
         self.want.1 && (self.room > 0 || self.reset)
     }
     fn failed(&self) -> bool {
-        self.reset
+        self.reset || self.error_only
     }
     fn peer_finished(&self) -> bool {
         self.fin

@@ -651,3 +651,28 @@ fn an_upload_that_did_not_wait_for_100_continue_is_not_cut_by_the_response_clock
         s.client_text()
     );
 }
+
+/// An upstream whose socket reports an error with nothing readable (an
+/// error event alone), while a request start the head gate held back
+/// waits: nothing more can be forwarded, so the start is looked at then
+/// and there, and, malformed, gets its 400 at once, not at the head
+/// clock's end.
+#[test]
+fn an_upstream_error_event_alone_answers_a_held_back_malformed_start_at_once() {
+    let mut s = session();
+    // Parsed (a first parse always is): a head not whole yet.
+    s.client_sends("GET /x HTTP/1.1\r\nHost: origin.test\r\nX: ");
+    s.drive();
+    // Held back: fewer bytes than twice those parsed, no empty line.
+    s.client_sends("aaaa\r\nBad Header: x\r\n");
+    s.drive();
+    assert!(s.stop.is_none(), "held back, waiting");
+    s.upstream_error_event();
+    s.drive();
+    let text = s.client_text();
+    assert!(
+        text.starts_with("HTTP/1.1 400") && text.contains("bad-request"),
+        "{text}"
+    );
+    assert!(s.stop.is_some());
+}

@@ -325,6 +325,12 @@ impl Session {
         self.cport.reset = true;
     }
 
+    /// The upstream's socket reports an error and nothing readable (an
+    /// error event alone).
+    pub(super) fn upstream_error_event(&mut self) {
+        self.uport.error_only = true;
+    }
+
     /// The upstream resets.
     pub(super) fn upstream_reset(&mut self) {
         self.uport.reset = true;
