@@ -630,6 +630,19 @@ fn a_head_that_does_not_finish_in_time_is_408() {
     }
 }
 
+/// A tunnel whose client sends `client` in two reads, cut at `cut`.
+fn cut_once(client: &str, replies: Vec<Reply>, cut: usize) -> Sim {
+    Sim::new(
+        tunnel(),
+        Script::new(client, replies),
+        Plan {
+            client_cuts: vec![cut],
+            upstream_cuts: vec![],
+        },
+        Limits::roomy(),
+    )
+}
+
 /// A malformed start the head gate has not let through yet, then silence:
 /// parsed on arrival it was a 400 at once; held back (too few bytes since
 /// the last parse, no empty line), the head clock looks at it before its
@@ -637,15 +650,7 @@ fn a_head_that_does_not_finish_in_time_is_408() {
 #[test]
 fn a_malformed_start_then_silence_is_400_not_408() {
     let head = "GET /x HTTP/1.1\r\nHost: origin.test\r\nBad Header: x\r\n";
-    let mut sim = Sim::new(
-        tunnel(),
-        Script::new(head, vec![]),
-        Plan {
-            client_cuts: vec![26],
-            upstream_cuts: vec![],
-        },
-        Limits::roomy(),
-    );
+    let mut sim = cut_once(head, vec![], 26);
     sim.run();
     if sim.ex().awaiting_head().is_some() {
         assert!(sim.head_timeout());
@@ -693,15 +698,7 @@ fn a_malformed_start_held_back_is_400_when_the_upstream_closes() {
         }
         let cut = client.len() + 26;
         client += head;
-        let mut sim = Sim::new(
-            tunnel(),
-            Script::new(&client, replies),
-            Plan {
-                client_cuts: vec![cut],
-                upstream_cuts: vec![],
-            },
-            Limits::roomy(),
-        );
+        let mut sim = cut_once(&client, replies, cut);
         sim.run();
         assert!(sim.ex().awaiting_head().is_some(), "held back, waiting");
         sim.upstream_closes();
@@ -719,15 +716,7 @@ fn a_malformed_start_held_back_is_400_when_the_upstream_closes() {
 #[test]
 fn an_incomplete_start_ends_quietly_when_the_upstream_closes() {
     let head = "GET /x HTTP/1.1\r\nHost: origin.test\r\nGood: x\r\n";
-    let mut sim = Sim::new(
-        tunnel(),
-        Script::new(head, vec![]),
-        Plan {
-            client_cuts: vec![26],
-            upstream_cuts: vec![],
-        },
-        Limits::roomy(),
-    );
+    let mut sim = cut_once(head, vec![], 26);
     sim.run();
     sim.upstream_closes();
     sim.run();
