@@ -215,3 +215,33 @@ fn a_tls_close_delimited_body_ends_cleanly_only_with_close_notify() {
         s.stop
     );
 }
+
+/// The head clock and the idle clock run out at the same instant (an idle
+/// timeout equal to the handshake timeout, the head's start the last bytes
+/// that moved; or a timer that fires late): the client is owed the 408
+/// the head clock queued, not a bare close. Before both were acted on in
+/// one call, the 408 went out and the session ended; the idle branch must
+/// not drop it.
+#[test]
+fn a_408_is_not_dropped_by_the_idle_clock_running_out_with_it() {
+    for late in [Duration::ZERO, Duration::from_millis(300)] {
+        let mut s = Session::new(Options {
+            idle: Some(Duration::from_secs(10) + late / 2),
+            ..Options::tunnel()
+        });
+        s.client_sends(format!("GET /slow HTTP/1.1\r\nHost: {ORIGIN}\r\n"));
+        s.drive();
+        let due = s.deadline().expect("the head clock runs");
+        // The timer fires `late` after the head clock's deadline.
+        s.now = due + late;
+        s.elapse(Duration::ZERO);
+        let text = s.client_text();
+        assert!(
+            text.starts_with("HTTP/1.1 408") && text.contains("request-timeout"),
+            "late {late:?}: {text:?}, {:?}",
+            s.reason()
+        );
+        assert_eq!(s.records.len(), 1);
+        assert_eq!(s.records[0].status, Some(408), "late {late:?}");
+    }
+}
