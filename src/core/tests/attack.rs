@@ -245,3 +245,34 @@ fn a_408_is_not_dropped_by_the_idle_clock_running_out_with_it() {
         assert_eq!(s.records[0].status, Some(408), "late {late:?}");
     }
 }
+
+/// A client that sent `Expect: 100-continue`, did not wait for the `100`
+/// and is uploading its body, then pauses longer than the response
+/// timeout (a slow producer behind it): the upstream is waiting for the
+/// rest of the body, not failing to answer. The same upload without the
+/// `Expect` has no response clock until it is wholly sent; with it, the
+/// client got a 504 blaming the upstream, its upload cut.
+#[test]
+fn a_paused_upload_that_did_not_wait_for_100_continue_gets_no_504() {
+    let mut s = Session::new(Options::tunnel());
+    s.client_sends(format!(
+        "PUT /up HTTP/1.1\r\nHost: {ORIGIN}\r\nExpect: 100-continue\r\nContent-Length: 20\r\n\r\n"
+    ));
+    s.drive();
+    s.elapse(Duration::from_secs(1));
+    s.client_sends("0123456789");
+    s.drive();
+    // The client's producer stalls.
+    s.elapse(Duration::from_secs(45));
+    assert!(s.stop.is_none(), "{:?}: {}", s.reason(), s.client_text());
+    s.client_sends("0123456789");
+    s.drive();
+    s.upstream_sends("HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n");
+    s.drive();
+    assert!(
+        s.client_text().starts_with("HTTP/1.1 201"),
+        "{}",
+        s.client_text()
+    );
+    assert_eq!(s.records[0].status, Some(201));
+}
