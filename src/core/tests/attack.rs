@@ -276,3 +276,35 @@ fn a_paused_upload_that_did_not_wait_for_100_continue_gets_no_504() {
     );
     assert_eq!(s.records[0].status, Some(201));
 }
+
+/// An upload that did not wait for `100 Continue`, answered by a final
+/// status before any `100` while its body still streams: the upstream may
+/// take what follows for the body or for the next request, so nothing
+/// follows (the connection ends after the answer), as for a client that
+/// waited.
+#[test]
+fn a_final_answer_mid_upload_without_a_100_still_ends_the_connection() {
+    let mut s = Session::new(Options::tunnel());
+    let head = format!(
+        "PUT /up HTTP/1.1\r\nHost: {ORIGIN}\r\nExpect: 100-continue\r\nContent-Length: 20\r\n\r\n"
+    );
+    s.client_sends(&head);
+    s.drive();
+    s.client_sends("0123456789");
+    s.drive();
+    s.upstream_sends("HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n");
+    s.drive();
+    assert!(
+        s.client_text().starts_with("HTTP/1.1 401"),
+        "{}",
+        s.client_text()
+    );
+    s.client_sends(format!("0123456789{}", get("/next")));
+    s.drive();
+    assert!(s.stop.is_some(), "the connection ends after the answer");
+    assert!(
+        !s.upstream_text().contains("/next"),
+        "{}",
+        s.upstream_text()
+    );
+}
