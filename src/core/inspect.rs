@@ -670,6 +670,9 @@ impl InspectCore {
                 );
                 self.clocks.head_wait = None;
                 self.clocks.head_timed_out = true;
+                // The 408 is owed, not idleness: the idle and half-close
+                // clocks below must not end the session before it goes.
+                self.clocks.last_active = now;
                 // The 408 goes out in order (the pump), then the
                 // conversation ends. The clocks below are looked at too:
                 // each that ran out by now is acted on in this one call,

@@ -248,13 +248,13 @@ impl Lines {
                     continue;
                 }
                 self.start = Some(i);
-                if !is_tchar(b) {
+                if !is_word(b) {
                     self.token_ended = true;
                     ended = true;
                 }
                 continue;
             };
-            if !self.token_ended && !is_tchar(b) {
+            if !self.token_ended && !is_word(b) {
                 self.token_ended = true;
                 ended = true;
             }
@@ -342,7 +342,10 @@ fn parse_prefix(buf: &[u8]) -> FirstFlight {
 /// decides where segments end).
 fn other_or_http(buf: &[u8], start: usize) -> FirstFlight {
     let rest = &buf[start..];
-    let token = rest.iter().take_while(|b| is_tchar(**b)).count();
+    // The first word: not only a token. Apache httpd with
+    // `HttpProtocolOptions Unsafe` takes any visible or non-ASCII bytes
+    // as a method (`GET"`, `{`, `é`) and routes by `Host`.
+    let token = rest.iter().take_while(|b| is_word(**b)).count();
     if token == 0 || !rest.get(token).is_some_and(|b| is_blank(*b)) {
         return match (token, rest.get(token)) {
             // Only token bytes so far: the space may come.
@@ -368,7 +371,9 @@ fn other_or_http(buf: &[u8], start: usize) -> FirstFlight {
     // So is HTTP/0.9 (`GET`, a target, no version) split by tabs as by a
     // space: HAProxy with `option accept-invalid-http-request` takes it
     // as HTTP/1.0 and sends it on, its absolute-form target naming where.
-    let simple = &rest[..token] == b"GET";
+    // And so is HTTP/0.9 with any method and an absolute-form target
+    // (httpd's `Unsafe` takes `get http://host/`, and picks that host).
+    let simple = &rest[..token] == b"GET" || simple_absolute(&rest[token..end]);
     if request_line || simple {
         http(buf, start)
     } else {
@@ -376,10 +381,30 @@ fn other_or_http(buf: &[u8], start: usize) -> FirstFlight {
     }
 }
 
+/// The rest of an HTTP/0.9 line after its method (blanks, a target,
+/// blanks, the line end) whose target is absolute-form: it names a host.
+fn simple_absolute(line: &[u8]) -> bool {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut parts = line.split(|b| is_blank(*b)).filter(|part| !part.is_empty());
+    let (Some(target), None) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    std::str::from_utf8(target)
+        .ok()
+        .and_then(absolute_authority)
+        .is_some()
+}
+
 /// Whitespace a lenient server splits a request line on (RFC 9112 3;
 /// a bare CR aside).
 fn is_blank(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | 0x0b | 0x0c)
+}
+
+/// A byte of a lenient server's method: visible ASCII or not ASCII
+/// (httpd's `Unsafe`: `ap_scan_vchar_obstext`), a superset of `tchar`.
+fn is_word(b: u8) -> bool {
+    matches!(b, 0x21..=0x7e | 0x80..=0xff)
 }
 
 /// A `tchar` of RFC 9110 5.6.2 (what a method token is made of).
@@ -938,6 +963,37 @@ mod tests {
         }
     }
 
+    /// Apache httpd with `HttpProtocolOptions Unsafe` takes a method of
+    /// any visible or non-ASCII bytes, and HTTP/0.9 with any method: with
+    /// an HTTP version or an absolute-form target, such a line is a
+    /// request (malformed), at every split. Without either it names
+    /// nothing.
+    #[test]
+    fn odd_methods_are_requests_at_every_split() {
+        for req in [
+            &b"GET\" / HTTP/1.1\r\nHost: evil.test\r\n\r\n"[..],
+            b"{ / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+            b"\r\n\xc3\xa9 / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+            b"get http://evil.test/\r\n",
+            b"Get\t http://evil.test/x \r\n",
+            b"\r\nPOST\" http://evil.test/\n",
+        ] {
+            assert!(
+                matches!(settles_as_the_whole(req), FirstFlight::Malformed(_)),
+                "{req:?}"
+            );
+        }
+        for other in [
+            &b"get /x\r\n"[..],
+            b"hello world\r\n",
+            b"get http://evil.test/ x\r\n",
+            b"{\"a\":1}\n",
+            b"\x80\x01",
+        ] {
+            assert_eq!(settles_as_the_whole(other), FirstFlight::Other, "{other:?}");
+        }
+    }
+
     #[test]
     fn ambiguous_or_huge_requests_are_refused() {
         let two = b"GET / HTTP/1.1\r\nHost: other.test\r\nHost: good.test\r\n\r\n";
@@ -1114,6 +1170,9 @@ mod gate_tests {
                     b"X2",
                     b"ABCDEFGHIJKLMNOPQRSTUVWXYZ",
                     b"G-T",
+                    b"GET\"",
+                    b"{",
+                    b"\xc3\xa9",
                 ]);
                 out.extend(method);
                 out.extend(rng.pick(&[&b" "[..], b" ", b" ", b" ", b" ", b"\t", b"/"]));

@@ -215,3 +215,96 @@ fn a_tls_close_delimited_body_ends_cleanly_only_with_close_notify() {
         s.stop
     );
 }
+
+/// The head clock and the idle clock run out at the same instant (an idle
+/// timeout equal to the handshake timeout, the head's start the last bytes
+/// that moved; or a timer that fires late): the client is owed the 408
+/// the head clock queued, not a bare close. Before both were acted on in
+/// one call, the 408 went out and the session ended; the idle branch must
+/// not drop it.
+#[test]
+fn a_408_is_not_dropped_by_the_idle_clock_running_out_with_it() {
+    for late in [Duration::ZERO, Duration::from_millis(300)] {
+        let mut s = Session::new(Options {
+            idle: Some(Duration::from_secs(10) + late / 2),
+            ..Options::tunnel()
+        });
+        s.client_sends(format!("GET /slow HTTP/1.1\r\nHost: {ORIGIN}\r\n"));
+        s.drive();
+        let due = s.deadline().expect("the head clock runs");
+        // The timer fires `late` after the head clock's deadline.
+        s.now = due + late;
+        s.elapse(Duration::ZERO);
+        let text = s.client_text();
+        assert!(
+            text.starts_with("HTTP/1.1 408") && text.contains("request-timeout"),
+            "late {late:?}: {text:?}, {:?}",
+            s.reason()
+        );
+        assert_eq!(s.records.len(), 1);
+        assert_eq!(s.records[0].status, Some(408), "late {late:?}");
+    }
+}
+
+/// A client that sent `Expect: 100-continue`, did not wait for the `100`
+/// and is uploading its body, then pauses longer than the response
+/// timeout (a slow producer behind it): the upstream is waiting for the
+/// rest of the body, not failing to answer. The same upload without the
+/// `Expect` has no response clock until it is wholly sent; with it, the
+/// client got a 504 blaming the upstream, its upload cut.
+#[test]
+fn a_paused_upload_that_did_not_wait_for_100_continue_gets_no_504() {
+    let mut s = Session::new(Options::tunnel());
+    s.client_sends(format!(
+        "PUT /up HTTP/1.1\r\nHost: {ORIGIN}\r\nExpect: 100-continue\r\nContent-Length: 20\r\n\r\n"
+    ));
+    s.drive();
+    s.elapse(Duration::from_secs(1));
+    s.client_sends("0123456789");
+    s.drive();
+    // The client's producer stalls.
+    s.elapse(Duration::from_secs(45));
+    assert!(s.stop.is_none(), "{:?}: {}", s.reason(), s.client_text());
+    s.client_sends("0123456789");
+    s.drive();
+    s.upstream_sends("HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n");
+    s.drive();
+    assert!(
+        s.client_text().starts_with("HTTP/1.1 201"),
+        "{}",
+        s.client_text()
+    );
+    assert_eq!(s.records[0].status, Some(201));
+}
+
+/// An upload that did not wait for `100 Continue`, answered by a final
+/// status before any `100` while its body still streams: the upstream may
+/// take what follows for the body or for the next request, so nothing
+/// follows (the connection ends after the answer), as for a client that
+/// waited.
+#[test]
+fn a_final_answer_mid_upload_without_a_100_still_ends_the_connection() {
+    let mut s = Session::new(Options::tunnel());
+    let head = format!(
+        "PUT /up HTTP/1.1\r\nHost: {ORIGIN}\r\nExpect: 100-continue\r\nContent-Length: 20\r\n\r\n"
+    );
+    s.client_sends(&head);
+    s.drive();
+    s.client_sends("0123456789");
+    s.drive();
+    s.upstream_sends("HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n");
+    s.drive();
+    assert!(
+        s.client_text().starts_with("HTTP/1.1 401"),
+        "{}",
+        s.client_text()
+    );
+    s.client_sends(format!("0123456789{}", get("/next")));
+    s.drive();
+    assert!(s.stop.is_some(), "the connection ends after the answer");
+    assert!(
+        !s.upstream_text().contains("/next"),
+        "{}",
+        s.upstream_text()
+    );
+}

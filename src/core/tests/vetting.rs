@@ -644,3 +644,34 @@ fn an_http_0_9_request_split_by_a_tab_is_not_relayed() {
         assert!(matches!(v, Verdict::Refuse { .. }), "{flight:?}: {v:?}");
     }
 }
+
+/// Request lines Apache httpd takes with `HttpProtocolOptions Unsafe`
+/// (checked against 2.4.71): a method of any visible or non-ASCII bytes,
+/// not only a token (`GET"`, `{`, `é`), and an HTTP/0.9 line with any
+/// method (`get`, `POST"`) and an absolute-form target, which names its
+/// host (httpd then picks that virtual host and runs its handlers, a CGI
+/// script here). They name an inspected host: refused, never relayed raw
+/// as naming nothing.
+#[test]
+fn request_lines_with_odd_methods_are_not_relayed() {
+    for flight in [
+        &b"GET\" / HTTP/1.1\r\nHost: plain.test\r\n\r\n"[..],
+        b"{ / HTTP/1.1\r\nHost: plain.test\r\n\r\n",
+        b"\r\n\xc3\xa9 / HTTP/1.1\r\nHost: plain.test\r\n\r\n",
+        b"get http://plain.test/\r\n",
+        b"Get http://plain.test/x \r\n",
+        b"\r\nPOST\" http://plain.test/\r\n",
+    ] {
+        let v = verdict_for(flight, 80);
+        assert!(
+            matches!(v, Verdict::Refuse { .. }),
+            "{:?}: {v:?}",
+            String::from_utf8_lossy(flight)
+        );
+    }
+    // Words that name no HTTP version nor a host are still no request.
+    for flight in [&b"hello world\r\n"[..], b"get /x\r\n", b"{\"a\": 1}\r\n"] {
+        let v = verdict_for(flight, 80);
+        assert!(matches!(v, Verdict::Relay), "{flight:?}: {v:?}");
+    }
+}

@@ -409,6 +409,10 @@ enum Progress {
     Sending,
     /// Its head is out and it waits for `100 Continue` before its body.
     Continue,
+    /// It waited for `100 Continue` and sends its body without one: the
+    /// body streams (no response clock, as for `Sending`), and a final
+    /// answer before a `100` still ends the connection (as for `Continue`).
+    Unbidden,
     /// All of it.
     Sent,
     /// It broke after its head went (why): it cannot be completed.

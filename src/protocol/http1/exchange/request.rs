@@ -150,12 +150,13 @@ impl Exchange {
     /// Body bytes of the newest forwarded request went up. One still
     /// waiting for `100 Continue` is uploading without it (curl does after
     /// a second; an upstream may skip the `100` once content arrived, RFC
-    /// 9110 10.1.1): its response clock waits on the upload's silence, not
-    /// its length, as for any body still coming.
+    /// 9110 10.1.1): no response clock until its body is whole, as for any
+    /// body still coming (a pause in the upload is the client's, not the
+    /// upstream's failing to answer).
     fn body_moved(&mut self) {
-        if let Some(Due::Upstream(f)) = self.due.back() {
+        if let Some(Due::Upstream(f)) = self.due.back_mut() {
             if f.progress == Progress::Continue {
-                self.wait_id += 1;
+                f.progress = Progress::Unbidden;
             }
         }
     }
@@ -164,7 +165,10 @@ impl Exchange {
     /// may start.
     fn request_sent(&mut self) {
         if let Some(Due::Upstream(f)) = self.due.back_mut() {
-            if matches!(f.progress, Progress::Sending | Progress::Continue) {
+            if matches!(
+                f.progress,
+                Progress::Sending | Progress::Continue | Progress::Unbidden
+            ) {
                 f.progress = Progress::Sent;
                 self.wait_id += 1;
             }

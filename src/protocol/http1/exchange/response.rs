@@ -244,7 +244,7 @@ impl Exchange {
         };
         if interim {
             // The client sends its body now; the clock waits on it.
-            if f.progress == Progress::Continue {
+            if matches!(f.progress, Progress::Continue | Progress::Unbidden) {
                 f.progress = Progress::Sending;
             }
         } else {
@@ -252,7 +252,7 @@ impl Exchange {
             // the client may send its body or skip it, and the upstream may
             // read it or not. Whatever follows could be read two ways, so
             // nothing follows.
-            f.close |= closing || f.progress == Progress::Continue;
+            f.close |= closing || matches!(f.progress, Progress::Continue | Progress::Unbidden);
             if let Some(mut record) = f.record.take() {
                 record.status = Some(head.status);
                 self.push_record(record);
