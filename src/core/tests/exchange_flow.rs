@@ -211,12 +211,7 @@ fn half_close_still_gets_every_answer_then_done() {
 /// closes an idle keep-alive connection ends it cleanly.
 #[test]
 fn eofs_while_answers_are_due_or_idle() {
-    let mut sim = Sim::new(
-        tunnel(),
-        Script::new(get("/a"), vec![]),
-        Plan::default(),
-        Limits::roomy(),
-    );
+    let mut sim = one_get();
     sim.run();
     sim.client_closes();
     sim.run();
@@ -226,12 +221,7 @@ fn eofs_while_answers_are_due_or_idle() {
     assert_eq!(sim.outcome().end, Ending::Closed(End::Done));
     assert_eq!(sim.outcome().client_text(), ok("a"));
 
-    let mut sim = Sim::new(
-        tunnel(),
-        Script::new(get("/a"), vec![]),
-        Plan::default(),
-        Limits::roomy(),
-    );
+    let mut sim = one_get();
     sim.upstream_sends(ok("a"));
     sim.run();
     assert_eq!(sim.ex().status(), Status::Open, "idle keep-alive");

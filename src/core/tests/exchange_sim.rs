@@ -480,3 +480,14 @@ fn next_cut(cuts: &[usize], pos: usize, end: usize) -> usize {
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
 }
+
+/// A plain tunnel whose client sends one `GET /a`, the upstream silent
+/// until the test says otherwise.
+pub(super) fn one_get() -> Sim {
+    Sim::new(
+        tunnel(),
+        Script::new(get("/a"), vec![]),
+        Plan::default(),
+        Limits::roomy(),
+    )
+}

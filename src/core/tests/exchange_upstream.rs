@@ -441,12 +441,7 @@ fn response_timer_bookkeeping() {
 /// waiting for room toward a slow client is an answer: no clock.
 #[test]
 fn a_response_head_begun_and_not_finished_is_a_504() {
-    let mut sim = Sim::new(
-        tunnel(),
-        Script::new(get("/a"), vec![]),
-        Plan::default(),
-        Limits::roomy(),
-    );
+    let mut sim = one_get();
     sim.run();
     let first = sim.ex().awaiting_response().expect("the clock runs");
     for line in ["HTTP/1.1 200 OK\r\n", "X-A: 1\r\n", "X-B: 2\r\n"] {
@@ -460,12 +455,7 @@ fn a_response_head_begun_and_not_finished_is_a_504() {
     assert_eq!(out.end, Ending::Closed(End::ResponseTimeout));
     assert_eq!(out.statuses(&["GET"]), [504]);
 
-    let mut sim = Sim::new(
-        tunnel(),
-        Script::new(get("/a"), vec![]),
-        Plan::default(),
-        Limits::roomy(),
-    );
+    let mut sim = one_get();
     sim.run();
     sim.resize_cout(0);
     sim.upstream_sends(ok("a"));
