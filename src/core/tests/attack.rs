@@ -308,3 +308,36 @@ fn a_final_answer_mid_upload_without_a_100_still_ends_the_connection() {
         s.upstream_text()
     );
 }
+
+/// The same upload sent whole before any answer, then answered by a final
+/// status with no `100`: an upstream that answered from the head alone
+/// (RFC 9110 lets it skip the body, and one that does not close then
+/// reads the body as its next request: the 0.CL desync) may still be
+/// holding the body unread, so its next bytes could be a request the
+/// proxy never judged. Nothing follows the answer.
+#[test]
+fn a_final_answer_after_a_whole_upload_without_a_100_still_ends_the_connection() {
+    let mut s = Session::new(Options::tunnel());
+    let smuggled = format!("GET /smuggled HTTP/1.1\r\nHost: {ORIGIN}\r\n\r\n");
+    s.client_sends(format!(
+        "PUT /up HTTP/1.1\r\nHost: {ORIGIN}\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n{smuggled}",
+        smuggled.len()
+    ));
+    s.drive();
+    s.upstream_sends("HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0\r\n\r\n");
+    s.drive();
+    assert!(
+        s.client_text().starts_with("HTTP/1.1 417"),
+        "{}",
+        s.client_text()
+    );
+    assert!(s.stop.is_some(), "the connection ends after the answer");
+    s.client_sends(get("/next"));
+    s.drive();
+    assert!(
+        !s.upstream_text().contains("/next"),
+        "{}",
+        s.upstream_text()
+    );
+    assert_eq!(s.records.len(), 1);
+}

@@ -415,6 +415,11 @@ enum Progress {
     Unbidden,
     /// All of it.
     Sent,
+    /// All of it, though it waited for `100 Continue` and none came: the
+    /// upstream may have answered from the head alone and left the body
+    /// unread, to take it for its next request (the 0.CL desync), so a
+    /// final answer before a `100` still ends the connection.
+    SentUnbidden,
     /// It broke after its head went (why): it cannot be completed.
     Broken(String),
 }
@@ -565,7 +570,10 @@ impl Exchange {
             Some(Due::Upstream(f))
                 if matches!(
                     f.progress,
-                    Progress::Sent | Progress::Continue | Progress::Broken(_)
+                    Progress::Sent
+                        | Progress::SentUnbidden
+                        | Progress::Continue
+                        | Progress::Broken(_)
                 ) =>
             {
                 Some(self.wait_id)

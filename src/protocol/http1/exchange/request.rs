@@ -165,13 +165,13 @@ impl Exchange {
     /// may start.
     fn request_sent(&mut self) {
         if let Some(Due::Upstream(f)) = self.due.back_mut() {
-            if matches!(
-                f.progress,
-                Progress::Sending | Progress::Continue | Progress::Unbidden
-            ) {
-                f.progress = Progress::Sent;
-                self.wait_id += 1;
-            }
+            let sent = match f.progress {
+                Progress::Sending => Progress::Sent,
+                Progress::Continue | Progress::Unbidden => Progress::SentUnbidden,
+                _ => return,
+            };
+            f.progress = sent;
+            self.wait_id += 1;
         }
     }
 

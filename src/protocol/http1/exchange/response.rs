@@ -244,15 +244,22 @@ impl Exchange {
         };
         if interim {
             // The client sends its body now; the clock waits on it.
-            if matches!(f.progress, Progress::Continue | Progress::Unbidden) {
-                f.progress = Progress::Sending;
+            match f.progress {
+                Progress::Continue | Progress::Unbidden => f.progress = Progress::Sending,
+                // It reads the body it has now: what follows is a request.
+                Progress::SentUnbidden => f.progress = Progress::Sent,
+                _ => {}
             }
         } else {
             // A final answer to a request still waiting for `100 Continue`:
             // the client may send its body or skip it, and the upstream may
             // read it or not. Whatever follows could be read two ways, so
             // nothing follows.
-            f.close |= closing || matches!(f.progress, Progress::Continue | Progress::Unbidden);
+            f.close |= closing
+                || matches!(
+                    f.progress,
+                    Progress::Continue | Progress::Unbidden | Progress::SentUnbidden
+                );
             if let Some(mut record) = f.record.take() {
                 record.status = Some(head.status);
                 self.push_record(record);
