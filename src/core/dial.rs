@@ -126,11 +126,6 @@ impl DialCore {
         }
     }
 
-    /// When the connect runs out of time.
-    pub(crate) fn poll_timeout(&self) -> Instant {
-        self.deadline.at()
-    }
-
     /// The sub-stage, as the session's state names it: `tcp` or
     /// `parent-proxy`.
     pub(crate) fn stage(&self) -> &'static str {
@@ -138,6 +133,11 @@ impl DialCore {
             Stage::Parent(_) => "parent-proxy",
             _ => "tcp",
         }
+    }
+
+    /// There is at least one address to dial.
+    pub(crate) fn has_addrs(&self) -> bool {
+        !self.addrs.is_empty()
     }
 
     /// A TCP connect is in flight: the shell waits for it to complete or

@@ -4,13 +4,14 @@
 //! The shell (`session/`, driven by the reactor) owns the sockets and
 //! their readiness; it lends each side to the core as a [`port::Port`]
 //! and passes the time in, and carries out the actions a core asks for
-//! (such as [`dial::DialCore::poll_action`]'s connects). The simulator in
+//! (such as [`establish::EstablishCore::poll_action`]'s connects). The simulator in
 //! this module's tests lends in-memory ports and virtual time to the same
 //! code.
 
 pub(crate) mod clock;
 pub(crate) mod closing;
 pub(crate) mod dial;
+pub(crate) mod establish;
 pub(crate) mod handshake;
 pub(crate) mod inspect;
 pub(crate) mod link;

@@ -106,16 +106,6 @@ impl ResolvingCore {
         }
     }
 
-    /// The connect deadline, which the connect inherits.
-    pub(crate) fn deadline(&self) -> Deadline {
-        self.deadline
-    }
-
-    /// When the wait runs out of time.
-    pub(crate) fn poll_timeout(&self) -> Instant {
-        self.deadline.at()
-    }
-
     /// `dns` (the target's name) or `pins` (the policy's inspected names).
     pub(crate) fn stage(&self) -> &'static str {
         match self.resolved {
@@ -126,6 +116,10 @@ impl ResolvingCore {
 
     pub(crate) fn handle(&mut self, input: Input) -> Next {
         match input {
+            // (getaddrinfo says so with an error; a resolver may not.)
+            Input::Resolved(Ok(addrs)) if addrs.is_empty() => Next::Refuse(Refusal::Resolve(
+                io::Error::new(io::ErrorKind::NotFound, "the name has no address"),
+            )),
             Input::Resolved(Ok(addrs)) => Next::Decide(addrs),
             Input::Resolved(Err(e)) => Next::Refuse(Refusal::Resolve(e)),
             // The policy's inspected names are resolved: decide again.

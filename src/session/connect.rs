@@ -1,18 +1,18 @@
-//! Resolving and Connecting: policy on the name, DNS off the loop, policy on
-//! every resolved address, then a non-blocking connect to each vetted address
-//! in turn, all within one connect deadline.
+//! Establishing (the session states `Resolving` and `Connecting`): policy
+//! on the name, DNS off the loop, policy on every resolved address, then a
+//! non-blocking connect to each vetted address in turn, all within one
+//! connect deadline.
 //!
-//! The decisions are the sans-IO core's: [`route`] says where a request
-//! goes first, what the resolver's answer (or the policy's inspected names)
-//! leads to, what the verdict on the addresses admits, and which state
-//! follows an open upstream; [`DialCore`] decides what to dial next, asks a
-//! parent proxy for the tunnel, and says which refusal a failure earns.
-//! This shell asks the policy, starts the resolver and the connects (and
-//! registers them), lends the upstream socket to the dial core, counts,
-//! logs and records each decision, and builds the state each answer names.
+//! The decisions are the sans-IO [`EstablishCore`]'s, which asks the
+//! policy through [`establish::Env`]; [`route::after_connect`] says which
+//! state follows an open upstream. This shell starts the resolver and the
+//! connects (and registers them), lends the upstream socket to the core,
+//! counts, logs and records each decision, and builds the state each
+//! answer names.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::channel::Channel;
@@ -29,18 +29,19 @@ use super::state::State;
 use super::vetting::Vetting;
 use crate::config::ListenAddr;
 use crate::core::clock::Deadline;
-use crate::core::dial::{self, Action, DialCore, Outcome, Unreachable};
-use crate::core::route::{self, Admission, Admitted, After, ResolvingCore, Start, Treatment};
+use crate::core::establish::{self, Action, EstablishCore, Input, Next};
+use crate::core::route::{self, After};
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
-use crate::policy::{Allowed, Denial, Target};
+use crate::policy::{Allowed, NameVerdict, Target, Verdict};
 use crate::protocol::http1::SameLogin;
+use crate::protocol::parent::ParentProxy;
+use crate::target::Host;
 
-/// What the handshake hands on: where to, how to answer, the client's
-/// first payload bytes, and the login later forward-proxy requests are held
-/// to.
+/// What the handshake hands on besides the target: how to answer, the
+/// client's first payload bytes, and the login later forward-proxy
+/// requests are held to.
 pub(crate) struct Request {
-    target: Target,
     dialect: Dialect,
     early: Vec<u8>,
     login: Option<SameLogin>,
@@ -62,13 +63,12 @@ pub(crate) fn start(
     ctx: &mut Ctx,
 ) -> State {
     let request = Request {
-        target,
         dialect,
         early,
         login,
         replied: false,
     };
-    begin(client, request, conn, ctx)
+    begin(client, target, request, conn, ctx)
 }
 
 /// A raw tunnel already answered (`200` or the SOCKS5 reply) whose first
@@ -84,116 +84,75 @@ pub(crate) fn switch(
     ctx: &mut Ctx,
 ) -> State {
     let request = Request {
-        target,
         dialect,
         early: first,
         login: None,
         replied: true,
     };
-    begin(client, request, conn, ctx)
+    begin(client, target, request, conn, ctx)
 }
 
-fn begin(client: Endpoint, request: Request, conn: &mut Conn, ctx: &mut Ctx) -> State {
-    conn.log.target = Some(request.target.clone());
-    let user = conn.log.user.as_deref();
-    let check_name = || ctx.policy.check_name_as(&request.target, user);
-    // The resolve and the connect share one deadline.
-    let deadline = Deadline::after(ctx.now, ctx.settings.timeouts.connect);
-    match route::start(&request.target.host, check_name) {
-        Start::Decide(ip) => decide(client, request, &[ip], deadline, conn, ctx),
-        Start::Deny(denial) => deny(client, denial, request, conn, ctx),
-        Start::Resolve(name) => {
-            ctx.resolve(name);
-            State::Resolving(Resolving {
-                client,
-                request,
-                core: ResolvingCore::dns(deadline),
-            })
-        }
-    }
-}
-
-fn decide(
+fn begin(
     client: Endpoint,
+    target: Target,
     request: Request,
-    addrs: &[IpAddr],
-    deadline: Deadline,
     conn: &mut Conn,
     ctx: &mut Ctx,
 ) -> State {
-    let user = conn.log.user.as_deref();
-    let verdict = ctx
-        .policy
-        .check_resolved_as(&request.target, user, addrs, ctx.now);
-    let admission = route::admit(
-        verdict,
-        ctx.pins_settled,
-        request.dialect,
-        request.target.port,
-        |addr| ctx.settings.own.contains(addr),
-        || take_handshake(conn, ctx),
-        ctx.settings.upstream_proxy.as_ref(),
-        deadline,
-    );
-    match admission {
-        Admission::Deny(denial) => deny(client, denial, request, conn, ctx),
-        Admission::AwaitPins => {
-            log::debug!(
-                "conn={} {}: waiting for the inspected names' addresses",
-                conn.id,
-                request.target
-            );
-            ctx.await_pins();
-            State::Resolving(Resolving {
-                client,
-                request,
-                core: ResolvingCore::pins(addrs.to_vec(), deadline),
-            })
+    conn.log.target = Some(target.clone());
+    // The resolve and the connect share one deadline.
+    let deadline = Deadline::after(ctx.now, ctx.settings.timeouts.connect);
+    let mut this = Box::new(Establishing {
+        client,
+        upstream: None,
+        core: EstablishCore::new(target, request.dialect, deadline),
+        request,
+    });
+    let next = this.core.begin(&PolicyEnv { conn, ctx });
+    this.carry_out(next, conn, ctx)
+}
+
+/// What the establishing core is lent: the policy, as this client sees it,
+/// and the proxy's own facts.
+struct PolicyEnv<'a, 'c> {
+    conn: &'a Conn,
+    ctx: &'a Ctx<'c>,
+}
+
+impl establish::Env for PolicyEnv<'_, '_> {
+    fn check_name(&self, target: &Target) -> NameVerdict {
+        let user = self.conn.log.user.as_deref();
+        self.ctx.policy.check_name_as(target, user)
+    }
+
+    fn check_resolved(&self, target: &Target, addrs: &[IpAddr]) -> Verdict {
+        let user = self.conn.log.user.as_deref();
+        self.ctx
+            .policy
+            .check_resolved_as(target, user, addrs, self.ctx.now)
+    }
+
+    fn remember(&self, host: &Host, addrs: &[IpAddr]) {
+        self.ctx.policy.remember(host, addrs, self.ctx.now);
+    }
+
+    fn pins_settled(&self) -> bool {
+        self.ctx.pins_settled
+    }
+
+    fn is_own(&self, addr: SocketAddr) -> bool {
+        self.ctx.settings.own.contains(addr)
+    }
+
+    fn take_handshake(&self) -> Result<(), String> {
+        match take_handshake(self.conn, self.ctx) {
+            true => Ok(()),
+            false => Err(route::describe_client(self.conn.log.peer.key())),
         }
-        Admission::OwnAddress(addr) => {
-            ctx.stats.denied();
-            let refusal = Refusal::OwnAddress(addr);
-            log::debug!(
-                "conn={} deny {}: {}",
-                conn.id,
-                request.target,
-                refusal.describe()
-            );
-            conn.decide(
-                Decision::Denied(Reasoned::new(None, refusal.describe())),
-                ctx,
-            );
-            refuse_request(refusal, &request, client, conn, ctx)
-        }
-        Admission::HandshakeRate => {
-            let who = route::describe_client(conn.log.peer.key());
-            ctx.stats.handshake_rate_refused();
-            log::debug!(
-                "conn={} refuse {}: client {who} over its handshake rate",
-                conn.id,
-                request.target
-            );
-            let refusal = Refusal::HandshakeRate(who);
-            refuse_request(refusal, &request, client, conn, ctx)
-        }
-        Admission::Dial(admitted) => {
-            let Admitted {
-                core,
-                treatment,
-                rule,
-                audit_reasons,
-            } = *admitted;
-            ctx.stats.allowed();
-            log::debug!("conn={} allow {} by rule {}", conn.id, request.target, rule);
-            // Audit mode let through what enforcement would refuse: say so.
-            let decision = match audit_reasons.is_empty() {
-                false => Decision::would_deny(rule, &audit_reasons),
-                true => Decision::Allowed(rule),
-            };
-            conn.decide(decision, ctx);
-            let plan = Plan { request, treatment };
-            plan.dial(core, client, conn, ctx)
-        }
+    }
+
+    fn default_parent(&self) -> Option<&Arc<ParentProxy>> {
+        self.ctx.settings.upstream_proxy.as_ref()
     }
 }
 
@@ -211,30 +170,18 @@ fn take_handshake(conn: &Conn, ctx: &Ctx) -> bool {
     rates.take(conn.log.peer.key(), budget, ctx.now)
 }
 
-fn deny(
-    client: Endpoint,
-    denial: Denial,
-    request: Request,
-    conn: &mut Conn,
-    ctx: &mut Ctx,
-) -> State {
-    ctx.stats.denied();
-    log::debug!("conn={} deny {}: {denial}", conn.id, request.target);
-    conn.decide(Decision::denied(&denial), ctx);
-    refuse_request(Refusal::Denied(denial), &request, client, conn, ctx)
-}
-
 /// Refuses `request` before an upstream answered it. A forward-proxy
 /// request gets its `request` event here: no exchange ever saw it.
 fn refuse_request(
     refusal: Refusal,
     request: &Request,
+    target: &Target,
     client: Endpoint,
     conn: &mut Conn,
     ctx: &mut Ctx,
 ) -> State {
     if request.replied {
-        return close_replied(refusal, &request.target, client, conn, ctx);
+        return close_replied(refusal, target, client, conn, ctx);
     }
     refuse_early(refusal, request.dialect, &request.early, client, conn, ctx)
 }
@@ -370,254 +317,243 @@ fn is_local(ip: IpAddr) -> bool {
     }
 }
 
-/// Waiting for the resolver (or the policy's inspected names); owns the
-/// client, and carries out what the [`ResolvingCore`] decides.
-pub(crate) struct Resolving {
+/// Resolving and connecting: owns the client and, once one is started,
+/// the connect in flight; carries out what the [`EstablishCore`] asks.
+pub(crate) struct Establishing {
     client: Endpoint,
+    /// The connect in flight (to the destination or its parent), or open.
+    upstream: Option<Endpoint>,
     request: Request,
-    core: ResolvingCore,
+    core: EstablishCore,
 }
 
-impl Resolving {
-    pub(crate) fn client(&mut self) -> &mut Endpoint {
-        &mut self.client
+impl Establishing {
+    pub(crate) fn endpoint(&mut self, side: Side) -> Option<&mut Endpoint> {
+        match side {
+            Side::Client => Some(&mut self.client),
+            Side::Upstream => self.upstream.as_mut(),
+        }
     }
 
-    /// `dns` (the target's name) or `pins` (the policy's inspected names).
+    /// `Resolving` or `Connecting`, as the session's state names it.
+    pub(crate) fn name(&self) -> &'static str {
+        self.core.name()
+    }
+
+    /// `dns` or `pins`; `tcp` or `parent-proxy`.
     pub(crate) fn stage(&self) -> &'static str {
         self.core.stage()
     }
 
-    /// The policy's inspected names are resolved: decide again, unless the
-    /// target's own DNS is still awaited.
-    pub(crate) fn on_pins(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let next = self.core.handle(route::Input::PinsSettled);
-        self.follow(next, conn, ctx)
+    /// The policy allowed the target and an address is being dialled.
+    pub(crate) fn dialling(&self) -> bool {
+        self.core.dialling()
     }
 
-    pub(crate) fn drive(mut self, _conn: &mut Conn, _ctx: &mut Ctx) -> State {
-        // Nothing is read while resolving (pipelined bytes stay queued in the
-        // kernel); only an error on the client ends the wait early.
-        self.client.want(false, false);
-        if self.client.failed() {
-            return State::Done(CloseReason::ClientGone);
-        }
-        State::Resolving(self)
-    }
-
-    pub(crate) fn on_resolved(
-        mut self,
-        result: io::Result<Vec<IpAddr>>,
-        conn: &mut Conn,
-        ctx: &mut Ctx,
-    ) -> State {
-        let next = self.core.handle(route::Input::Resolved(result));
-        if let route::Next::Decide(addrs) = &next {
-            // The addresses of a name an inspecting rule covers are
-            // remembered: reaching them by another spelling (a literal,
-            // another name) is then inspected too.
-            ctx.policy
-                .remember(&self.request.target.host, addrs, ctx.now);
-        }
-        self.follow(next, conn, ctx)
-    }
-
-    /// When the wait runs out of time.
+    /// When the resolve and connect run out of time.
     pub(crate) fn poll_timeout(&self) -> Instant {
         self.core.poll_timeout()
     }
 
-    pub(crate) fn on_timeout(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        match self.core.handle_timeout(ctx.now) {
-            Some(refusal) => refuse_request(refusal, &self.request, self.client, conn, ctx),
-            None => State::Resolving(self),
-        }
-    }
-
-    /// Carries out what the core said.
-    fn follow(self, next: route::Next, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        match next {
-            route::Next::Stay => State::Resolving(self),
-            route::Next::Decide(addrs) => {
-                let deadline = self.core.deadline();
-                decide(self.client, self.request, &addrs, deadline, conn, ctx)
-            }
-            route::Next::Refuse(refusal) => {
-                refuse_request(refusal, &self.request, self.client, conn, ctx)
-            }
-        }
-    }
-}
-
-/// What the session goes on with once connected: the request and how the
-/// allowing rule treats it. (The addresses and the parent are the
-/// [`DialCore`]'s.)
-struct Plan {
-    request: Request,
-    treatment: Treatment,
-}
-
-/// A connect in flight; owns the client and the pending upstream, and
-/// carries out what the [`DialCore`] decides.
-pub(crate) struct Connecting {
-    client: Endpoint,
-    upstream: Endpoint,
-    plan: Plan,
-    core: DialCore,
-}
-
-impl Connecting {
-    /// A reloaded policy still allows the target: the plan takes its request
-    /// rules and idle timeout ([`Treatment::reload`]). Returns false when
-    /// the new policy inspects (or terminates) a tunnel this plan would
-    /// relay raw (or without terminating): the session must close instead.
-    /// The addresses still to try were vetted under the old policy: only
-    /// those `same_treatment` accepts (allowed now, treated as `allowed`
-    /// says) stay.
+    /// A reloaded policy still allows the target: see
+    /// [`EstablishCore::reload`]. Returns false when the session must close.
     pub(crate) fn reload(
         &mut self,
         allowed: &Allowed,
         same_treatment: impl Fn(IpAddr) -> bool,
     ) -> bool {
-        if !self
-            .plan
-            .treatment
-            .reload(allowed, self.plan.request.dialect)
-        {
-            return false;
-        }
-        self.core.retain_untried(same_treatment);
-        true
-    }
-}
-
-impl Plan {
-    /// Starts the connects the core asks for until one is in flight, or
-    /// refuses when none can start.
-    fn dial(self, mut core: DialCore, client: Endpoint, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        while let Some(Action::Dial(addr, ip)) = core.poll_action() {
-            let upstream = mio::net::TcpStream::connect(addr)
-                .and_then(|s| Endpoint::dialled(Stream::Tcp(s), ctx.tokens.upstream, ctx.registry));
-            match upstream {
-                Ok(mut upstream) => {
-                    // Both sockets of the coming tunnel: a peer that
-                    // vanished without a FIN is found.
-                    let keepalive = ctx.settings.timeouts.keepalive;
-                    upstream.set_keepalive(keepalive);
-                    client.set_keepalive(keepalive);
-                    // A connect completes (or fails) with a writable edge.
-                    upstream.want(false, true);
-                    conn.log.dialled = Some(ip);
-                    return State::Connecting(Box::new(Connecting {
-                        client,
-                        upstream,
-                        plan: self,
-                        core,
-                    }));
-                }
-                Err(e) => {
-                    log::debug!("conn={} connect {addr}: {e}", conn.id);
-                    if let Outcome::Unreachable(why) = core.handle(dial::Input::Failed(e)) {
-                        return self.unreachable(why, client, conn, ctx);
-                    }
-                }
-            }
-        }
-        // Not one address to dial.
-        let why = core.give_up();
-        self.unreachable(why, client, conn, ctx)
+        self.core.reload(allowed, same_treatment)
     }
 
-    /// No upstream: the refusal the core chose.
-    fn unreachable(
-        self,
-        why: Unreachable,
-        client: Endpoint,
+    /// The resolver answered.
+    pub(crate) fn on_resolved(
+        mut self: Box<Self>,
+        result: io::Result<Vec<IpAddr>>,
         conn: &mut Conn,
         ctx: &mut Ctx,
     ) -> State {
-        if let Unreachable::Parent(why) = &why {
-            log::info!("conn={} {why}", conn.id);
-        }
-        refuse_request(Refusal::from(why), &self.request, client, conn, ctx)
-    }
-}
-
-impl Connecting {
-    pub(crate) fn endpoint(&mut self, side: Side) -> &mut Endpoint {
-        match side {
-            Side::Client => &mut self.client,
-            Side::Upstream => &mut self.upstream,
-        }
+        let next = self
+            .core
+            .handle(Input::Resolved(result), &PolicyEnv { conn, ctx });
+        self.carry_out(next, conn, ctx)
     }
 
-    pub(crate) fn stage(&self) -> &'static str {
-        self.core.stage()
+    /// The policy's inspected names are resolved: decide again, unless the
+    /// target's own DNS is still awaited.
+    pub(crate) fn on_pins(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        let next = self
+            .core
+            .handle(Input::PinsSettled, &PolicyEnv { conn, ctx });
+        self.carry_out(next, conn, ctx)
     }
 
     pub(crate) fn drive(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        // Nothing is read from the client meanwhile (pipelined bytes stay
+        // queued in the kernel); only an error on it ends the wait early.
         self.client.want(false, false);
         if self.client.failed() {
             return State::Done(CloseReason::ClientGone);
         }
-        let outcome = if self.core.connecting() {
+        let Some(upstream) = self.upstream.as_mut() else {
+            // Resolving: the resolver's answer is awaited.
+            return State::Establishing(self);
+        };
+        let next = if self.core.connecting() {
             // epoll reports a finished connect as writable, a failed one as
             // an error (with hang-up): no syscall is needed to tell them
             // apart, and SO_ERROR is read only to say why it failed.
-            if self.upstream.failed() {
-                let e = self
-                    .upstream
+            if upstream.failed() {
+                let e = upstream
                     .connect_error()
                     .unwrap_or_else(|| io::ErrorKind::ConnectionRefused.into());
                 log::debug!("conn={} connect {:?}: {e}", conn.id, conn.log.dialled);
                 // The failed socket closes here, before the next attempt.
-                let Connecting {
-                    client,
-                    plan,
-                    mut core,
-                    ..
-                } = *self;
-                return match core.handle(dial::Input::Failed(e)) {
-                    Outcome::Unreachable(why) => plan.unreachable(why, client, conn, ctx),
-                    _ => plan.dial(core, client, conn, ctx),
-                };
+                self.upstream = None;
+                self.core
+                    .handle(Input::ConnectFailed(e), &PolicyEnv { conn, ctx })
+            } else if !upstream.can_write() {
+                return State::Establishing(self);
+            } else {
+                // Through a parent, the core goes on to ask it: through the
+                // transition point, where the sub-stage is logged.
+                self.core.handle(Input::Connected, &PolicyEnv { conn, ctx })
             }
-            if !self.upstream.can_write() {
-                return State::Connecting(self);
-            }
-            // Through a parent, the core goes on to ask it: through the
-            // transition point, where the sub-stage is logged.
-            self.core.handle(dial::Input::Connected)
         } else {
-            self.core.pump(&mut self.upstream)
+            self.core.pump(upstream)
         };
-        match outcome {
-            Outcome::Working => State::Connecting(self),
-            Outcome::Open { leftover } => self.established(leftover, conn, ctx),
-            Outcome::Unreachable(why) => {
-                let Connecting { client, plan, .. } = *self;
-                plan.unreachable(why, client, conn, ctx)
-            }
+        self.carry_out(next, conn, ctx)
+    }
+
+    pub(crate) fn on_timeout(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        match self.core.handle_timeout(ctx.now) {
+            Some(refusal) => self.refused(refusal, conn, ctx),
+            None => State::Establishing(self),
         }
     }
 
-    /// `from_upstream`: bytes the destination sent already (behind a parent
-    /// proxy's answer), the client's first.
+    /// Carries out what the core asks, in order, then moves on as `next`
+    /// says.
+    fn carry_out(mut self: Box<Self>, mut next: Next, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        while let Some(action) = self.core.poll_action() {
+            match action {
+                Action::Resolve(name) => ctx.resolve(name),
+                Action::AwaitPins => {
+                    log::debug!(
+                        "conn={} {}: waiting for the inspected names' addresses",
+                        conn.id,
+                        self.core.target()
+                    );
+                    ctx.await_pins();
+                }
+                Action::Admitted {
+                    rule,
+                    audit_reasons,
+                } => {
+                    ctx.stats.allowed();
+                    let target = self.core.target();
+                    log::debug!("conn={} allow {target} by rule {rule}", conn.id);
+                    // Audit mode let through what enforcement would refuse: say so.
+                    let decision = match audit_reasons.is_empty() {
+                        false => Decision::would_deny(rule, &audit_reasons),
+                        true => Decision::Allowed(rule),
+                    };
+                    conn.decide(decision, ctx);
+                }
+                Action::Dial(addr, ip) => match self.dial(addr, ctx) {
+                    Ok(upstream) => {
+                        self.upstream = Some(upstream);
+                        conn.log.dialled = Some(ip);
+                    }
+                    Err(e) => {
+                        log::debug!("conn={} connect {addr}: {e}", conn.id);
+                        next = self
+                            .core
+                            .handle(Input::ConnectFailed(e), &PolicyEnv { conn, ctx });
+                    }
+                },
+            }
+        }
+        match next {
+            Next::Working => State::Establishing(self),
+            Next::Refused(refusal) => self.refused(refusal, conn, ctx),
+            Next::Open { leftover } => self.established(leftover, conn, ctx),
+        }
+    }
+
+    /// Starts a non-blocking connect to `addr`, registered with the reactor.
+    fn dial(&self, addr: SocketAddr, ctx: &mut Ctx) -> io::Result<Endpoint> {
+        let stream = mio::net::TcpStream::connect(addr)?;
+        let mut upstream =
+            Endpoint::dialled(Stream::Tcp(stream), ctx.tokens.upstream, ctx.registry)?;
+        // Both sockets of the coming tunnel: a peer that vanished without
+        // a FIN is found.
+        let keepalive = ctx.settings.timeouts.keepalive;
+        upstream.set_keepalive(keepalive);
+        self.client.set_keepalive(keepalive);
+        // A connect completes (or fails) with a writable edge.
+        upstream.want(false, true);
+        Ok(upstream)
+    }
+
+    /// Refused before an upstream opened: counted, logged and recorded as
+    /// its kind says, then answered.
+    fn refused(self: Box<Self>, refusal: Refusal, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        let Establishing {
+            client,
+            request,
+            core,
+            ..
+        } = *self;
+        let (target, _) = core.into_parts();
+        match &refusal {
+            Refusal::Denied(denial) => {
+                ctx.stats.denied();
+                log::debug!("conn={} deny {target}: {denial}", conn.id);
+                conn.decide(Decision::denied(denial), ctx);
+            }
+            Refusal::OwnAddress(_) => {
+                ctx.stats.denied();
+                log::debug!("conn={} deny {target}: {}", conn.id, refusal.describe());
+                conn.decide(
+                    Decision::Denied(Reasoned::new(None, refusal.describe())),
+                    ctx,
+                );
+            }
+            Refusal::HandshakeRate(who) => {
+                ctx.stats.handshake_rate_refused();
+                log::debug!(
+                    "conn={} refuse {target}: client {who} over its handshake rate",
+                    conn.id
+                );
+            }
+            Refusal::Parent(why) => log::info!("conn={} {why}", conn.id),
+            _ => {}
+        }
+        refuse_request(refusal, &request, &target, client, conn, ctx)
+    }
+
+    /// The upstream is open. `from_upstream`: bytes the destination sent
+    /// already (behind a parent proxy's answer), the client's first.
     fn established(
         self: Box<Self>,
         from_upstream: Vec<u8>,
         conn: &mut Conn,
         ctx: &mut Ctx,
     ) -> State {
-        let Connecting {
+        let Establishing {
             client,
             upstream,
-            plan: Plan { request, treatment },
-            ..
+            request,
+            core,
         } = *self;
+        let (target, treatment) = core.into_parts();
+        let (Some(upstream), Some(treatment)) = (upstream, treatment) else {
+            // Only a connect that completed (and its parent's answer) opens.
+            debug_assert!(false, "open without an upstream");
+            return State::Done(CloseReason::ConnectFailed);
+        };
         let idle = treatment.idle.or(ctx.settings.timeouts.idle);
         let Request {
-            target,
             dialect,
             early,
             login,
@@ -697,18 +633,5 @@ impl Connecting {
                 ))
             }
         }
-    }
-
-    /// When the connect runs out of time.
-    pub(crate) fn poll_timeout(&self) -> Instant {
-        self.core.poll_timeout()
-    }
-
-    pub(crate) fn on_timeout(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let Some(why) = self.core.handle_timeout(ctx.now) else {
-            return State::Connecting(self);
-        };
-        let Connecting { client, plan, .. } = *self;
-        plan.unreachable(why, client, conn, ctx)
     }
 }

@@ -12,7 +12,7 @@
 //! there, and the session's timer is armed there on the new state's
 //! deadline (a stage's core keeps its own: `State::poll_timeout`).
 //!
-//! Each state owns what it uses, sockets included: Connecting owns the
+//! Each state owns what it uses, sockets included: Establishing owns the
 //! pending upstream, Passthrough and Inspect own both ends, Closing owns the
 //! survivor. A socket closes when the state that owns it lets it go.
 
@@ -173,7 +173,7 @@ impl Session {
         ctx: &mut Ctx,
     ) -> Effects {
         let changed = self.step(ctx, |state, conn, ctx| match state {
-            State::Resolving(r) => r.on_resolved(result, conn, ctx),
+            State::Establishing(e) => e.on_resolved(result, conn, ctx),
             State::Associate(a) => a.on_resolved(result, conn, ctx),
             other => other,
         });
@@ -187,7 +187,7 @@ impl Session {
     /// The policy's inspected names are resolved (it asked to wait for them).
     pub(crate) fn on_pins(&mut self, ctx: &mut Ctx) -> Effects {
         let changed = self.step(ctx, |state, conn, ctx| match state {
-            State::Resolving(r) => r.on_pins(conn, ctx),
+            State::Establishing(e) => e.on_pins(conn, ctx),
             other => other,
         });
         if changed {
@@ -219,12 +219,11 @@ impl Session {
             return self.report(ctx);
         }
         if !matches!(
+            &self.state,
+            State::Establishing(e) if e.dialling()
+        ) && !matches!(
             self.state,
-            State::Connecting(_)
-                | State::Securing(_)
-                | State::Vetting(_)
-                | State::Passthrough(_)
-                | State::Inspect(_)
+            State::Securing(_) | State::Vetting(_) | State::Passthrough(_) | State::Inspect(_)
         ) {
             return self.report(ctx);
         }
@@ -262,9 +261,9 @@ impl Session {
                         inspect.set_secrets(ctx.policy.secrets().cloned());
                         true
                     }
-                    State::Connecting(c) => {
+                    State::Establishing(e) => {
                         let (policy, now) = (&ctx.policy, ctx.now);
-                        c.reload(&allowed, |a| {
+                        e.reload(&allowed, |a| {
                             match policy.recheck_as(target, user, a, false, now) {
                                 Recheck::Keep(b) => {
                                     b.is_inspected() == allowed.is_inspected()
@@ -343,6 +342,11 @@ impl Session {
             if moved {
                 log::debug!("conn={} {from}=>{next}", self.conn.id);
             }
+            // Establishing moves from resolving to connecting within itself.
+            let phase = next.phase();
+            if phase != from_phase {
+                ctx.stats.phase(from_phase, phase);
+            }
             self.state = next;
             return moved;
         }
@@ -355,8 +359,7 @@ impl Session {
             // Their cores keep their deadlines (the resolve's and the
             // connect's is one).
             State::Handshake(_)
-            | State::Resolving(_)
-            | State::Connecting(_)
+            | State::Establishing(_)
             | State::Securing(_)
             | State::Vetting(_)
             | State::Closing(_) => self.conn.deadline = next.poll_timeout(),

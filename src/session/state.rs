@@ -9,6 +9,8 @@
 //!                                                         ├─(tls = terminate)─> Securing ──> Inspect
 //!                                                         └─(raw, on a port an inspecting rule covers)─> Vetting ──> Passthrough
 //!                                                                  (its first flight names an inspected host) └──> Resolving
+//! (Resolving and Connecting are the two names of one variant,
+//! `Establishing`, run by one core.)
 //! refusal, error, timeout (any state) ──> Closing ──> Done
 //! a tunnel finished, the client gone (any state) ───> Done
 //! ```
@@ -31,7 +33,7 @@ use mio::event::Event;
 use super::associate::Associate;
 use super::closing::Closing;
 use super::conn::Conn;
-use super::connect::{Connecting, Resolving};
+use super::connect::Establishing;
 use super::ctx::Ctx;
 use super::handshake::Handshake;
 use super::inspect::Inspect;
@@ -43,11 +45,10 @@ use crate::lifecycle::{CloseReason, Phase, Side};
 pub(crate) enum State {
     /// Reading the client's CONNECT, SOCKS5 or forward-proxy request.
     Handshake(Handshake),
-    /// Waiting for DNS.
-    Resolving(Resolving),
-    /// A non-blocking connect is in flight. Boxed: it is the largest state
-    /// and lasts a round trip, so it should not size every slab slot.
-    Connecting(Box<Connecting>),
+    /// Waiting for DNS (named `Resolving`), then a non-blocking connect in
+    /// flight (named `Connecting`). Boxed: it owns both sockets and lasts
+    /// a round trip or two, so it should not size every slab slot.
+    Establishing(Box<Establishing>),
     /// A TLS-terminated tunnel's start: the reply, the ClientHello, its SNI.
     /// Boxed: it owns both sockets and lasts a round trip.
     Securing(Box<Securing>),
@@ -72,8 +73,7 @@ impl State {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             State::Handshake(_) => "Handshake",
-            State::Resolving(_) => "Resolving",
-            State::Connecting(_) => "Connecting",
+            State::Establishing(e) => e.name(),
             State::Securing(_) => "Securing",
             State::Vetting(_) => "Vetting",
             State::Passthrough(_) => "Passthrough",
@@ -94,8 +94,7 @@ impl State {
             State::Inspect(i) => Some(i.stage()),
             State::Passthrough(p) => Some(p.stage()),
             State::Done(reason) => Some(reason.as_str()),
-            State::Connecting(c) => Some(c.stage()),
-            State::Resolving(r) => Some(r.stage()),
+            State::Establishing(e) => Some(e.stage()),
             State::Associate(a) => Some(a.stage()),
         }
     }
@@ -111,8 +110,8 @@ impl State {
             // A client past a limit is on its way out, not a pending handshake.
             State::Handshake(h) if h.is_refusing() => Some(Phase::Closing),
             State::Handshake(_) => Some(Phase::Handshake),
-            State::Resolving(_) => Some(Phase::Resolving),
-            State::Connecting(_) | State::Securing(_) => Some(Phase::Connecting),
+            State::Establishing(e) if !e.dialling() => Some(Phase::Resolving),
+            State::Establishing(_) | State::Securing(_) => Some(Phase::Connecting),
             State::Vetting(_) | State::Passthrough(_) | State::Inspect(_) | State::Associate(_) => {
                 Some(Phase::Established)
             }
@@ -125,8 +124,7 @@ impl State {
     pub(crate) fn endpoint(&mut self, side: Side) -> Option<&mut super::endpoint::Endpoint> {
         match self {
             State::Handshake(h) => (side == Side::Client).then(|| h.client()),
-            State::Resolving(r) => (side == Side::Client).then(|| r.client()),
-            State::Connecting(c) => Some(c.endpoint(side)),
+            State::Establishing(e) => e.endpoint(side),
             State::Securing(s) => Some(s.endpoint(side)),
             State::Vetting(v) => Some(v.endpoint(side)),
             State::Passthrough(p) => Some(p.endpoint(side)),
@@ -143,8 +141,7 @@ impl State {
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         match self {
             State::Handshake(h) => Some(h.poll_timeout()),
-            State::Resolving(r) => Some(r.poll_timeout()),
-            State::Connecting(c) => Some(c.poll_timeout()),
+            State::Establishing(e) => Some(e.poll_timeout()),
             State::Securing(s) => Some(s.poll_timeout()),
             State::Vetting(v) => Some(v.poll_timeout()),
             State::Closing(c) => Some(c.poll_timeout()),
@@ -171,8 +168,7 @@ impl State {
     pub(crate) fn drive(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
         match self {
             State::Handshake(h) => h.drive(conn, ctx),
-            State::Resolving(r) => r.drive(conn, ctx),
-            State::Connecting(c) => c.drive(conn, ctx),
+            State::Establishing(e) => e.drive(conn, ctx),
             State::Securing(s) => s.drive(conn, ctx),
             State::Vetting(v) => v.drive(conn, ctx),
             State::Passthrough(p) => p.drive(conn, ctx),
@@ -187,8 +183,7 @@ impl State {
     pub(crate) fn on_timer(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
         match self {
             State::Handshake(h) => h.on_timeout(conn, ctx),
-            State::Resolving(r) => r.on_timeout(conn, ctx),
-            State::Connecting(c) => c.on_timeout(conn, ctx),
+            State::Establishing(e) => e.on_timeout(conn, ctx),
             State::Securing(s) => s.on_timeout(ctx),
             State::Vetting(v) => v.on_timeout(conn, ctx),
             State::Passthrough(p) => p.on_timer(conn, ctx),

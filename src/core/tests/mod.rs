@@ -4,6 +4,7 @@
 mod attack;
 mod closing;
 mod dial;
+mod establish;
 mod exchange_bounds;
 mod exchange_flow;
 mod exchange_gate;

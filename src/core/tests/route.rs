@@ -263,12 +263,6 @@ fn the_deadline_refuses_with_a_timeout_in_either_stage() {
         ResolvingCore::dns(super::deadline(10)),
         ResolvingCore::pins(vec![ip("45.45.45.45")], super::deadline(10)),
     ] {
-        assert_eq!(core.poll_timeout(), super::at(10, 0));
-        assert_eq!(
-            core.deadline(),
-            super::deadline(10),
-            "what the connect inherits"
-        );
         assert!(core.handle_timeout(super::at(9, 999)).is_none(), "not yet");
         let refusal = core.handle_timeout(super::at(10, 0)).expect("timed out");
         assert!(matches!(refusal, Refusal::Timeout), "{refusal:?}");
@@ -331,11 +325,8 @@ fn the_proxys_own_addresses_are_dropped_from_the_dial() {
     );
     case.own = vec![sock("45.45.45.46:443"), sock("45.45.45.47:80")];
     let mut admitted = case.admitted();
-    assert_eq!(
-        admitted.core.poll_timeout(),
-        super::at(10, 0),
-        "the connect keeps the deadline it was admitted with"
-    );
+    // The connect keeps the deadline it was admitted with.
+    assert!(admitted.core.handle_timeout(super::at(9, 999)).is_none());
     assert_eq!(
         dials(&mut admitted.core),
         [

@@ -126,6 +126,8 @@ fn a_raw_connection_waits_until_the_inspected_names_are_resolved() {
         "the wait is bounded by the connect deadline"
     );
     assert_eq!(h.stats.snapshot().allowed, 0, "not decided yet");
+    let open = h.stats.snapshot().open;
+    assert_eq!((open.resolving, open.connecting), (1, 0));
     // Resolved: decided again, and dialled.
     h.pins_settled = true;
     let mut s = h.session.take().unwrap();
@@ -134,6 +136,9 @@ fn a_raw_connection_waits_until_the_inspected_names_are_resolved() {
     assert!(!effects.await_pins);
     assert_eq!(h.state(), "Connecting(tcp)");
     assert_eq!(h.stats.snapshot().allowed, 1);
+    // Resolving to connecting inside one state: the phase gauges move.
+    let open = h.stats.snapshot().open;
+    assert_eq!((open.resolving, open.connecting), (0, 1));
 }
 
 #[test]

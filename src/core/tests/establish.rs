@@ -1,0 +1,552 @@
+//! From a target to an open upstream as one machine, in virtual time: an
+//! in-memory resolver and dialler answer its actions, a real policy
+//! decides through its [`Env`], and a parent proxy answers over a
+//! [`MemPort`]. Each chain the shell used to glue together (name check,
+//! DNS, pins, verdict, each connect, the parent, the one deadline) is run
+//! here end to end.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use super::{at, deadline};
+use crate::core::establish::{Action, Env, EstablishCore, Input, Next};
+use crate::core::mem::MemPort;
+use crate::core::refusal::{Dialect, Refusal};
+use crate::policy::{
+    parse_cli_inspect, parse_cli_rule, Action as RuleAction, Denial, NameVerdict, Policy, Verdict,
+};
+use crate::protocol::parent::ParentProxy;
+use crate::target::{Host, Target};
+
+const PARENT: &str = "http://45.0.0.9:3128";
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// evil.test refused by name; shop.test:443 (and any other .test name)
+/// allowed raw; api.test:80 inspected (its addresses are pins, which the
+/// policy may not know yet); the literal 45.1.1.9:443 allowed.
+fn policy() -> Policy {
+    Policy::from_rules(&[
+        parse_cli_rule(RuleAction::Deny, "evil.test").unwrap(),
+        parse_cli_rule(RuleAction::Allow, "shop.test:443").unwrap(),
+        parse_cli_rule(RuleAction::Allow, "*.test:443").unwrap(),
+        parse_cli_inspect("api.test:80").unwrap(),
+        parse_cli_rule(RuleAction::Allow, "45.1.1.9:443").unwrap(),
+    ])
+    .unwrap()
+}
+
+/// The policy and the proxy's facts, as the shell lends them.
+struct World {
+    policy: Policy,
+    pins_settled: Cell<bool>,
+    own: Vec<SocketAddr>,
+    budget_left: bool,
+    parent: Option<Arc<ParentProxy>>,
+    remembered: RefCell<Vec<(Host, Vec<IpAddr>)>>,
+}
+
+impl World {
+    fn new() -> World {
+        World {
+            policy: policy(),
+            pins_settled: Cell::new(true),
+            own: Vec::new(),
+            budget_left: true,
+            parent: None,
+            remembered: RefCell::new(Vec::new()),
+        }
+    }
+}
+
+impl Env for World {
+    fn check_name(&self, target: &Target) -> NameVerdict {
+        self.policy.check_name_as(target, None)
+    }
+    fn check_resolved(&self, target: &Target, addrs: &[IpAddr]) -> Verdict {
+        self.policy.check_resolved_at(target, addrs, at(0, 0))
+    }
+    fn remember(&self, host: &Host, addrs: &[IpAddr]) {
+        self.remembered
+            .borrow_mut()
+            .push((host.clone(), addrs.to_vec()));
+    }
+    fn pins_settled(&self) -> bool {
+        self.pins_settled.get()
+    }
+    fn is_own(&self, addr: SocketAddr) -> bool {
+        self.own.contains(&addr)
+    }
+    fn take_handshake(&self) -> Result<(), String> {
+        match self.budget_left {
+            true => Ok(()),
+            false => Err("uid 1000".into()),
+        }
+    }
+    fn default_parent(&self) -> Option<&Arc<ParentProxy>> {
+        self.parent.as_ref()
+    }
+}
+
+/// How the in-memory dialler answers a connect to an address.
+#[derive(Clone, Copy)]
+enum Dial {
+    /// connect(2) itself fails.
+    FailsAtOnce,
+    /// Refused once in flight.
+    Refused,
+    /// Completes.
+    Connects,
+    /// Never answers.
+    Hangs,
+}
+
+/// One establishing run: the core, the world, the resolver's answers and
+/// the dialler's, and everything the core asked for.
+struct Run {
+    core: EstablishCore,
+    world: World,
+    dns: HashMap<&'static str, io::Result<Vec<IpAddr>>>,
+    dials: HashMap<SocketAddr, Dial>,
+    /// Every action, as text, in order.
+    asked: Vec<String>,
+    /// The resolve asked for and not answered yet.
+    resolving: Option<String>,
+    /// A connect in flight that completes when [`Run::settle`] runs.
+    in_flight: Option<(SocketAddr, Dial)>,
+    next: Next,
+}
+
+impl Run {
+    fn new(host: &str, port: u16, dialect: Dialect, world: World) -> Run {
+        Run {
+            core: EstablishCore::new(Target::new(host, port).unwrap(), dialect, deadline(10)),
+            world,
+            dns: HashMap::new(),
+            dials: HashMap::new(),
+            asked: Vec::new(),
+            resolving: None,
+            in_flight: None,
+            next: Next::Working,
+        }
+    }
+
+    fn resolves(mut self, name: &'static str, addrs: &[&str]) -> Run {
+        self.dns
+            .insert(name, Ok(addrs.iter().map(|a| ip(a)).collect()));
+        self
+    }
+
+    fn dial(mut self, addr: &str, how: Dial) -> Run {
+        self.dials.insert(addr.parse().unwrap(), how);
+        self
+    }
+
+    fn begin(&mut self) {
+        self.next = self.core.begin(&self.world);
+        self.carry_out();
+    }
+
+    /// Carries out what the core asks, as the shell does.
+    fn carry_out(&mut self) {
+        while let Some(action) = self.core.poll_action() {
+            match action {
+                Action::Resolve(name) => {
+                    self.asked.push(format!("resolve {name}"));
+                    self.resolving = Some(name);
+                }
+                Action::AwaitPins => self.asked.push("await pins".into()),
+                Action::Admitted { rule, .. } => self.asked.push(format!("admitted {rule}")),
+                Action::Dial(addr, vetted) => {
+                    self.asked.push(format!("dial {addr} for {vetted}"));
+                    let how = self.dials.get(&addr).copied().unwrap_or(Dial::Refused);
+                    if let Dial::FailsAtOnce = how {
+                        let e = io::Error::from(io::ErrorKind::AddrNotAvailable);
+                        self.next = self.core.handle(Input::ConnectFailed(e), &self.world);
+                    } else {
+                        self.in_flight = Some((addr, how));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The resolver answers, then every connect in flight settles, until
+    /// nothing more can move.
+    fn settle(&mut self) {
+        loop {
+            if let Some(name) = self.resolving.take() {
+                let answer = self
+                    .dns
+                    .remove(name.as_str())
+                    .unwrap_or_else(|| Err(io::ErrorKind::NotFound.into()));
+                self.next = self.core.handle(Input::Resolved(answer), &self.world);
+            } else if let Some((_, how)) = self.in_flight {
+                let input = match how {
+                    Dial::Connects => Input::Connected,
+                    Dial::Refused => Input::ConnectFailed(io::ErrorKind::ConnectionRefused.into()),
+                    Dial::Hangs | Dial::FailsAtOnce => break,
+                };
+                self.in_flight = None;
+                self.next = self.core.handle(input, &self.world);
+            } else {
+                break;
+            }
+            self.carry_out();
+        }
+    }
+
+    fn refusal(&self) -> &Refusal {
+        match &self.next {
+            Next::Refused(refusal) => refusal,
+            other => panic!("not refused: {other:?} after {:?}", self.asked),
+        }
+    }
+
+    fn label(&self) -> String {
+        format!("{}({})", self.core.name(), self.core.stage())
+    }
+}
+
+/// A name checked, resolved, allowed, its first address refused and its
+/// second connected: one machine, one deadline, the actions in order.
+#[test]
+fn a_name_resolves_and_the_second_address_connects() {
+    let mut run = Run::new("shop.test", 443, Dialect::Http, World::new())
+        .resolves("shop.test", &["45.1.1.1", "45.1.1.2", "45.1.1.3"])
+        .dial("45.1.1.2:443", Dial::Connects);
+    run.begin();
+    assert_eq!(run.label(), "Resolving(dns)");
+    assert_eq!(run.core.poll_timeout(), at(10, 0));
+    run.settle();
+    assert!(
+        matches!(&run.next, Next::Open { leftover } if leftover.is_empty()),
+        "{:?}",
+        run.next
+    );
+    assert_eq!(
+        run.asked,
+        [
+            "resolve shop.test",
+            "admitted --allow shop.test:443",
+            "dial 45.1.1.1:443 for 45.1.1.1",
+            "dial 45.1.1.2:443 for 45.1.1.2",
+        ]
+    );
+    assert_eq!(run.label(), "Connecting(tcp)");
+    assert_eq!(
+        run.world.remembered.borrow().as_slice(),
+        [(
+            Host::Domain("shop.test".into()),
+            vec![ip("45.1.1.1"), ip("45.1.1.2"), ip("45.1.1.3")]
+        )],
+        "the resolver's answer is shown to the policy"
+    );
+    let (target, treatment) = run.core.into_parts();
+    assert_eq!(target.to_string(), "shop.test:443");
+    assert!(treatment.is_some_and(|t| t.inspect.is_none() && !t.terminate));
+}
+
+/// A name the policy refuses is refused before any DNS.
+#[test]
+fn a_name_refused_is_never_resolved() {
+    let mut run = Run::new("evil.test", 443, Dialect::Socks5, World::new());
+    run.begin();
+    assert!(matches!(run.refusal(), Refusal::Denied(Denial::Rule(_))));
+    assert!(run.asked.is_empty(), "{:?}", run.asked);
+}
+
+/// A name that resolves to a private address is refused after DNS (the
+/// special ranges are checked on what the name resolved to), and the
+/// refusal says which key would allow it.
+#[test]
+fn a_name_resolving_to_a_private_address_is_refused_naming_the_fix() {
+    let mut run = Run::new("shop.test", 443, Dialect::Http, World::new())
+        .resolves("shop.test", &["10.0.0.7"]);
+    run.begin();
+    run.settle();
+    let refusal = run.refusal();
+    assert!(matches!(refusal, Refusal::Denied(_)), "{refusal:?}");
+    let why = refusal.describe();
+    assert!(why.contains("10.0.0.7"), "{why}");
+    assert!(why.contains("--allow") || why.contains("allow"), "{why}");
+    assert_eq!(run.asked, ["resolve shop.test"]);
+}
+
+/// An address literal is decided at once: no resolve.
+#[test]
+fn an_address_literal_is_decided_without_dns() {
+    let mut run =
+        Run::new("45.1.1.9", 443, Dialect::Http, World::new()).dial("45.1.1.9:443", Dial::Connects);
+    run.begin();
+    assert_eq!(run.asked.len(), 2, "{:?}", run.asked);
+    assert_eq!(run.asked[1], "dial 45.1.1.9:443 for 45.1.1.9");
+    run.settle();
+    assert!(matches!(run.next, Next::Open { .. }));
+}
+
+/// The policy does not know its inspected names' addresses yet: the
+/// machine waits for them with the target's addresses in hand, then
+/// decides again; pins settled before the target's own DNS keep it
+/// waiting for that.
+#[test]
+fn an_allowed_target_waits_for_the_pins_then_decides() {
+    let world = World::new();
+    world.pins_settled.set(false);
+    let mut run = Run::new("shop.test", 443, Dialect::Http, world)
+        .resolves("shop.test", &["45.1.1.1"])
+        .dial("45.1.1.1:443", Dial::Connects);
+    run.begin();
+    // Pins settled early: still the target's own DNS.
+    assert!(matches!(
+        run.core.handle(Input::PinsSettled, &run.world),
+        Next::Working
+    ));
+    assert_eq!(run.label(), "Resolving(dns)");
+    run.settle();
+    assert_eq!(run.asked, ["resolve shop.test", "await pins"]);
+    assert_eq!(run.label(), "Resolving(pins)");
+    assert!(matches!(run.next, Next::Working));
+    run.world.pins_settled.set(true);
+    run.next = run.core.handle(Input::PinsSettled, &run.world);
+    run.carry_out();
+    run.settle();
+    assert!(matches!(run.next, Next::Open { .. }), "{:?}", run.next);
+    assert_eq!(run.asked[2], "admitted --allow shop.test:443");
+}
+
+/// Every allowed address the proxy's own: refused as such; some of them:
+/// only the others are dialled.
+#[test]
+fn the_proxys_own_addresses_are_never_dialled() {
+    let mut world = World::new();
+    world.own = vec!["45.1.1.1:443".parse().unwrap()];
+    let mut run =
+        Run::new("shop.test", 443, Dialect::Http, world).resolves("shop.test", &["45.1.1.1"]);
+    run.begin();
+    run.settle();
+    assert!(matches!(run.refusal(), Refusal::OwnAddress(a) if a.to_string() == "45.1.1.1:443"));
+
+    let mut world = World::new();
+    world.own = vec!["45.1.1.1:443".parse().unwrap()];
+    let mut run = Run::new("shop.test", 443, Dialect::Http, world)
+        .resolves("shop.test", &["45.1.1.1", "45.1.1.2"])
+        .dial("45.1.1.2:443", Dial::Connects);
+    run.begin();
+    run.settle();
+    assert!(matches!(run.next, Next::Open { .. }));
+    assert!(
+        !run.asked.iter().any(|a| a.contains("45.1.1.1:")),
+        "{:?}",
+        run.asked
+    );
+}
+
+/// An empty answer from the resolver is a failed resolve, said as such
+/// (not a policy refusal of no addresses).
+#[test]
+fn an_empty_answer_is_a_failed_resolve() {
+    let mut run =
+        Run::new("shop.test", 443, Dialect::Http, World::new()).resolves("shop.test", &[]);
+    run.begin();
+    run.settle();
+    let refusal = run.refusal();
+    assert!(matches!(refusal, Refusal::Resolve(_)), "{refusal:?}");
+    assert!(
+        refusal.describe().contains("no address"),
+        "{}",
+        refusal.describe()
+    );
+}
+
+/// A resolver failure, every connect refused, a connect(2) that fails at
+/// once: each refused as its cause says.
+#[test]
+fn failures_are_refused_as_their_cause_says() {
+    let mut run = Run::new("gone.test", 443, Dialect::Http, World::new());
+    run.begin();
+    run.settle();
+    assert!(matches!(run.refusal(), Refusal::Resolve(_)));
+
+    let mut run = Run::new("shop.test", 443, Dialect::Http, World::new())
+        .resolves("shop.test", &["45.1.1.1", "45.1.1.2"]);
+    run.begin();
+    run.settle();
+    match run.refusal() {
+        Refusal::Connect(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(run.asked.len(), 4, "both tried: {:?}", run.asked);
+
+    let mut run = Run::new("shop.test", 443, Dialect::Http, World::new())
+        .resolves("shop.test", &["45.1.1.1", "45.1.1.2"])
+        .dial("45.1.1.1:443", Dial::FailsAtOnce)
+        .dial("45.1.1.2:443", Dial::Connects);
+    run.begin();
+    run.settle();
+    assert!(matches!(run.next, Next::Open { .. }), "{:?}", run.next);
+}
+
+/// One deadline for the resolve and every connect: not a moment before
+/// it, and refused as the stage it caught says.
+#[test]
+fn the_one_deadline_refuses_in_whichever_stage_it_catches() {
+    let mut run = Run::new("slow.test", 443, Dialect::Http, World::new());
+    run.begin();
+    assert!(run.core.handle_timeout(at(9, 999)).is_none());
+    assert!(matches!(
+        run.core.handle_timeout(at(10, 0)),
+        Some(Refusal::Timeout)
+    ));
+
+    let mut run = Run::new("shop.test", 443, Dialect::Http, World::new())
+        .resolves("shop.test", &["45.1.1.1"])
+        .dial("45.1.1.1:443", Dial::Hangs);
+    run.begin();
+    run.settle();
+    assert_eq!(run.label(), "Connecting(tcp)");
+    assert_eq!(run.core.poll_timeout(), at(10, 0), "the resolve's deadline");
+    assert!(run.core.handle_timeout(at(9, 999)).is_none());
+    assert!(matches!(
+        run.core.handle_timeout(at(10, 0)),
+        Some(Refusal::Timeout)
+    ));
+    assert!(run.core.handle_timeout(at(11, 0)).is_none(), "said once");
+}
+
+/// Through a parent proxy: the vetted address is dialled as the parent's,
+/// the parent is asked for exactly it, and bytes the destination sent
+/// behind the parent's answer come out with the open upstream.
+#[test]
+fn through_a_parent_the_vetted_address_is_asked_for() {
+    let mut world = World::new();
+    world.parent = Some(Arc::new(ParentProxy::parse(PARENT).unwrap()));
+    let mut run = Run::new("shop.test", 443, Dialect::Http, world)
+        .resolves("shop.test", &["45.1.1.1"])
+        .dial("45.0.0.9:3128", Dial::Connects);
+    run.begin();
+    run.settle();
+    assert_eq!(run.asked[2], "dial 45.0.0.9:3128 for 45.1.1.1");
+    assert!(matches!(run.next, Next::Working));
+    assert_eq!(run.label(), "Connecting(parent-proxy)");
+    let mut upstream = MemPort::roomy();
+    assert!(matches!(run.core.pump(&mut upstream), Next::Working));
+    let asked = String::from_utf8(upstream.take()).unwrap();
+    assert!(
+        asked.starts_with("CONNECT 45.1.1.1:443 HTTP/1.1\r\n"),
+        "{asked}"
+    );
+    upstream.deliver(b"HTTP/1.1 200 Connection established\r\n\r\nhello");
+    match run.core.pump(&mut upstream) {
+        Next::Open { leftover } => assert_eq!(leftover, b"hello"),
+        other => panic!("{other:?}"),
+    }
+
+    // A parent that does not answer in time is the parent's delay.
+    let mut world = World::new();
+    world.parent = Some(Arc::new(ParentProxy::parse(PARENT).unwrap()));
+    let mut run = Run::new("shop.test", 443, Dialect::Http, world)
+        .resolves("shop.test", &["45.1.1.1"])
+        .dial("45.0.0.9:3128", Dial::Connects);
+    run.begin();
+    run.settle();
+    match run.core.handle_timeout(at(10, 0)) {
+        Some(Refusal::Parent(why)) => assert!(why.contains("no answer"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A stray report (a late resolve, pins settled while dialling) changes
+/// nothing.
+#[test]
+fn stray_reports_change_nothing() {
+    let mut run = Run::new("shop.test", 443, Dialect::Http, World::new())
+        .resolves("shop.test", &["45.1.1.1"])
+        .dial("45.1.1.1:443", Dial::Hangs);
+    run.begin();
+    run.settle();
+    assert_eq!(run.label(), "Connecting(tcp)");
+    let late = Input::Resolved(Ok(vec![ip("10.0.0.1")]));
+    assert!(matches!(run.core.handle(late, &run.world), Next::Working));
+    assert!(matches!(
+        run.core.handle(Input::PinsSettled, &run.world),
+        Next::Working
+    ));
+    assert!(run.core.poll_action().is_none());
+    assert_eq!(run.label(), "Connecting(tcp)");
+}
+
+/// A terminated tunnel charges the client's handshake budget before any
+/// dial; spent, the refusal names the client as the shell described it.
+#[test]
+fn a_spent_handshake_budget_is_refused_naming_the_client() {
+    let mut world = World::new();
+    world.budget_left = false;
+    world.policy =
+        Policy::from_rules(&[crate::policy::parse_cli_terminate("shop.test:443").unwrap()])
+            .unwrap();
+    let mut run =
+        Run::new("shop.test", 443, Dialect::Http, world).resolves("shop.test", &["45.1.1.1"]);
+    run.begin();
+    run.settle();
+    assert!(matches!(run.refusal(), Refusal::HandshakeRate(who) if who == "uid 1000"));
+    assert!(
+        !run.asked.iter().any(|a| a.starts_with("dial")),
+        "{:?}",
+        run.asked
+    );
+}
+
+/// A reload while dialling: the allowing rule's treatment is taken, the
+/// addresses left that the new policy treats otherwise are dropped, and a
+/// raw tunnel the new policy inspects must close. Before any verdict there
+/// is nothing to reload.
+#[test]
+fn a_reload_while_dialling_prunes_or_closes() {
+    let mut run = Run::new("shop.test", 443, Dialect::Http, World::new())
+        .resolves("shop.test", &["45.1.1.1", "45.1.1.2", "45.1.1.3"])
+        .dial("45.1.1.3:443", Dial::Connects);
+    let raw = crate::policy::parse_cli_rule(RuleAction::Allow, "shop.test:443").unwrap();
+    let inspected = parse_cli_inspect("shop.test:443").unwrap();
+    let now_raw = Policy::from_rules(&[raw]).unwrap();
+    let now_inspected = Policy::from_rules(&[inspected]).unwrap();
+    let target = Target::new("shop.test", 443).unwrap();
+    let allowed = |p: &Policy| match p.check_resolved_at(&target, &[ip("45.1.1.1")], at(0, 0)) {
+        Verdict::Allow(a) => a,
+        other => panic!("{other:?}"),
+    };
+    run.begin();
+    assert!(
+        run.core.reload(&allowed(&now_inspected), |_| false),
+        "nothing to reload yet"
+    );
+    run.dials
+        .insert("45.1.1.1:443".parse().unwrap(), Dial::Hangs);
+    run.settle();
+    assert!(run.core.dialling());
+    // Only 45.1.1.3 stays among those left.
+    assert!(run.core.reload(&allowed(&now_raw), |a| a == ip("45.1.1.3")));
+    run.in_flight = Some(("45.1.1.1:443".parse().unwrap(), Dial::Refused));
+    run.settle();
+    assert!(matches!(run.next, Next::Open { .. }), "{:?}", run.next);
+    assert!(
+        !run.asked.iter().any(|a| a.contains("45.1.1.2")),
+        "{:?}",
+        run.asked
+    );
+
+    let mut run = Run::new("shop.test", 443, Dialect::Http, World::new())
+        .resolves("shop.test", &["45.1.1.1"])
+        .dial("45.1.1.1:443", Dial::Hangs);
+    run.begin();
+    run.settle();
+    assert!(
+        !run.core.reload(&allowed(&now_inspected), |_| true),
+        "a raw tunnel the policy now inspects closes"
+    );
+}
