@@ -411,3 +411,48 @@ fn an_early_hint_to_a_waiting_client_is_no_100() {
     s.drive();
     assert_eq!(s.upstream_text(), head, "nothing after the head went up");
 }
+
+/// An upstream may take an `Expect` the proxy does not read as
+/// `100-continue` for one (a list, a token among others, a second
+/// header: Node.js joins repeated headers and matches `100-continue`
+/// anywhere in the value, Go's `net/http` any token), answer from the
+/// head alone and leave the body unread. Any `Expect` counts: a final
+/// answer with no `100` before it ends the connection, as for the plain
+/// spelling.
+#[test]
+fn any_expect_spelling_counts_as_waiting_for_100_continue() {
+    for expect in [
+        "Expect: 100-continue, x",
+        "Expect: x, 100-continue",
+        "Expect: y 100-continue",
+        "Expect: 100-continue;x=1",
+        "Expect: x\r\nExpect: 100-continue",
+        "Expect: 100-Continue",
+    ] {
+        let mut s = Session::new(Options::tunnel());
+        let smuggled = format!("GET /smuggled HTTP/1.1\r\nHost: {ORIGIN}\r\n\r\n");
+        s.client_sends(format!(
+            "PUT /up HTTP/1.1\r\nHost: {ORIGIN}\r\n{expect}\r\nContent-Length: {}\r\n\r\n{smuggled}",
+            smuggled.len()
+        ));
+        s.drive();
+        s.upstream_sends("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
+        s.drive();
+        assert!(
+            s.client_text().starts_with("HTTP/1.1 403"),
+            "{}",
+            s.client_text()
+        );
+        assert!(
+            s.stop.is_some(),
+            "{expect:?}: the connection ends after the answer"
+        );
+        s.client_sends(get("/next"));
+        s.drive();
+        assert!(
+            !s.upstream_text().contains("/next"),
+            "{expect:?}: {}",
+            s.upstream_text()
+        );
+    }
+}
