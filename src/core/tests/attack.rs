@@ -456,3 +456,33 @@ fn any_expect_spelling_counts_as_waiting_for_100_continue() {
         );
     }
 }
+
+/// What closing after the answer leaves open: the body of an upload that
+/// did not wait for its `100` goes up whole before any answer, so an
+/// upstream that answers from the head alone and reads that body as its
+/// next request runs it, unjudged, before the proxy sees the answer;
+/// closing then only cuts that request's response (and what the client
+/// sends after). For an egress proxy the request alone is the harm (a
+/// method or path the rules deny, data out). Not fixed: the upstream
+/// must never see an `Expect` head followed by body bytes it did not ask
+/// for, either by holding the body until a `100` (an upstream that never
+/// sends one then times out), or by stripping `Expect` and answering the
+/// `100` in the proxy (Envoy's default); both change the unbidden-upload
+/// behaviour the tests above pin.
+#[test]
+#[ignore = "open: an Expect upload's body goes up before any 100 (write-only 0.CL)"]
+fn an_expect_uploads_body_never_goes_up_unbidden() {
+    let mut s = Session::new(Options::tunnel());
+    let smuggled = format!("DELETE /admin HTTP/1.1\r\nHost: {ORIGIN}\r\n\r\n");
+    s.client_sends(format!(
+        "PUT /up HTTP/1.1\r\nHost: {ORIGIN}\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n{smuggled}",
+        smuggled.len()
+    ));
+    s.drive();
+    let up = s.upstream_text();
+    let expect = up.to_ascii_lowercase().contains("\r\nexpect:");
+    assert!(
+        !(expect && up.contains("DELETE /admin")),
+        "the body went up behind an Expect head before any 100: {up}"
+    );
+}
