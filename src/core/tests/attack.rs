@@ -341,3 +341,148 @@ fn a_final_answer_after_a_whole_upload_without_a_100_still_ends_the_connection()
     );
     assert_eq!(s.records.len(), 1);
 }
+
+/// A `1xx` other than `100` (`102 Processing`, `103 Early Hints`) says
+/// nothing of the body: an upstream may send early hints from the head
+/// alone and still answer without reading the body. Only a `100` means
+/// it reads the body; after any other interim, a final answer to an
+/// upload sent whole without a `100` still ends the connection.
+#[test]
+fn an_interim_other_than_100_before_a_final_answer_is_no_100() {
+    for interim in [
+        "103 Early Hints\r\nLink: </s.css>; rel=preload",
+        "102 Processing",
+    ] {
+        let mut s = Session::new(Options::tunnel());
+        let smuggled = format!("GET /smuggled HTTP/1.1\r\nHost: {ORIGIN}\r\n\r\n");
+        s.client_sends(format!(
+            "PUT /up HTTP/1.1\r\nHost: {ORIGIN}\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n{smuggled}",
+            smuggled.len()
+        ));
+        s.drive();
+        s.upstream_sends(format!(
+            "HTTP/1.1 {interim}\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+        ));
+        s.drive();
+        assert!(
+            s.client_text().contains("HTTP/1.1 200"),
+            "{}",
+            s.client_text()
+        );
+        assert!(
+            s.stop.is_some(),
+            "{interim}: the connection ends after the answer"
+        );
+        s.client_sends(get("/next"));
+        s.drive();
+        assert!(
+            !s.upstream_text().contains("/next"),
+            "{interim}: {}",
+            s.upstream_text()
+        );
+    }
+}
+
+/// The same for a client that waits for its `100`: an early hint, then a
+/// final answer. The client may skip its body; had the hint passed for a
+/// `100`, what it sends next would go up as that body, unjudged, to an
+/// upstream that may read it as a request.
+#[test]
+fn an_early_hint_to_a_waiting_client_is_no_100() {
+    let mut s = Session::new(Options::tunnel());
+    let smuggled = format!("DELETE /admin HTTP/1.1\r\nHost: {ORIGIN}\r\n\r\n");
+    let head = format!(
+        "PUT /up HTTP/1.1\r\nHost: {ORIGIN}\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        smuggled.len()
+    );
+    s.client_sends(&head);
+    s.drive();
+    s.upstream_sends(
+        "HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n",
+    );
+    s.drive();
+    assert!(
+        s.client_text().contains("HTTP/1.1 401"),
+        "{}",
+        s.client_text()
+    );
+    assert!(s.stop.is_some(), "the connection ends after the answer");
+    s.client_sends(&smuggled);
+    s.drive();
+    assert_eq!(s.upstream_text(), head, "nothing after the head went up");
+}
+
+/// An upstream may take an `Expect` the proxy does not read as
+/// `100-continue` for one (a list, a token among others, a second
+/// header: Node.js joins repeated headers and matches `100-continue`
+/// anywhere in the value, Go's `net/http` any token), answer from the
+/// head alone and leave the body unread. Any `Expect` counts: a final
+/// answer with no `100` before it ends the connection, as for the plain
+/// spelling.
+#[test]
+fn any_expect_spelling_counts_as_waiting_for_100_continue() {
+    for expect in [
+        "Expect: 100-continue, x",
+        "Expect: x, 100-continue",
+        "Expect: y 100-continue",
+        "Expect: 100-continue;x=1",
+        "Expect: x\r\nExpect: 100-continue",
+        "Expect: 100-Continue",
+    ] {
+        let mut s = Session::new(Options::tunnel());
+        let smuggled = format!("GET /smuggled HTTP/1.1\r\nHost: {ORIGIN}\r\n\r\n");
+        s.client_sends(format!(
+            "PUT /up HTTP/1.1\r\nHost: {ORIGIN}\r\n{expect}\r\nContent-Length: {}\r\n\r\n{smuggled}",
+            smuggled.len()
+        ));
+        s.drive();
+        s.upstream_sends("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
+        s.drive();
+        assert!(
+            s.client_text().starts_with("HTTP/1.1 403"),
+            "{}",
+            s.client_text()
+        );
+        assert!(
+            s.stop.is_some(),
+            "{expect:?}: the connection ends after the answer"
+        );
+        s.client_sends(get("/next"));
+        s.drive();
+        assert!(
+            !s.upstream_text().contains("/next"),
+            "{expect:?}: {}",
+            s.upstream_text()
+        );
+    }
+}
+
+/// What closing after the answer leaves open: the body of an upload that
+/// did not wait for its `100` goes up whole before any answer, so an
+/// upstream that answers from the head alone and reads that body as its
+/// next request runs it, unjudged, before the proxy sees the answer;
+/// closing then only cuts that request's response (and what the client
+/// sends after). For an egress proxy the request alone is the harm (a
+/// method or path the rules deny, data out). Not fixed: the upstream
+/// must never see an `Expect` head followed by body bytes it did not ask
+/// for, either by holding the body until a `100` (an upstream that never
+/// sends one then times out), or by stripping `Expect` and answering the
+/// `100` in the proxy (Envoy's default); both change the unbidden-upload
+/// behaviour the tests above pin.
+#[test]
+#[ignore = "open: an Expect upload's body goes up before any 100 (write-only 0.CL)"]
+fn an_expect_uploads_body_never_goes_up_unbidden() {
+    let mut s = Session::new(Options::tunnel());
+    let smuggled = format!("DELETE /admin HTTP/1.1\r\nHost: {ORIGIN}\r\n\r\n");
+    s.client_sends(format!(
+        "PUT /up HTTP/1.1\r\nHost: {ORIGIN}\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n{smuggled}",
+        smuggled.len()
+    ));
+    s.drive();
+    let up = s.upstream_text();
+    let expect = up.to_ascii_lowercase().contains("\r\nexpect:");
+    assert!(
+        !(expect && up.contains("DELETE /admin")),
+        "the body went up behind an Expect head before any 100: {up}"
+    );
+}

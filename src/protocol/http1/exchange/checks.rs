@@ -156,10 +156,14 @@ pub(super) fn upgrade_allowed(token: &str, allowed: &[String]) -> bool {
     allowed.iter().any(|a| a == token || a == name)
 }
 
-/// The request waits for `100 Continue` before sending its body.
+/// The request may wait for `100 Continue` before sending its body, or
+/// an upstream may take it to: any `Expect`, however spelt. Upstreams
+/// read it loosely (Node.js joins repeated headers and finds
+/// `100-continue` anywhere in the value, Go's `net/http` takes it as any
+/// token), and one that does may answer from the head alone and leave
+/// the body unread.
 pub(super) fn expects_continue(head: &RequestHead) -> bool {
-    head.header("Expect")
-        .is_some_and(|v| trim_ows(v).eq_ignore_ascii_case(b"100-continue"))
+    head.header("Expect").is_some()
 }
 
 /// The host part of a target as it goes in a `Host` header.

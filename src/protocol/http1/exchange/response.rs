@@ -243,11 +243,15 @@ impl Exchange {
             unreachable!("checked above");
         };
         if interim {
-            // The client sends its body now; the clock waits on it.
+            // Only a `100` says the upstream reads the body: a `102` or a
+            // `103` may come from the head alone, the body still unread.
             match f.progress {
-                Progress::Continue | Progress::Unbidden => f.progress = Progress::Sending,
+                // The client sends its body now; the clock waits on it.
+                Progress::Continue | Progress::Unbidden if head.status == 100 => {
+                    f.progress = Progress::Sending;
+                }
                 // It reads the body it has now: what follows is a request.
-                Progress::SentUnbidden => f.progress = Progress::Sent,
+                Progress::SentUnbidden if head.status == 100 => f.progress = Progress::Sent,
                 _ => {}
             }
         } else {
