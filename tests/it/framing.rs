@@ -214,7 +214,9 @@ fn expect_100_continue_then_final() {
     let (origin, _proxy, mut c) = setup();
     let host = origin.target();
     c.send(format!("POST /continue HTTP/1.1\r\nHost: {host}\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"));
-    // The body is sent only once the interim answer came through.
+    // The body is sent only once the interim answer came through: the
+    // proxy's, since the origin never sees the `Expect` (it would answer
+    // one with its own `100`, which would make two).
     let interim = c.response("POST");
     assert_eq!(interim.status, 100, "{}", interim.raw_head);
     c.send("hello");
@@ -222,6 +224,7 @@ fn expect_100_continue_then_final() {
     assert_eq!(r.status, 200, "{}", r.raw_head);
     assert_eq!(r.text(), "POST /continue 5");
     assert_eq!(origin.requests()[0].body.bytes, b"hello");
+    assert_eq!(origin.requests()[0].header("expect"), None);
     let r = c.get(&host, "/next");
     assert_eq!(r.text(), "GET /next 0");
 }
@@ -431,8 +434,9 @@ fn nothing_follows_a_close_delimited_response() {
     wait_no_open_sessions(&proxy);
 }
 
-/// A client waiting for `100 Continue` waits on the upstream: one that never
-/// answers (not even the 100) gets a 504 in time, not a session held for ever.
+/// A client waiting for `100 Continue` gets the proxy's own, and once its
+/// body is up, an upstream that never answers gets it a 504 in time, not
+/// a session held for ever.
 #[test]
 fn expect_continue_to_a_silent_upstream_is_504() {
     // An upstream that reads and never writes.
@@ -452,6 +456,9 @@ fn expect_continue_to_a_silent_upstream_is_504() {
     c.send(format!(
         "PUT /x HTTP/1.1\r\nHost: {host}\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n"
     ));
+    let interim = c.response("PUT");
+    assert_eq!(interim.status, 100, "{}", interim.raw_head);
+    c.send("0123456789");
     let r = c.response("PUT");
     assert_eq!(r.status, 504, "{}", r.raw_head);
     c.expect_eof("after a 504");

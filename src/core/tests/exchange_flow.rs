@@ -84,13 +84,16 @@ fn content_length_zero_is_no_body() {
     assert_eq!(out.end, Ending::Closed(End::Done));
 }
 
+/// `Expect: 100-continue` is answered by the proxy: its `100` comes first,
+/// the upstream sees a plain upload (no `Expect`, so a body it cannot
+/// take for a request), and the final answer and the next request follow
+/// as for any upload, at every split.
 #[test]
-fn expect_100_continue_relays_the_interim_then_the_final() {
+fn expect_100_continue_is_answered_by_the_proxy() {
     let head = post("/up", "Expect: 100-continue\r\nContent-Length: 5\r\n", "");
     let script = Script::new(
         head.clone() + "hello" + &get("/next"),
         vec![
-            Reply::on("100-continue\r\n", "HTTP/1.1 100 Continue\r\n\r\n"),
             Reply::on("hello", ok("got it")),
             Reply::on("GET /next", ok("next")),
         ],
@@ -106,15 +109,18 @@ fn expect_100_continue_relays_the_interim_then_the_final() {
             (200, "next".into())
         ]
     );
+    let plain = post("/up", "Content-Length: 5\r\n", "");
+    assert_eq!(out.upstream_text(), plain + "hello" + &get("/next"));
     // The record has the final status, not the interim one.
     assert_eq!(out.record_statuses(), [Some(200), Some(200)]);
 }
 
-/// A final answer instead of `100 Continue`: the client may skip its body,
-/// so what it sends next cannot be told from that body. The connection
-/// ends after the answer; nothing more goes up.
+/// A final answer to an upload whose client waits for the `100`: the
+/// client had the proxy's `100` first, so what it sends next is its body
+/// (the upstream reads it as one: it saw no `Expect`), and then its next
+/// request, judged.
 #[test]
-fn a_final_answer_to_a_waiting_client_ends_the_connection() {
+fn a_final_answer_after_the_proxys_100_leaves_the_body_a_body() {
     let head = post("/up", "Expect: 100-continue\r\nContent-Length: 5\r\n", "");
     let refusal = "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n";
     let mut sim = Sim::new(
@@ -124,12 +130,17 @@ fn a_final_answer_to_a_waiting_client_ends_the_connection() {
         Limits::roomy(),
     );
     sim.run();
-    sim.client_sends(get("/smuggled"));
+    sim.client_sends("hello");
+    sim.client_sends(get("/next"));
+    sim.upstream_sends(ok("next"));
     sim.run();
     let out = sim.outcome();
-    assert_eq!(out.client_text(), refusal);
-    assert_eq!(out.end, Ending::Closed(End::Done));
-    assert_eq!(out.upstream_text(), head, "nothing after the head went up");
+    assert_eq!(
+        out.client_text(),
+        "HTTP/1.1 100 Continue\r\n\r\n".to_owned() + refusal + &ok("next")
+    );
+    let plain = post("/up", "Content-Length: 5\r\n", "");
+    assert_eq!(out.upstream_text(), plain + "hello" + &get("/next"));
 }
 
 #[test]

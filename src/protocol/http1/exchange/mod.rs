@@ -398,8 +398,23 @@ struct Forwarded {
     /// The connection ends after this exchange (either side said so).
     close: bool,
     progress: Progress,
+    continue_: OwnContinue,
     /// Taken when the final response head goes out.
     record: Option<Record>,
+}
+
+/// The `100 Continue` of an upload whose `Expect` the proxy took off the
+/// head that went up (see `request.rs`): the proxy answers it itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnContinue {
+    /// No such upload: the upstream's interim answers are relayed.
+    No,
+    /// Owed to a client that may be waiting for it: sent once this
+    /// request is due next, before anything of the upstream's answer.
+    Owed,
+    /// Sent. A `100` of the upstream's (never asked for) is not relayed:
+    /// it would be a second one.
+    Sent,
 }
 
 /// How much of a forwarded request went upstream.
@@ -407,19 +422,8 @@ struct Forwarded {
 enum Progress {
     /// Its body is still streaming.
     Sending,
-    /// Its head is out and it waits for `100 Continue` before its body.
-    Continue,
-    /// It waited for `100 Continue` and sends its body without one: the
-    /// body streams (no response clock, as for `Sending`), and a final
-    /// answer before a `100` still ends the connection (as for `Continue`).
-    Unbidden,
     /// All of it.
     Sent,
-    /// All of it, though it waited for `100 Continue` and none came: the
-    /// upstream may have answered from the head alone and left the body
-    /// unread, to take it for its next request (the 0.CL desync), so a
-    /// final answer before a `100` still ends the connection.
-    SentUnbidden,
     /// It broke after its head went (why): it cannot be completed.
     Broken(String),
 }
@@ -554,9 +558,8 @@ impl Exchange {
     }
 
     /// `Some(id)` while the response timer should run: the answer due next
-    /// is the upstream's, its request is wholly sent (or waits for
-    /// `100 Continue`, or broke and goes no further), and its response
-    /// head has not arrived whole. A new `id` is a new wait: restart the
+    /// is the upstream's, its request is wholly sent (or broke and goes
+    /// no further), and its response head has not arrived whole. A new `id` is a new wait: restart the
     /// clock.
     pub fn awaiting_response(&self) -> Option<u64> {
         if !matches!(self.phase, Phase::Open)
@@ -568,13 +571,7 @@ impl Exchange {
         match self.due.front() {
             // (Broken, with no head begun, is answered at once.)
             Some(Due::Upstream(f))
-                if matches!(
-                    f.progress,
-                    Progress::Sent
-                        | Progress::SentUnbidden
-                        | Progress::Continue
-                        | Progress::Broken(_)
-                ) =>
+                if matches!(f.progress, Progress::Sent | Progress::Broken(_)) =>
             {
                 Some(self.wait_id)
             }

@@ -5,8 +5,8 @@
 use super::checks::{self, Named};
 use super::record::{clip, Record};
 use super::{
-    After, ClientAction, Decision, Due, Exchange, Forwarded, Local, Mode, Phase, Progress, Req,
-    Resp, MAX_ANSWER_BYTES, MAX_DUE, VIA,
+    After, ClientAction, Decision, Due, Exchange, Forwarded, Local, Mode, OwnContinue, Phase,
+    Progress, Req, Resp, MAX_ANSWER_BYTES, MAX_DUE, VIA,
 };
 
 use super::Verdict;
@@ -119,8 +119,6 @@ impl Exchange {
             if forward {
                 self.request_sent();
             }
-        } else if forward {
-            self.body_moved();
         }
         debug_assert!(n > 0, "a body in progress takes at least a byte");
         if forward {
@@ -147,31 +145,14 @@ impl Exchange {
         }
     }
 
-    /// Body bytes of the newest forwarded request went up. One still
-    /// waiting for `100 Continue` is uploading without it (curl does after
-    /// a second; an upstream may skip the `100` once content arrived, RFC
-    /// 9110 10.1.1): no response clock until its body is whole, as for any
-    /// body still coming (a pause in the upload is the client's, not the
-    /// upstream's failing to answer).
-    fn body_moved(&mut self) {
-        if let Some(Due::Upstream(f)) = self.due.back_mut() {
-            if f.progress == Progress::Continue {
-                f.progress = Progress::Unbidden;
-            }
-        }
-    }
-
     /// The newest forwarded request is wholly upstream: the response clock
     /// may start.
     fn request_sent(&mut self) {
         if let Some(Due::Upstream(f)) = self.due.back_mut() {
-            let sent = match f.progress {
-                Progress::Sending => Progress::Sent,
-                Progress::Continue | Progress::Unbidden => Progress::SentUnbidden,
-                _ => return,
-            };
-            f.progress = sent;
-            self.wait_id += 1;
+            if f.progress == Progress::Sending {
+                f.progress = Progress::Sent;
+                self.wait_id += 1;
+            }
         }
     }
 
@@ -343,15 +324,27 @@ impl Exchange {
             }
         };
 
+        // An upload that may wait for `100 Continue` goes up without its
+        // `Expect`, and the proxy sends the `100` itself (as Envoy does): an
+        // upstream told to expect a body only on its say-so may answer from
+        // the head alone, keep the connection and read the body, sent
+        // without waiting, as its next request, one the proxy never judged
+        // (the 0.CL desync). Without `Expect`, the body is the body.
+        let strip_expect = judged.expects_continue && judged.kind != BodyKind::Empty;
+        if strip_expect {
+            head.headers
+                .retain(|(name, _)| !name.eq_ignore_ascii_case("expect"));
+        }
+
         // Allowed: forward the head, verbatim in a tunnel (but for injected
-        // secrets), rewritten for the forward proxy.
+        // secrets or a stripped `Expect`), rewritten for the forward proxy.
         let out = match (&self.config.mode, &uri) {
             (Mode::Forward { .. }, Some(named)) => {
                 let mut out = Vec::with_capacity(n + 128);
                 rewrite_request(&head, &target, named, &judged, &mut out);
                 Some(out)
             }
-            _ if injected => {
+            _ if injected || strip_expect => {
                 let mut out = Vec::with_capacity(n + 128);
                 http1::write_request_head(&head, &head.target, &HeadEdit::default(), &mut out);
                 Some(out)
@@ -361,18 +354,20 @@ impl Exchange {
         if out.as_ref().map_or(n, Vec::len) > room {
             return ClientAction::Wait;
         }
-        let progress = match (judged.kind, judged.expects_continue) {
-            (BodyKind::Empty, _) => Progress::Sent,
-            // A client that waits for `100 Continue` waits on the upstream
-            // from the head on.
-            (_, true) => Progress::Continue,
-            (_, false) => Progress::Sending,
+        let progress = match judged.kind {
+            BodyKind::Empty => Progress::Sent,
+            _ => Progress::Sending,
         };
         self.due.push_back(Due::Upstream(Forwarded {
             method: judged.method.clone(),
             upgrade: judged.upgrade,
             close: judged.close,
             progress,
+            // An HTTP/1.0 client never waits for one (RFC 9110 10.1.1).
+            continue_: match strip_expect && head.version == 1 {
+                true => OwnContinue::Owed,
+                false => OwnContinue::No,
+            },
             record: Some(judged.record(decision)),
         }));
         self.wait_id += 1;

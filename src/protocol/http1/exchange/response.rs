@@ -5,9 +5,14 @@
 use super::checks;
 use super::record::Decision;
 use super::Verdict;
-use super::{Due, End, Exchange, Mode, Phase, Progress, Req, Resp, UpstreamAction, VIA};
+use super::{
+    Due, End, Exchange, Mode, OwnContinue, Phase, Progress, Req, Resp, UpstreamAction, VIA,
+};
 use crate::protocol::http::{error_response, HeadError};
 use crate::protocol::http1::{self, Body, BodyKind, HeadEdit, ResponseHead};
+
+/// The interim answer the proxy owes a client waiting to send its body.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 impl Exchange {
     /// The front of the upstream's unconsumed input, and the room in the
@@ -76,6 +81,16 @@ impl Exchange {
                     self.close(End::Done, None);
                 }
                 return UpstreamAction::Answer(answer);
+            }
+            Some(Due::Upstream(f)) if f.continue_ == OwnContinue::Owed => {
+                // The `100` the proxy owes a client that may be waiting for
+                // it (the upstream never saw its `Expect`), before anything
+                // of the upstream's answer.
+                if CONTINUE.len() > room {
+                    return UpstreamAction::Wait;
+                }
+                f.continue_ = OwnContinue::Sent;
+                return UpstreamAction::Answer(CONTINUE.to_vec());
             }
             Some(Due::Upstream(f)) => f.progress.clone(),
         };
@@ -196,6 +211,13 @@ impl Exchange {
         let (upgrade, close, method) = (f.upgrade, f.close, f.method.clone());
         let switching = head.status == 101;
         let interim = (100..200).contains(&head.status) && !switching;
+        if head.status == 100 && f.continue_ != OwnContinue::No {
+            // The upstream was never asked; the client had the proxy's.
+            return UpstreamAction::Send {
+                consumed: n,
+                bytes: Vec::new(),
+            };
+        }
         if switching {
             if !upgrade {
                 return self
@@ -242,28 +264,8 @@ impl Exchange {
         let Some(Due::Upstream(f)) = self.due.front_mut() else {
             unreachable!("checked above");
         };
-        if interim {
-            // Only a `100` says the upstream reads the body: a `102` or a
-            // `103` may come from the head alone, the body still unread.
-            match f.progress {
-                // The client sends its body now; the clock waits on it.
-                Progress::Continue | Progress::Unbidden if head.status == 100 => {
-                    f.progress = Progress::Sending;
-                }
-                // It reads the body it has now: what follows is a request.
-                Progress::SentUnbidden if head.status == 100 => f.progress = Progress::Sent,
-                _ => {}
-            }
-        } else {
-            // A final answer to a request still waiting for `100 Continue`:
-            // the client may send its body or skip it, and the upstream may
-            // read it or not. Whatever follows could be read two ways, so
-            // nothing follows.
-            f.close |= closing
-                || matches!(
-                    f.progress,
-                    Progress::Continue | Progress::Unbidden | Progress::SentUnbidden
-                );
+        if !interim {
+            f.close |= closing;
             if let Some(mut record) = f.record.take() {
                 record.status = Some(head.status);
                 self.push_record(record);
