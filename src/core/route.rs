@@ -116,6 +116,9 @@ impl ResolvingCore {
 
     pub(crate) fn handle(&mut self, input: Input) -> Next {
         match input {
+            // Waiting for the pins, the target's addresses are in hand (its
+            // own answer, or a literal): another answer is stray.
+            Input::Resolved(_) if self.resolved.is_some() => Next::Stay,
             // (getaddrinfo says so with an error; a resolver may not.)
             Input::Resolved(Ok(addrs)) if addrs.is_empty() => Next::Refuse(Refusal::Resolve(
                 io::Error::new(io::ErrorKind::NotFound, "the name has no address"),

@@ -550,3 +550,49 @@ fn a_reload_while_dialling_prunes_or_closes() {
         "a raw tunnel the policy now inspects closes"
     );
 }
+
+/// Waiting for the pins, the target's own answer is in hand: a second
+/// resolver answer is stray, and changes nothing. It is neither dialled
+/// nor remembered as the target's addresses, and a failed one refuses
+/// nothing.
+#[test]
+fn a_stray_resolve_while_waiting_for_the_pins_changes_nothing() {
+    let world = World::new();
+    world.pins_settled.set(false);
+    let mut run = Run::new("shop.test", 443, Dialect::Http, world)
+        .resolves("shop.test", &["45.1.1.1"])
+        .dial("45.1.1.1:443", Dial::Connects);
+    run.begin();
+    run.settle();
+    assert_eq!(run.label(), "Resolving(pins)");
+    for stray in [
+        Ok(vec![ip("45.1.1.7")]),
+        Ok(vec![]),
+        Err(io::ErrorKind::NotFound.into()),
+    ] {
+        let next = run.core.handle(Input::Resolved(stray), &run.world);
+        assert!(matches!(next, Next::Working), "{next:?}");
+        assert!(run.core.poll_action().is_none());
+        assert_eq!(run.label(), "Resolving(pins)");
+    }
+    assert_eq!(
+        run.world.remembered.borrow().len(),
+        1,
+        "only the target's own answer is remembered: {:?}",
+        run.world.remembered.borrow()
+    );
+    run.world.pins_settled.set(true);
+    run.next = run.core.handle(Input::PinsSettled, &run.world);
+    run.carry_out();
+    run.settle();
+    assert!(matches!(run.next, Next::Open { .. }), "{:?}", run.next);
+    assert_eq!(
+        run.asked,
+        [
+            "resolve shop.test",
+            "await pins",
+            "admitted --allow shop.test:443",
+            "dial 45.1.1.1:443 for 45.1.1.1",
+        ]
+    );
+}

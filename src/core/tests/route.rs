@@ -335,6 +335,10 @@ fn the_proxys_own_addresses_are_dropped_from_the_dial() {
         ],
         "only the own address on the target's port is dropped"
     );
+    assert!(
+        admitted.core.handle_timeout(super::at(10, 0)).is_some(),
+        "and not a moment later"
+    );
 }
 
 #[test]
