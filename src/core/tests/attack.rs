@@ -348,6 +348,32 @@ fn an_http10_upload_gets_no_100_and_its_expect_does_not_go_up() {
     );
 }
 
+/// Nor does an HTTP/1.0 client get the upstream's `100`, never asked for
+/// (its `Expect` did not go up), nor any other interim answer: HTTP/1.0
+/// has no `1xx` (RFC 9110 15.2), so such a client reads the `100` as its
+/// final answer, and the real one as that answer's body. It gets the
+/// final answer alone, on a connection kept alive.
+#[test]
+fn an_http10_client_gets_no_interim_answer_of_the_upstreams() {
+    let mut s = Session::new(Options::tunnel());
+    s.client_sends(format!(
+        "PUT /up HTTP/1.0\r\nHost: {ORIGIN}\r\nConnection: keep-alive\r\n\
+         Expect: 100-continue\r\nContent-Length: 2\r\n\r\nhi\
+         GET /next HTTP/1.0\r\nHost: {ORIGIN}\r\nConnection: keep-alive\r\n\r\n"
+    ));
+    s.drive();
+    let ok = "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n";
+    s.upstream_sends(format!(
+        "HTTP/1.1 100 Continue\r\n\r\n{ok}\
+         HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n{ok}"
+    ));
+    s.drive();
+    assert_eq!(s.client_text(), format!("{ok}{ok}"));
+    assert!(s.stop.is_none(), "{:?}", s.reason());
+    let statuses: Vec<_> = s.records.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [Some(200), Some(200)]);
+}
+
 /// A final answer while the body still comes, after the proxy's `100`:
 /// the upstream saw a plain upload, so this is an early answer like any
 /// other: the rest of the body goes up as the body, and the next request

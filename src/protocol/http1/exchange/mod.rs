@@ -399,6 +399,10 @@ struct Forwarded {
     close: bool,
     progress: Progress,
     continue_: OwnContinue,
+    /// The client speaks HTTP/1.0, which has no interim answers (RFC 9110
+    /// 15.2): it is sent none, the upstream's included (it would take one
+    /// for the final answer, and the real one for that answer's body).
+    http10: bool,
     /// Taken when the final response head goes out.
     record: Option<Record>,
 }

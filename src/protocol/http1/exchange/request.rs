@@ -368,6 +368,7 @@ impl Exchange {
                 true => OwnContinue::Owed,
                 false => OwnContinue::No,
             },
+            http10: head.version == 0,
             record: Some(judged.record(decision)),
         }));
         self.wait_id += 1;

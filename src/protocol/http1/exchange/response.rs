@@ -211,8 +211,9 @@ impl Exchange {
         let (upgrade, close, method) = (f.upgrade, f.close, f.method.clone());
         let switching = head.status == 101;
         let interim = (100..200).contains(&head.status) && !switching;
-        if head.status == 100 && f.continue_ != OwnContinue::No {
-            // The upstream was never asked; the client had the proxy's.
+        if interim && (f.http10 || (head.status == 100 && f.continue_ != OwnContinue::No)) {
+            // A `100` the upstream was never asked for (the client had the
+            // proxy's), or any interim answer to an HTTP/1.0 client.
             return UpstreamAction::Send {
                 consumed: n,
                 bytes: Vec::new(),
