@@ -451,3 +451,30 @@ fn the_proxys_100_waits_for_the_answers_ahead() {
         format!("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na{CONTINUE}")
     );
 }
+
+/// An upstream that answers nothing but unasked `100`s, one every 20 s:
+/// each is dropped (the client had the proxy's), so none is an answer,
+/// and the response clock is not restarted by them: 504 at 30 s.
+#[test]
+fn dropped_100s_do_not_hold_off_the_response_clock() {
+    let mut s = Session::new(Options::tunnel());
+    s.client_sends(format!(
+        "PUT /up HTTP/1.1\r\nHost: {ORIGIN}\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi"
+    ));
+    s.drive();
+    s.elapse(Duration::from_secs(20));
+    s.upstream_sends(CONTINUE);
+    s.drive();
+    assert_eq!(s.client_text(), CONTINUE, "no second 100");
+    assert_eq!(
+        s.deadline().map(|d| d - s.now),
+        Some(Duration::from_secs(10))
+    );
+    s.elapse(Duration::from_secs(10));
+    assert!(
+        s.client_text()
+            .starts_with(&format!("{CONTINUE}HTTP/1.1 504")),
+        "{}",
+        s.client_text()
+    );
+}

@@ -398,27 +398,29 @@ struct Forwarded {
     /// The connection ends after this exchange (either side said so).
     close: bool,
     progress: Progress,
-    continue_: OwnContinue,
-    /// The client speaks HTTP/1.0, which has no interim answers (RFC 9110
-    /// 15.2): it is sent none, the upstream's included (it would take one
-    /// for the final answer, and the real one for that answer's body).
-    http10: bool,
+    interim: Interim,
     /// Taken when the final response head goes out.
     record: Option<Record>,
 }
 
-/// The `100 Continue` of an upload whose `Expect` the proxy took off the
-/// head that went up (see `request.rs`): the proxy answers it itself.
+/// Which interim (`1xx`) answers the client of a forwarded request gets
+/// (a `101` is no interim answer: it ends HTTP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum OwnContinue {
-    /// No such upload: the upstream's interim answers are relayed.
-    No,
-    /// Owed to a client that may be waiting for it: sent once this
-    /// request is due next, before anything of the upstream's answer.
-    Owed,
-    /// Sent. A `100` of the upstream's (never asked for) is not relayed:
-    /// it would be a second one.
-    Sent,
+enum Interim {
+    /// The upstream's, as they come.
+    Relayed,
+    /// An upload whose `Expect` the proxy took off the head that went up
+    /// (see `request.rs`): the proxy owes the client its own `100`, sent
+    /// once this request is due next, before anything of the upstream's
+    /// answer.
+    ContinueOwed,
+    /// That `100` went out. A `100` of the upstream's (never asked for)
+    /// would be a second: it is dropped; other interim answers pass.
+    ContinueSent,
+    /// None: the client speaks HTTP/1.0, which has no interim answers
+    /// (RFC 9110 15.2), and would take one for its final answer and the
+    /// real one for that answer's body.
+    Never,
 }
 
 /// How much of a forwarded request went upstream.

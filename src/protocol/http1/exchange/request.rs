@@ -5,8 +5,8 @@
 use super::checks::{self, Named};
 use super::record::{clip, Record};
 use super::{
-    After, ClientAction, Decision, Due, Exchange, Forwarded, Local, Mode, OwnContinue, Phase,
-    Progress, Req, Resp, MAX_ANSWER_BYTES, MAX_DUE, VIA,
+    After, ClientAction, Decision, Due, Exchange, Forwarded, Interim, Local, Mode, Phase, Progress,
+    Req, Resp, MAX_ANSWER_BYTES, MAX_DUE, VIA,
 };
 
 use super::Verdict;
@@ -363,12 +363,12 @@ impl Exchange {
             upgrade: judged.upgrade,
             close: judged.close,
             progress,
-            // An HTTP/1.0 client never waits for one (RFC 9110 10.1.1).
-            continue_: match strip_expect && head.version == 1 {
-                true => OwnContinue::Owed,
-                false => OwnContinue::No,
+            // An HTTP/1.0 client never waits for a `100` (RFC 9110 10.1.1).
+            interim: match (head.version, strip_expect) {
+                (0, _) => Interim::Never,
+                (_, true) => Interim::ContinueOwed,
+                (_, false) => Interim::Relayed,
             },
-            http10: head.version == 0,
             record: Some(judged.record(decision)),
         }));
         self.wait_id += 1;

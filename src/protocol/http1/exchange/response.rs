@@ -5,9 +5,7 @@
 use super::checks;
 use super::record::Decision;
 use super::Verdict;
-use super::{
-    Due, End, Exchange, Mode, OwnContinue, Phase, Progress, Req, Resp, UpstreamAction, VIA,
-};
+use super::{Due, End, Exchange, Interim, Mode, Phase, Progress, Req, Resp, UpstreamAction, VIA};
 use crate::protocol::http::{error_response, HeadError};
 use crate::protocol::http1::{self, Body, BodyKind, HeadEdit, ResponseHead};
 
@@ -29,7 +27,13 @@ impl Exchange {
             Resp::Head => self.response_head(input, room),
             Resp::Body(_) => self.response_body(input, room),
         };
-        if action != UpstreamAction::Wait {
+        let reached = match &action {
+            UpstreamAction::Wait => false,
+            // A dropped interim answer: consumed, and nothing sent.
+            UpstreamAction::Send { bytes, .. } => !bytes.is_empty(),
+            _ => true,
+        };
+        if reached {
             // Something reached the client: any wait for a response starts anew.
             self.wait_id += 1;
         }
@@ -82,14 +86,14 @@ impl Exchange {
                 }
                 return UpstreamAction::Answer(answer);
             }
-            Some(Due::Upstream(f)) if f.continue_ == OwnContinue::Owed => {
+            Some(Due::Upstream(f)) if f.interim == Interim::ContinueOwed => {
                 // The `100` the proxy owes a client that may be waiting for
                 // it (the upstream never saw its `Expect`), before anything
                 // of the upstream's answer.
                 if CONTINUE.len() > room {
                     return UpstreamAction::Wait;
                 }
-                f.continue_ = OwnContinue::Sent;
+                f.interim = Interim::ContinueSent;
                 return UpstreamAction::Answer(CONTINUE.to_vec());
             }
             Some(Due::Upstream(f)) => f.progress.clone(),
@@ -211,9 +215,13 @@ impl Exchange {
         let (upgrade, close, method) = (f.upgrade, f.close, f.method.clone());
         let switching = head.status == 101;
         let interim = (100..200).contains(&head.status) && !switching;
-        if interim && (f.http10 || (head.status == 100 && f.continue_ != OwnContinue::No)) {
-            // A `100` the upstream was never asked for (the client had the
-            // proxy's), or any interim answer to an HTTP/1.0 client.
+        let dropped = match f.interim {
+            Interim::Never => interim,
+            Interim::ContinueOwed | Interim::ContinueSent => head.status == 100,
+            Interim::Relayed => false,
+        };
+        if dropped {
+            // (Nothing reached the client: the response clock runs on.)
             return UpstreamAction::Send {
                 consumed: n,
                 bytes: Vec::new(),
