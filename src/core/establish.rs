@@ -14,9 +14,9 @@
 //! after every call, first: poll_action() until None
 //!     -> Resolve(name) | AwaitPins | Admitted{..} | Dial(addr, ip)
 //! handle(Resolved | PinsSettled | Connected | ConnectFailed, env)
-//! pump(upstream)                    (while a parent proxy is asked)
+//! pump(upstream, env)               (while a parent proxy is asked)
 //! poll_timeout() / handle_timeout(now)
-//!                                   -> Working | Refused(refusal) | Open{leftover}
+//!                                   -> Working | Refused(refusal) | Open{after, leftover}
 //! ```
 
 use std::collections::VecDeque;
@@ -29,7 +29,7 @@ use super::clock::Deadline;
 use super::dial::{self, DialCore, Outcome};
 use super::port::Port;
 use super::refusal::{Dialect, Refusal};
-use super::route::{self, Admission, Admitted, ResolvingCore, Start, Treatment};
+use super::route::{self, Admission, Admitted, After, ResolvingCore, Start, Treatment};
 use crate::policy::{Allowed, Denial, NameVerdict, Verdict};
 use crate::protocol::parent::ParentProxy;
 use crate::target::{Host, Target};
@@ -53,6 +53,8 @@ pub(crate) trait Env {
     fn take_handshake(&self) -> Result<(), String>;
     /// The parent proxy for a rule that names no route.
     fn default_parent(&self) -> Option<&Arc<ParentProxy>>;
+    /// Some rule inspects this port: a raw tunnel to it is vetted first.
+    fn vets_port(&self, port: u16) -> bool;
 }
 
 /// What the shell tells the machine.
@@ -96,9 +98,10 @@ pub(crate) enum Next {
     Working,
     /// Refused before an upstream opened: the client is answered with it.
     Refused(Refusal),
-    /// The upstream is open. `leftover`: bytes the destination sent behind a
-    /// parent's answer, already read (empty when direct).
-    Open { leftover: Vec<u8> },
+    /// The upstream is open, and the session goes on as `after` says.
+    /// `leftover`: bytes the destination sent behind a parent's answer,
+    /// already read (empty when direct).
+    Open { after: After, leftover: Vec<u8> },
 }
 
 /// How far the machine is.
@@ -119,6 +122,9 @@ enum Stage {
 pub(crate) struct EstablishCore {
     target: Target,
     dialect: Dialect,
+    /// The client was answered already (a tunnel switched to the name its
+    /// first flight carried): no reply is owed.
+    replied: bool,
     /// The resolve and every connect within this.
     deadline: Deadline,
     stage: Stage,
@@ -126,11 +132,18 @@ pub(crate) struct EstablishCore {
 }
 
 impl EstablishCore {
-    /// Establishes `target` for a client that spoke `dialect`, by `deadline`.
-    pub(crate) fn new(target: Target, dialect: Dialect, deadline: Deadline) -> EstablishCore {
+    /// Establishes `target` for a client that spoke `dialect` (and was
+    /// `replied` to already, for a switched tunnel), by `deadline`.
+    pub(crate) fn new(
+        target: Target,
+        dialect: Dialect,
+        replied: bool,
+        deadline: Deadline,
+    ) -> EstablishCore {
         EstablishCore {
             target,
             dialect,
+            replied,
             deadline,
             stage: Stage::Idle,
             actions: VecDeque::new(),
@@ -189,11 +202,11 @@ impl EstablishCore {
             }
             (Stage::Dialling(d), Input::Connected) => {
                 let outcome = d.0.handle(dial::Input::Connected);
-                self.follow(outcome)
+                self.follow(outcome, env)
             }
             (Stage::Dialling(d), Input::ConnectFailed(e)) => {
                 let outcome = d.0.handle(dial::Input::Failed(e));
-                self.follow(outcome)
+                self.follow(outcome, env)
             }
             // A late or stray report (a resolve for a session that moved
             // on, pins settled while dialling): nothing changes.
@@ -202,12 +215,12 @@ impl EstablishCore {
     }
 
     /// Moves a parent proxy's handshake over `upstream`.
-    pub(crate) fn pump(&mut self, upstream: &mut impl Port) -> Next {
+    pub(crate) fn pump(&mut self, upstream: &mut impl Port, env: &impl Env) -> Next {
         let Stage::Dialling(d) = &mut self.stage else {
             return Next::Working;
         };
         let outcome = d.0.pump(upstream);
-        self.follow(outcome)
+        self.follow(outcome, env)
     }
 
     /// When the machine runs out of time.
@@ -344,11 +357,29 @@ impl EstablishCore {
     /// The connect stage's outcome, as the machine's. (Working means an
     /// address is left to dial, or a connect or a parent's answer is in
     /// flight.)
-    fn follow(&mut self, outcome: Outcome) -> Next {
+    fn follow(&mut self, outcome: Outcome, env: &impl Env) -> Next {
         match outcome {
             Outcome::Working => Next::Working,
-            Outcome::Open { leftover } => Next::Open { leftover },
+            Outcome::Open { leftover } => self.open(leftover, env),
             Outcome::Unreachable(why) => self.refuse(Refusal::from(why)),
+        }
+    }
+
+    /// The upstream is open: which state the session goes on in (or the
+    /// refusal after all), as [`route::after_connect`] says.
+    fn open(&mut self, leftover: Vec<u8>, env: &impl Env) -> Next {
+        let port = self.target.port;
+        let vets_port = || env.vets_port(port);
+        let after = match &self.stage {
+            Stage::Dialling(d) => {
+                route::after_connect(self.dialect, self.replied, &leftover, &d.1, vets_port)
+            }
+            // Only a dial opens.
+            _ => Err(Refusal::Connect(io::Error::other("opened without a dial"))),
+        };
+        match after {
+            Ok(after) => Next::Open { after, leftover },
+            Err(refusal) => self.refuse(refusal),
         }
     }
 

@@ -14,8 +14,8 @@
 //! start(host, name check)  -> Decide(ip) | Deny | Resolve(name): ResolvingCore::dns(deadline)
 //! ResolvingCore::handle(Resolved(r) | PinsSettled) -> Stay | Decide(addrs) | Refuse
 //! admit(verdict, ...)      -> Deny | AwaitPins | OwnAddress | HandshakeRate | Dial
-//! after_connect(...)       -> Refuse | Forward | ForwardTls | Securing | Inspect
-//!                             | Vetting | Passthrough
+//! after_connect(...)       -> Err(refusal) | Ok(Forward | ForwardTls | Securing
+//!                             | Inspect | Vetting | Passthrough)
 //! ```
 
 use std::io;
@@ -299,9 +299,6 @@ impl From<Unreachable> for Refusal {
 /// What the session goes on with once the upstream is open.
 #[derive(Debug)]
 pub(crate) enum After {
-    /// Refused after all: answered in the client's dialect, or, when a
-    /// success reply went out already (`replied`), closed by the shell.
-    Refuse(Refusal),
     /// A forward-proxied request: the exchange, plaintext upstream. The
     /// client gets the upstream's own answer.
     Forward,
@@ -322,7 +319,9 @@ pub(crate) enum After {
     Passthrough { to_client: Vec<u8>, own: usize },
 }
 
-/// The next state once the upstream is open. `replied`: the client was
+/// The next state once the upstream is open, or the refusal after all
+/// (answered in the client's dialect, or, when a success reply went out
+/// already, a close). `replied`: the client was
 /// answered already (a switched tunnel), so no reply is owed;
 /// `from_upstream`: bytes the destination sent already (behind a parent
 /// proxy's answer), the client's first; `vets_port`: whether the policy
@@ -333,13 +332,13 @@ pub(crate) fn after_connect(
     from_upstream: &[u8],
     treatment: &Treatment,
     vets_port: impl FnOnce() -> bool,
-) -> After {
+) -> Result<After, Refusal> {
     let raw = treatment.inspect.is_none() && is_tunnel(dialect);
     if !from_upstream.is_empty() && !raw {
         // HTTP and TLS destinations never speak first: only a raw tunnel
         // can carry what came behind the parent's answer.
         let why = "the destination spoke before any request (through the parent proxy)";
-        return After::Refuse(Refusal::Parent(why.into()));
+        return Err(Refusal::Parent(why.into()));
     }
     let reply = match dialect {
         Dialect::Http => http::CONNECT_ESTABLISHED.to_vec(),
@@ -353,25 +352,25 @@ pub(crate) fn after_connect(
             out
         }
         // The forward proxy's client gets the upstream's own answer.
-        Dialect::Forward => return After::Forward,
+        Dialect::Forward => return Ok(After::Forward),
         // `GET https://...`: the proxy speaks TLS to the upstream (and
         // verifies it) on the client's behalf.
-        Dialect::ForwardTls => return After::ForwardTls,
+        Dialect::ForwardTls => return Ok(After::ForwardTls),
     };
     let reply = if replied { Vec::new() } else { reply };
     if treatment.terminate {
-        return After::Securing { reply };
+        return Ok(After::Securing { reply });
     }
     if treatment.inspect.is_some() {
-        return After::Inspect { reply };
+        return Ok(After::Inspect { reply });
     }
     // A raw tunnel to a port where some rule inspects: its first flight
     // is checked for a name it would front for, first.
     if vets_port() {
-        return After::Vetting { reply };
+        return Ok(After::Vetting { reply });
     }
     let mut to_client = reply;
     let own = to_client.len();
     to_client.extend_from_slice(from_upstream);
-    After::Passthrough { to_client, own }
+    Ok(After::Passthrough { to_client, own })
 }

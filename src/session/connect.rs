@@ -4,8 +4,8 @@
 //! connect deadline.
 //!
 //! The decisions are the sans-IO [`EstablishCore`]'s, which asks the
-//! policy through [`establish::Env`]; [`route::after_connect`] says which
-//! state follows an open upstream. This shell starts the resolver and the
+//! policy through [`establish::Env`] and, once the upstream is open, says
+//! which state follows ([`crate::core::route::After`]). This shell starts the resolver and the
 //! connects (and registers them), lends the upstream socket to the core,
 //! counts, logs and records each decision, and builds the state each
 //! answer names.
@@ -105,7 +105,7 @@ fn begin(
     let mut this = Box::new(Establishing {
         client,
         upstream: None,
-        core: EstablishCore::new(target, request.dialect, deadline),
+        core: EstablishCore::new(target, request.dialect, request.replied, deadline),
         request,
     });
     let next = this.core.begin(&PolicyEnv { conn, ctx });
@@ -153,6 +153,10 @@ impl establish::Env for PolicyEnv<'_, '_> {
 
     fn default_parent(&self) -> Option<&Arc<ParentProxy>> {
         self.ctx.settings.upstream_proxy.as_ref()
+    }
+
+    fn vets_port(&self, port: u16) -> bool {
+        self.ctx.policy.vets_port(port)
     }
 }
 
@@ -419,7 +423,7 @@ impl Establishing {
                 self.core.handle(Input::Connected, &PolicyEnv { conn, ctx })
             }
         } else {
-            self.core.pump(upstream)
+            self.core.pump(upstream, &PolicyEnv { conn, ctx })
         };
         self.carry_out(next, conn, ctx)
     }
@@ -476,7 +480,7 @@ impl Establishing {
         match next {
             Next::Working => State::Establishing(self),
             Next::Refused(refusal) => self.refused(refusal, conn, ctx),
-            Next::Open { leftover } => self.established(leftover, conn, ctx),
+            Next::Open { after, leftover } => self.established(after, leftover, conn, ctx),
         }
     }
 
@@ -532,10 +536,12 @@ impl Establishing {
         refuse_request(refusal, &request, &target, client, conn, ctx)
     }
 
-    /// The upstream is open. `from_upstream`: bytes the destination sent
-    /// already (behind a parent proxy's answer), the client's first.
+    /// The upstream is open, and the session goes on as `after` says.
+    /// `from_upstream`: bytes the destination sent already (behind a parent
+    /// proxy's answer), the client's first.
     fn established(
         self: Box<Self>,
+        after: After,
         from_upstream: Vec<u8>,
         conn: &mut Conn,
         ctx: &mut Ctx,
@@ -557,12 +563,9 @@ impl Establishing {
             dialect,
             early,
             login,
-            replied,
+            ..
         } = request;
-        let vets_port = || ctx.policy.vets_port(target.port);
-        match route::after_connect(dialect, replied, &from_upstream, &treatment, vets_port) {
-            After::Refuse(refusal) if replied => close_replied(refusal, &target, client, conn, ctx),
-            After::Refuse(refusal) => refuse_early(refusal, dialect, &early, client, conn, ctx),
+        match after {
             after @ (After::Forward | After::ForwardTls) => {
                 // `GET https://...`: the proxy speaks TLS to the upstream
                 // (and verifies it) on the client's behalf.

@@ -15,6 +15,7 @@ use super::{at, deadline};
 use crate::core::establish::{Action, Env, EstablishCore, Input, Next};
 use crate::core::mem::MemPort;
 use crate::core::refusal::{Dialect, Refusal};
+use crate::core::route::After;
 use crate::policy::{
     parse_cli_inspect, parse_cli_rule, Action as RuleAction, Denial, NameVerdict, Policy, Verdict,
 };
@@ -22,6 +23,7 @@ use crate::protocol::parent::ParentProxy;
 use crate::target::{Host, Target};
 
 const PARENT: &str = "http://45.0.0.9:3128";
+const HTTP_REPLY: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -49,6 +51,8 @@ struct World {
     budget_left: bool,
     parent: Option<Arc<ParentProxy>>,
     remembered: RefCell<Vec<(Host, Vec<IpAddr>)>>,
+    /// Some rule inspects every port (raw tunnels are vetted first).
+    vets: bool,
 }
 
 impl World {
@@ -60,6 +64,7 @@ impl World {
             budget_left: true,
             parent: None,
             remembered: RefCell::new(Vec::new()),
+            vets: false,
         }
     }
 }
@@ -90,6 +95,9 @@ impl Env for World {
     }
     fn default_parent(&self) -> Option<&Arc<ParentProxy>> {
         self.parent.as_ref()
+    }
+    fn vets_port(&self, _port: u16) -> bool {
+        self.vets
     }
 }
 
@@ -125,7 +133,12 @@ struct Run {
 impl Run {
     fn new(host: &str, port: u16, dialect: Dialect, world: World) -> Run {
         Run {
-            core: EstablishCore::new(Target::new(host, port).unwrap(), dialect, deadline(10)),
+            core: EstablishCore::new(
+                Target::new(host, port).unwrap(),
+                dialect,
+                false,
+                deadline(10),
+            ),
             world,
             dns: HashMap::new(),
             dials: HashMap::new(),
@@ -225,7 +238,11 @@ fn a_name_resolves_and_the_second_address_connects() {
     assert_eq!(run.core.poll_timeout(), at(10, 0));
     run.settle();
     assert!(
-        matches!(&run.next, Next::Open { leftover } if leftover.is_empty()),
+        matches!(
+            &run.next,
+            Next::Open { after: After::Passthrough { to_client, own }, leftover }
+                if leftover.is_empty() && to_client == HTTP_REPLY && *own == HTTP_REPLY.len()
+        ),
         "{:?}",
         run.next
     );
@@ -435,15 +452,26 @@ fn through_a_parent_the_vetted_address_is_asked_for() {
     assert!(matches!(run.next, Next::Working));
     assert_eq!(run.label(), "Connecting(parent-proxy)");
     let mut upstream = MemPort::roomy();
-    assert!(matches!(run.core.pump(&mut upstream), Next::Working));
+    assert!(matches!(
+        run.core.pump(&mut upstream, &run.world),
+        Next::Working
+    ));
     let asked = String::from_utf8(upstream.take()).unwrap();
     assert!(
         asked.starts_with("CONNECT 45.1.1.1:443 HTTP/1.1\r\n"),
         "{asked}"
     );
     upstream.deliver(b"HTTP/1.1 200 Connection established\r\n\r\nhello");
-    match run.core.pump(&mut upstream) {
-        Next::Open { leftover } => assert_eq!(leftover, b"hello"),
+    match run.core.pump(&mut upstream, &run.world) {
+        Next::Open {
+            after: After::Passthrough { to_client, own },
+            leftover,
+        } => {
+            assert_eq!(leftover, b"hello");
+            // A raw tunnel: what the destination sent follows the reply.
+            assert_eq!(to_client, [HTTP_REPLY, b"hello"].concat());
+            assert_eq!(own, HTTP_REPLY.len());
+        }
         other => panic!("{other:?}"),
     }
 
@@ -595,4 +623,82 @@ fn a_stray_resolve_while_waiting_for_the_pins_changes_nothing() {
             "dial 45.1.1.1:443 for 45.1.1.1",
         ]
     );
+}
+
+/// The machine says which state an open upstream goes on in, with the
+/// reply owed: an inspected tunnel, a raw one to a port some rule
+/// inspects (vetted first), a forward-proxied request (the upstream
+/// answers), and a tunnel switched to the name its first flight carried
+/// (answered already: no second reply).
+#[test]
+fn the_open_upstream_goes_on_as_the_rule_and_dialect_say() {
+    let open = |host: &str, port: u16, dialect: Dialect, replied: bool, vets: bool| {
+        let mut world = World::new();
+        world.vets = vets;
+        let mut run = Run::new(host, port, dialect, world);
+        run.core = EstablishCore::new(
+            Target::new(host, port).unwrap(),
+            dialect,
+            replied,
+            deadline(10),
+        );
+        run.dns.insert("api.test", Ok(vec![ip("45.2.2.2")]));
+        run.dns.insert("shop.test", Ok(vec![ip("45.1.1.1")]));
+        run.dials
+            .insert("45.2.2.2:80".parse().unwrap(), Dial::Connects);
+        run.dials
+            .insert("45.1.1.1:443".parse().unwrap(), Dial::Connects);
+        run.begin();
+        run.settle();
+        match run.next {
+            Next::Open { after, leftover } => {
+                assert!(leftover.is_empty());
+                after
+            }
+            other => panic!("{host} {dialect:?}: {other:?}"),
+        }
+    };
+    assert!(matches!(
+        open("api.test", 80, Dialect::Http, false, false),
+        After::Inspect { reply } if reply == HTTP_REPLY
+    ));
+    assert!(matches!(
+        open("shop.test", 443, Dialect::Http, false, true),
+        After::Vetting { reply } if reply == HTTP_REPLY
+    ));
+    assert!(matches!(
+        open("shop.test", 443, Dialect::Http, false, false),
+        After::Passthrough { .. }
+    ));
+    assert!(matches!(
+        open("api.test", 80, Dialect::Forward, false, false),
+        After::Forward
+    ));
+    assert!(matches!(
+        open("shop.test", 443, Dialect::Socks5, true, true),
+        After::Vetting { reply } if reply.is_empty()
+    ));
+}
+
+/// Bytes behind a parent's answer to a tunnel that is not raw: an HTTP
+/// or TLS destination never speaks first, so the machine refuses (the
+/// parent's fault) rather than open.
+#[test]
+fn a_destination_that_speaks_first_behind_a_parent_is_refused_unless_raw() {
+    let mut world = World::new();
+    world.parent = Some(Arc::new(ParentProxy::parse(PARENT).unwrap()));
+    let mut run = Run::new("api.test", 80, Dialect::Http, world)
+        .resolves("api.test", &["45.2.2.2"])
+        .dial("45.0.0.9:3128", Dial::Connects);
+    run.begin();
+    run.settle();
+    let mut upstream = MemPort::roomy();
+    run.core.pump(&mut upstream, &run.world);
+    upstream.deliver(b"HTTP/1.1 200 Connection established\r\n\r\n220 hi\r\n");
+    match run.core.pump(&mut upstream, &run.world) {
+        Next::Refused(Refusal::Parent(why)) => {
+            assert!(why.contains("spoke before any request"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
 }
