@@ -113,7 +113,9 @@ enum Stage {
     Resolving(ResolvingCore),
     /// Connecting (or asking a parent), under what the allowing rule said.
     Dialling(Box<(DialCore, Treatment)>),
-    /// Refused or open: said once.
+    /// Open, under what the allowing rule said: said once.
+    Open(Treatment),
+    /// Refused: said once.
     Done,
 }
 
@@ -200,11 +202,13 @@ impl EstablishCore {
                     route::Next::Refuse(refusal) => self.refuse(refusal),
                 }
             }
-            (Stage::Dialling(d), Input::Connected) => {
+            // (Only for the connect in flight: while a parent is asked, a
+            // connect outcome is stray.)
+            (Stage::Dialling(d), Input::Connected) if d.0.connecting() => {
                 let outcome = d.0.handle(dial::Input::Connected);
                 self.follow(outcome, env)
             }
-            (Stage::Dialling(d), Input::ConnectFailed(e)) => {
+            (Stage::Dialling(d), Input::ConnectFailed(e)) if d.0.connecting() => {
                 let outcome = d.0.handle(dial::Input::Failed(e));
                 self.follow(outcome, env)
             }
@@ -234,7 +238,7 @@ impl EstablishCore {
         let refusal = match &mut self.stage {
             Stage::Resolving(r) => r.handle_timeout(now)?,
             Stage::Dialling(d) => Refusal::from(d.0.handle_timeout(now)?),
-            Stage::Idle | Stage::Done => return None,
+            Stage::Idle | Stage::Open(_) | Stage::Done => return None,
         };
         self.stage = Stage::Done;
         Some(refusal)
@@ -243,7 +247,7 @@ impl EstablishCore {
     /// The session state's name for the stage: resolving or connecting.
     pub(crate) fn name(&self) -> &'static str {
         match self.stage {
-            Stage::Dialling(_) => "Connecting",
+            Stage::Dialling(_) | Stage::Open(_) => "Connecting",
             _ => "Resolving",
         }
     }
@@ -254,6 +258,7 @@ impl EstablishCore {
             Stage::Resolving(r) => r.stage(),
             Stage::Dialling(d) => d.0.stage(),
             Stage::Idle => "dns",
+            Stage::Open(_) => "open",
             Stage::Done => "done",
         }
     }
@@ -273,7 +278,7 @@ impl EstablishCore {
     /// The target, and what the allowing rule said (once [`Next::Open`]).
     pub(crate) fn into_parts(self) -> (Target, Option<Treatment>) {
         let treatment = match self.stage {
-            Stage::Dialling(d) => Some(d.1),
+            Stage::Open(t) => Some(t),
             _ => None,
         };
         (self.target, treatment)
@@ -368,17 +373,18 @@ impl EstablishCore {
     /// The upstream is open: which state the session goes on in (or the
     /// refusal after all), as [`route::after_connect`] says.
     fn open(&mut self, leftover: Vec<u8>, env: &impl Env) -> Next {
+        let Stage::Dialling(d) = std::mem::replace(&mut self.stage, Stage::Done) else {
+            // Only a dial opens.
+            return self.refuse(Refusal::Connect(io::Error::other("opened without a dial")));
+        };
+        let (_, treatment) = *d;
         let port = self.target.port;
         let vets_port = || env.vets_port(port);
-        let after = match &self.stage {
-            Stage::Dialling(d) => {
-                route::after_connect(self.dialect, self.replied, &leftover, &d.1, vets_port)
+        match route::after_connect(self.dialect, self.replied, &leftover, &treatment, vets_port) {
+            Ok(after) => {
+                self.stage = Stage::Open(treatment);
+                Next::Open { after, leftover }
             }
-            // Only a dial opens.
-            _ => Err(Refusal::Connect(io::Error::other("opened without a dial"))),
-        };
-        match after {
-            Ok(after) => Next::Open { after, leftover },
             Err(refusal) => self.refuse(refusal),
         }
     }

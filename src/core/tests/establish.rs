@@ -255,7 +255,7 @@ fn a_name_resolves_and_the_second_address_connects() {
             "dial 45.1.1.2:443 for 45.1.1.2",
         ]
     );
-    assert_eq!(run.label(), "Connecting(tcp)");
+    assert_eq!(run.label(), "Connecting(open)");
     assert_eq!(
         run.world.remembered.borrow().as_slice(),
         [(
@@ -700,5 +700,173 @@ fn a_destination_that_speaks_first_behind_a_parent_is_refused_unless_raw() {
             assert!(why.contains("spoke before any request"), "{why}")
         }
         other => panic!("{other:?}"),
+    }
+}
+
+/// Random orderings of everything the shell may report (answers, stray
+/// answers, pins, connect outcomes, stray outcomes, a parent's bytes, late
+/// timers, reloads), on random worlds: the machine never dials an address
+/// the policy did not vet for this target (never a special-range address
+/// no rule names, never the proxy's own), has at most one connect in
+/// flight, keeps its one deadline, records the admission before any dial,
+/// and ends once: after `Refused` or `Open`, nothing more is asked or said.
+#[test]
+fn random_reports_keep_the_machines_rules() {
+    let mut rng = super::Rng(0x5eed_e57a_b115);
+    let targets = [
+        ("shop.test", 443),
+        ("evil.test", 443),
+        ("api.test", 80),
+        ("45.1.1.9", 443),
+        ("10.0.0.7", 443),
+        ("gone.test", 443),
+    ];
+    let pool = [
+        "45.1.1.1",
+        "45.1.1.2",
+        "10.0.0.7",
+        "127.0.0.1",
+        "169.254.169.254",
+    ];
+    let dialects = [Dialect::Http, Dialect::Socks5, Dialect::Forward];
+    let inspected = Policy::from_rules(&[parse_cli_inspect("shop.test:443").unwrap()]).unwrap();
+    for case in 0..3000 {
+        let mut world = World::new();
+        world.pins_settled.set(rng.below(3) != 0);
+        world.budget_left = rng.below(4) != 0;
+        world.vets = rng.below(2) == 0;
+        if rng.below(3) == 0 {
+            world.parent = Some(Arc::new(ParentProxy::parse(PARENT).unwrap()));
+        }
+        if rng.below(3) == 0 {
+            world.own = vec!["45.1.1.1:443".parse().unwrap()];
+        }
+        let (host, port) = targets[rng.below(targets.len())];
+        let dialect = dialects[rng.below(dialects.len())];
+        let target = Target::new(host, port).unwrap();
+        let mut core = EstablishCore::new(target.clone(), dialect, rng.below(2) == 0, deadline(10));
+        let answer: Vec<IpAddr> = (0..rng.below(4)).map(|_| ip(rng.pick(&pool))).collect();
+        let mut vetted: Vec<IpAddr> = match &target.host {
+            Host::Ip(ip) => vec![*ip],
+            Host::Domain(_) => Vec::new(),
+        };
+        let (mut ended, mut admitted, mut in_flight) = (false, false, false);
+        let mut now = at(0, 0);
+        let mut next = core.begin(&world);
+        let mut upstream = MemPort::roomy();
+        for step in 0..30 {
+            let ctx = format!("case {case} step {step} {host}:{port} {dialect:?}");
+            // The shell carries out every action first.
+            while let Some(action) = core.poll_action() {
+                match action {
+                    Action::Resolve(_) => {}
+                    Action::AwaitPins => {}
+                    Action::Admitted { .. } => {
+                        assert!(!admitted, "{ctx}: admitted twice");
+                        admitted = true;
+                    }
+                    Action::Dial(addr, vetted_ip) => {
+                        assert!(!ended, "{ctx}: a dial after the end");
+                        assert!(admitted, "{ctx}: a dial before the admission");
+                        assert!(!in_flight, "{ctx}: two connects in flight");
+                        assert!(
+                            vetted.contains(&vetted_ip),
+                            "{ctx}: {vetted_ip} never given"
+                        );
+                        assert!(
+                            ip("45.1.1.0") < vetted_ip && vetted_ip <= ip("45.1.1.9"),
+                            "{ctx}: dialled {vetted_ip}, which no rule names"
+                        );
+                        assert!(
+                            !world.own.contains(&SocketAddr::new(vetted_ip, port)),
+                            "{ctx}: dialled the proxy's own {vetted_ip}"
+                        );
+                        if world.parent.is_none() {
+                            assert_eq!(addr, SocketAddr::new(vetted_ip, port), "{ctx}");
+                        }
+                        in_flight = true;
+                        if rng.below(4) == 0 {
+                            in_flight = false;
+                            let e = io::Error::from(io::ErrorKind::AddrNotAvailable);
+                            next = core.handle(Input::ConnectFailed(e), &world);
+                        }
+                    }
+                }
+            }
+            match &next {
+                Next::Working => {}
+                Next::Refused(_) | Next::Open { .. } => {
+                    assert!(!ended, "{ctx}: ended twice: {next:?}");
+                    ended = true;
+                    in_flight = false;
+                }
+            }
+            assert_eq!(core.poll_timeout(), at(10, 0), "{ctx}: the one deadline");
+            next = match rng.below(9) {
+                0 | 1 => {
+                    if core.stage() == "dns" {
+                        vetted.extend(&answer);
+                    }
+                    core.handle(Input::Resolved(Ok(answer.clone())), &world)
+                }
+                2 => {
+                    // Another answer: the target's own while its DNS is
+                    // awaited, and stray (given for nothing) after.
+                    let other = vec![ip(rng.pick(&pool))];
+                    if core.stage() == "dns" {
+                        vetted.extend(&other);
+                    }
+                    core.handle(Input::Resolved(Ok(other)), &world)
+                }
+                3 => {
+                    world.pins_settled.set(true);
+                    core.handle(Input::PinsSettled, &world)
+                }
+                4 => {
+                    let was = std::mem::replace(&mut in_flight, false);
+                    let input = match rng.below(2) {
+                        0 => Input::Connected,
+                        _ => Input::ConnectFailed(io::ErrorKind::ConnectionRefused.into()),
+                    };
+                    let n = core.handle(input, &world);
+                    in_flight = was && core.connecting();
+                    n
+                }
+                5 => {
+                    let bytes: &[u8] = match rng.below(4) {
+                        0 => b"HTTP/1.1 200 Connection established\r\n\r\n",
+                        1 => b"HTTP/1.1 403 Forbidden\r\n\r\n",
+                        2 => b"HTTP/1.1 200 OK\r\n\r\n220 hi",
+                        _ => b"\x05\x00",
+                    };
+                    upstream.deliver(bytes);
+                    core.pump(&mut upstream, &world)
+                }
+                6 => {
+                    now += std::time::Duration::from_millis(rng.below(6000) as u64);
+                    match core.handle_timeout(now) {
+                        Some(refusal) => Next::Refused(refusal),
+                        None => {
+                            assert!(ended || now < at(10, 0), "{ctx}: a deadline not kept");
+                            Next::Working
+                        }
+                    }
+                }
+                7 => {
+                    let checked = inspected.check_resolved_at(&target, &[ip("45.1.1.1")], now);
+                    if let Verdict::Allow(allowed) = checked {
+                        core.reload(&allowed, |_| rng.below(2) == 0);
+                    }
+                    Next::Working
+                }
+                _ => Next::Working,
+            };
+            if ended {
+                assert!(
+                    matches!(next, Next::Working),
+                    "{ctx}: said more after the end: {next:?}"
+                );
+            }
+        }
     }
 }
