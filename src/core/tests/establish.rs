@@ -69,6 +69,16 @@ impl World {
     }
 }
 
+impl World {
+    /// Every dial through [`PARENT`].
+    fn behind_parent() -> World {
+        World {
+            parent: Some(Arc::new(ParentProxy::parse(PARENT).unwrap())),
+            ..World::new()
+        }
+    }
+}
+
 impl Env for World {
     fn check_name(&self, target: &Target) -> NameVerdict {
         self.policy.check_name_as(target, None)
@@ -214,6 +224,18 @@ impl Run {
         }
     }
 
+    /// Begins, and lets every answer and connect settle.
+    fn settled(mut self) -> Run {
+        self.begin();
+        self.settle();
+        self
+    }
+
+    /// Whether any action asked for so far names `text`.
+    fn asked_for(&self, text: &str) -> bool {
+        self.asked.iter().any(|a| a.contains(text))
+    }
+
     fn refusal(&self) -> &Refusal {
         match &self.next {
             Next::Refused(refusal) => refusal,
@@ -283,10 +305,9 @@ fn a_name_refused_is_never_resolved() {
 /// refusal says which key would allow it.
 #[test]
 fn a_name_resolving_to_a_private_address_is_refused_naming_the_fix() {
-    let mut run = Run::new("shop.test", 443, Dialect::Http, World::new())
-        .resolves("shop.test", &["10.0.0.7"]);
-    run.begin();
-    run.settle();
+    let run = Run::new("shop.test", 443, Dialect::Http, World::new())
+        .resolves("shop.test", &["10.0.0.7"])
+        .settled();
     let refusal = run.refusal();
     assert!(matches!(refusal, Refusal::Denied(_)), "{refusal:?}");
     let why = refusal.describe();
@@ -343,35 +364,28 @@ fn an_allowed_target_waits_for_the_pins_then_decides() {
 fn the_proxys_own_addresses_are_never_dialled() {
     let mut world = World::new();
     world.own = vec!["45.1.1.1:443".parse().unwrap()];
-    let mut run =
-        Run::new("shop.test", 443, Dialect::Http, world).resolves("shop.test", &["45.1.1.1"]);
-    run.begin();
-    run.settle();
+    let run = Run::new("shop.test", 443, Dialect::Http, world)
+        .resolves("shop.test", &["45.1.1.1"])
+        .settled();
     assert!(matches!(run.refusal(), Refusal::OwnAddress(a) if a.to_string() == "45.1.1.1:443"));
 
     let mut world = World::new();
     world.own = vec!["45.1.1.1:443".parse().unwrap()];
-    let mut run = Run::new("shop.test", 443, Dialect::Http, world)
+    let run = Run::new("shop.test", 443, Dialect::Http, world)
         .resolves("shop.test", &["45.1.1.1", "45.1.1.2"])
-        .dial("45.1.1.2:443", Dial::Connects);
-    run.begin();
-    run.settle();
+        .dial("45.1.1.2:443", Dial::Connects)
+        .settled();
     assert!(matches!(run.next, Next::Open { .. }));
-    assert!(
-        !run.asked.iter().any(|a| a.contains("45.1.1.1:")),
-        "{:?}",
-        run.asked
-    );
+    assert!(!run.asked_for("45.1.1.1:"), "{:?}", run.asked);
 }
 
 /// An empty answer from the resolver is a failed resolve, said as such
 /// (not a policy refusal of no addresses).
 #[test]
 fn an_empty_answer_is_a_failed_resolve() {
-    let mut run =
-        Run::new("shop.test", 443, Dialect::Http, World::new()).resolves("shop.test", &[]);
-    run.begin();
-    run.settle();
+    let run = Run::new("shop.test", 443, Dialect::Http, World::new())
+        .resolves("shop.test", &[])
+        .settled();
     let refusal = run.refusal();
     assert!(matches!(refusal, Refusal::Resolve(_)), "{refusal:?}");
     assert!(
@@ -385,27 +399,23 @@ fn an_empty_answer_is_a_failed_resolve() {
 /// once: each refused as its cause says.
 #[test]
 fn failures_are_refused_as_their_cause_says() {
-    let mut run = Run::new("gone.test", 443, Dialect::Http, World::new());
-    run.begin();
-    run.settle();
+    let run = Run::new("gone.test", 443, Dialect::Http, World::new()).settled();
     assert!(matches!(run.refusal(), Refusal::Resolve(_)));
 
-    let mut run = Run::new("shop.test", 443, Dialect::Http, World::new())
-        .resolves("shop.test", &["45.1.1.1", "45.1.1.2"]);
-    run.begin();
-    run.settle();
+    let run = Run::new("shop.test", 443, Dialect::Http, World::new())
+        .resolves("shop.test", &["45.1.1.1", "45.1.1.2"])
+        .settled();
     match run.refusal() {
         Refusal::Connect(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused),
         other => panic!("{other:?}"),
     }
     assert_eq!(run.asked.len(), 4, "both tried: {:?}", run.asked);
 
-    let mut run = Run::new("shop.test", 443, Dialect::Http, World::new())
+    let run = Run::new("shop.test", 443, Dialect::Http, World::new())
         .resolves("shop.test", &["45.1.1.1", "45.1.1.2"])
         .dial("45.1.1.1:443", Dial::FailsAtOnce)
-        .dial("45.1.1.2:443", Dial::Connects);
-    run.begin();
-    run.settle();
+        .dial("45.1.1.2:443", Dial::Connects)
+        .settled();
     assert!(matches!(run.next, Next::Open { .. }), "{:?}", run.next);
 }
 
@@ -423,9 +433,8 @@ fn the_one_deadline_refuses_in_whichever_stage_it_catches() {
 
     let mut run = Run::new("shop.test", 443, Dialect::Http, World::new())
         .resolves("shop.test", &["45.1.1.1"])
-        .dial("45.1.1.1:443", Dial::Hangs);
-    run.begin();
-    run.settle();
+        .dial("45.1.1.1:443", Dial::Hangs)
+        .settled();
     assert_eq!(run.label(), "Connecting(tcp)");
     assert_eq!(run.core.poll_timeout(), at(10, 0), "the resolve's deadline");
     assert!(run.core.handle_timeout(at(9, 999)).is_none());
@@ -441,13 +450,11 @@ fn the_one_deadline_refuses_in_whichever_stage_it_catches() {
 /// behind the parent's answer come out with the open upstream.
 #[test]
 fn through_a_parent_the_vetted_address_is_asked_for() {
-    let mut world = World::new();
-    world.parent = Some(Arc::new(ParentProxy::parse(PARENT).unwrap()));
+    let world = World::behind_parent();
     let mut run = Run::new("shop.test", 443, Dialect::Http, world)
         .resolves("shop.test", &["45.1.1.1"])
-        .dial("45.0.0.9:3128", Dial::Connects);
-    run.begin();
-    run.settle();
+        .dial("45.0.0.9:3128", Dial::Connects)
+        .settled();
     assert_eq!(run.asked[2], "dial 45.0.0.9:3128 for 45.1.1.1");
     assert!(matches!(run.next, Next::Working));
     assert_eq!(run.label(), "Connecting(parent-proxy)");
@@ -476,13 +483,11 @@ fn through_a_parent_the_vetted_address_is_asked_for() {
     }
 
     // A parent that does not answer in time is the parent's delay.
-    let mut world = World::new();
-    world.parent = Some(Arc::new(ParentProxy::parse(PARENT).unwrap()));
+    let world = World::behind_parent();
     let mut run = Run::new("shop.test", 443, Dialect::Http, world)
         .resolves("shop.test", &["45.1.1.1"])
-        .dial("45.0.0.9:3128", Dial::Connects);
-    run.begin();
-    run.settle();
+        .dial("45.0.0.9:3128", Dial::Connects)
+        .settled();
     match run.core.handle_timeout(at(10, 0)) {
         Some(Refusal::Parent(why)) => assert!(why.contains("no answer"), "{why}"),
         other => panic!("{other:?}"),
@@ -495,9 +500,8 @@ fn through_a_parent_the_vetted_address_is_asked_for() {
 fn stray_reports_change_nothing() {
     let mut run = Run::new("shop.test", 443, Dialect::Http, World::new())
         .resolves("shop.test", &["45.1.1.1"])
-        .dial("45.1.1.1:443", Dial::Hangs);
-    run.begin();
-    run.settle();
+        .dial("45.1.1.1:443", Dial::Hangs)
+        .settled();
     assert_eq!(run.label(), "Connecting(tcp)");
     let late = Input::Resolved(Ok(vec![ip("10.0.0.1")]));
     assert!(matches!(run.core.handle(late, &run.world), Next::Working));
@@ -518,16 +522,11 @@ fn a_spent_handshake_budget_is_refused_naming_the_client() {
     world.policy =
         Policy::from_rules(&[crate::policy::parse_cli_terminate("shop.test:443").unwrap()])
             .unwrap();
-    let mut run =
-        Run::new("shop.test", 443, Dialect::Http, world).resolves("shop.test", &["45.1.1.1"]);
-    run.begin();
-    run.settle();
+    let run = Run::new("shop.test", 443, Dialect::Http, world)
+        .resolves("shop.test", &["45.1.1.1"])
+        .settled();
     assert!(matches!(run.refusal(), Refusal::HandshakeRate(who) if who == "uid 1000"));
-    assert!(
-        !run.asked.iter().any(|a| a.starts_with("dial")),
-        "{:?}",
-        run.asked
-    );
+    assert!(!run.asked_for("dial "), "{:?}", run.asked);
 }
 
 /// A reload while dialling: the allowing rule's treatment is taken, the
@@ -562,17 +561,12 @@ fn a_reload_while_dialling_prunes_or_closes() {
     run.in_flight = Some(("45.1.1.1:443".parse().unwrap(), Dial::Refused));
     run.settle();
     assert!(matches!(run.next, Next::Open { .. }), "{:?}", run.next);
-    assert!(
-        !run.asked.iter().any(|a| a.contains("45.1.1.2")),
-        "{:?}",
-        run.asked
-    );
+    assert!(!run.asked_for("45.1.1.2"), "{:?}", run.asked);
 
     let mut run = Run::new("shop.test", 443, Dialect::Http, World::new())
         .resolves("shop.test", &["45.1.1.1"])
-        .dial("45.1.1.1:443", Dial::Hangs);
-    run.begin();
-    run.settle();
+        .dial("45.1.1.1:443", Dial::Hangs)
+        .settled();
     assert!(
         !run.core.reload(&allowed(&now_inspected), |_| true),
         "a raw tunnel the policy now inspects closes"
@@ -589,9 +583,8 @@ fn a_stray_resolve_while_waiting_for_the_pins_changes_nothing() {
     world.pins_settled.set(false);
     let mut run = Run::new("shop.test", 443, Dialect::Http, world)
         .resolves("shop.test", &["45.1.1.1"])
-        .dial("45.1.1.1:443", Dial::Connects);
-    run.begin();
-    run.settle();
+        .dial("45.1.1.1:443", Dial::Connects)
+        .settled();
     assert_eq!(run.label(), "Resolving(pins)");
     for stray in [
         Ok(vec![ip("45.1.1.7")]),
@@ -685,13 +678,11 @@ fn the_open_upstream_goes_on_as_the_rule_and_dialect_say() {
 /// parent's fault) rather than open.
 #[test]
 fn a_destination_that_speaks_first_behind_a_parent_is_refused_unless_raw() {
-    let mut world = World::new();
-    world.parent = Some(Arc::new(ParentProxy::parse(PARENT).unwrap()));
+    let world = World::behind_parent();
     let mut run = Run::new("api.test", 80, Dialect::Http, world)
         .resolves("api.test", &["45.2.2.2"])
-        .dial("45.0.0.9:3128", Dial::Connects);
-    run.begin();
-    run.settle();
+        .dial("45.0.0.9:3128", Dial::Connects)
+        .settled();
     let mut upstream = MemPort::roomy();
     run.core.pump(&mut upstream, &run.world);
     upstream.deliver(b"HTTP/1.1 200 Connection established\r\n\r\n220 hi\r\n");
