@@ -321,8 +321,8 @@ pub(crate) enum After {
 
 /// The next state once the upstream is open, or the refusal after all
 /// (answered in the client's dialect, or, when a success reply went out
-/// already, a close). `replied`: the client was
-/// answered already (a switched tunnel), so no reply is owed;
+/// already, a close). `replied`: the client was answered already (a
+/// switched tunnel), so no reply is owed;
 /// `from_upstream`: bytes the destination sent already (behind a parent
 /// proxy's answer), the client's first; `vets_port`: whether the policy
 /// vets raw tunnels to this port, asked only for a raw tunnel.

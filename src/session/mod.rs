@@ -218,13 +218,16 @@ impl Session {
             a.on_reload();
             return self.report(ctx);
         }
-        if !matches!(
-            &self.state,
-            State::Establishing(e) if e.dialling()
-        ) && !matches!(
-            self.state,
-            State::Securing(_) | State::Vetting(_) | State::Passthrough(_) | State::Inspect(_)
-        ) {
+        // Only what the policy admitted already is looked at again (a
+        // session still resolving is decided under the new policy anyway).
+        let admitted = match &self.state {
+            State::Establishing(e) => e.dialling(),
+            State::Securing(_) | State::Vetting(_) | State::Passthrough(_) | State::Inspect(_) => {
+                true
+            }
+            _ => false,
+        };
+        if !admitted {
             return self.report(ctx);
         }
         let (Some(target), Some(ip)) = (&self.conn.log.target, self.conn.log.dialled) else {

@@ -156,12 +156,13 @@ pub(super) fn upgrade_allowed(token: &str, allowed: &[String]) -> bool {
     allowed.iter().any(|a| a == token || a == name)
 }
 
-/// The request may wait for `100 Continue` before sending its body, or
-/// an upstream may take it to: any `Expect`, however spelt. Upstreams
-/// read it loosely (Node.js joins repeated headers and finds
+/// The request has an `Expect`, however spelt: its client may wait for
+/// `100 Continue` before sending its body, and an upstream that saw it
+/// might answer from the head alone and leave the body unread (upstreams
+/// read it loosely: Node.js joins repeated headers and finds
 /// `100-continue` anywhere in the value, Go's `net/http` takes it as any
-/// token), and one that does may answer from the head alone and leave
-/// the body unread.
+/// token). So it never goes up with a body, and the proxy answers the
+/// `100` itself (`request.rs`).
 pub(super) fn expects_continue(head: &RequestHead) -> bool {
     head.header("Expect").is_some()
 }

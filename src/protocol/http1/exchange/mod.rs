@@ -225,7 +225,8 @@ pub enum UpstreamAction {
     /// The next `n` upstream bytes go to the client verbatim (`0 < n <= room`).
     Forward(usize),
     /// Consume `consumed` upstream bytes and send `bytes` to the client
-    /// instead (a rewritten response head; `bytes.len() <= room`).
+    /// instead (a rewritten response head, or nothing for an interim
+    /// answer the client is not to get; `bytes.len() <= room`).
     Send {
         /// Input bytes used up.
         consumed: usize,
@@ -565,8 +566,8 @@ impl Exchange {
 
     /// `Some(id)` while the response timer should run: the answer due next
     /// is the upstream's, its request is wholly sent (or broke and goes
-    /// no further), and its response head has not arrived whole. A new `id` is a new wait: restart the
-    /// clock.
+    /// no further), and its response head has not arrived whole. A new
+    /// `id` is a new wait: restart the clock.
     pub fn awaiting_response(&self) -> Option<u64> {
         if !matches!(self.phase, Phase::Open)
             || !matches!(self.resp, Resp::Head)
