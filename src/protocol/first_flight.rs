@@ -706,6 +706,20 @@ mod tests {
         whole
     }
 
+    /// Each of `malformed` settles as a malformed request and each of
+    /// `other` as no request, at every split.
+    fn settle_as(malformed: &[&[u8]], other: &[&[u8]]) {
+        for req in malformed {
+            assert!(
+                matches!(settles_as_the_whole(req), FirstFlight::Malformed(_)),
+                "{req:?}"
+            );
+        }
+        for other in other {
+            assert_eq!(settles_as_the_whole(other), FirstFlight::Other, "{other:?}");
+        }
+    }
+
     /// Empty lines, then a byte no method starts with: not a request, and
     /// not TLS either (no TLS server reads a record behind a CR), whether
     /// that byte comes alone or with more. (A PROXY protocol v2 signature,
@@ -947,20 +961,15 @@ mod tests {
     /// split; other words and blanks with no version are still no request.
     #[test]
     fn http_0_9_split_by_tabs_is_refused_at_every_split() {
-        for req in [
-            &b"GET\thttp://evil.test/\r\n"[..],
-            b"GET\t\thttp://evil.test/\t\r\n\r\n",
-            b"\r\nGET\t/\n",
-            b"GET http://evil.test/\r\n",
-        ] {
-            assert!(
-                matches!(settles_as_the_whole(req), FirstFlight::Malformed(_)),
-                "{req:?}"
-            );
-        }
-        for other in [&b"get\t/\r\n"[..], b"GETS\t/\r\n", b"hello world\r\n"] {
-            assert_eq!(settles_as_the_whole(other), FirstFlight::Other, "{other:?}");
-        }
+        settle_as(
+            &[
+                b"GET\thttp://evil.test/\r\n",
+                b"GET\t\thttp://evil.test/\t\r\n\r\n",
+                b"\r\nGET\t/\n",
+                b"GET http://evil.test/\r\n",
+            ],
+            &[b"get\t/\r\n", b"GETS\t/\r\n", b"hello world\r\n"],
+        );
     }
 
     /// Apache httpd with `HttpProtocolOptions Unsafe` takes a method of
@@ -970,28 +979,23 @@ mod tests {
     /// nothing.
     #[test]
     fn odd_methods_are_requests_at_every_split() {
-        for req in [
-            &b"GET\" / HTTP/1.1\r\nHost: evil.test\r\n\r\n"[..],
-            b"{ / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
-            b"\r\n\xc3\xa9 / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
-            b"get http://evil.test/\r\n",
-            b"Get\t http://evil.test/x \r\n",
-            b"\r\nPOST\" http://evil.test/\n",
-        ] {
-            assert!(
-                matches!(settles_as_the_whole(req), FirstFlight::Malformed(_)),
-                "{req:?}"
-            );
-        }
-        for other in [
-            &b"get /x\r\n"[..],
-            b"hello world\r\n",
-            b"get http://evil.test/ x\r\n",
-            b"{\"a\":1}\n",
-            b"\x80\x01",
-        ] {
-            assert_eq!(settles_as_the_whole(other), FirstFlight::Other, "{other:?}");
-        }
+        settle_as(
+            &[
+                b"GET\" / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+                b"{ / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+                b"\r\n\xc3\xa9 / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+                b"get http://evil.test/\r\n",
+                b"Get\t http://evil.test/x \r\n",
+                b"\r\nPOST\" http://evil.test/\n",
+            ],
+            &[
+                b"get /x\r\n",
+                b"hello world\r\n",
+                b"get http://evil.test/ x\r\n",
+                b"{\"a\":1}\n",
+                b"\x80\x01",
+            ],
+        );
     }
 
     #[test]
