@@ -2,7 +2,8 @@
 //! failed connect leads to, a parent proxy's handshake over the upstream,
 //! and the refusal each way of failing earns.
 //!
-//! The shell (`session/connect.rs`) owns the sockets: it carries out each
+//! The shell (`session/opening.rs`, through the opening and establishing
+//! machines) owns the sockets: it carries out each
 //! [`Action::Dial`] (a non-blocking connect, registered with the reactor),
 //! reports how it went ([`DialCore::handle`]), lends the upstream to
 //! [`DialCore::pump`] while a parent proxy is asked for the tunnel, and asks

@@ -1,4 +1,6 @@
-//! From a target to an open upstream, as one machine: the policy on the
+//! From a target to an open upstream, as one machine (the second stage of
+//! [`super::opening::OpeningCore`], which lends it the user the handshake
+//! authenticated): the policy on the
 //! name before any DNS, the wait for the resolver (and for the policy's
 //! inspected names), the verdict on the addresses, each connect in turn,
 //! and a parent proxy's handshake, all within one connect deadline.
@@ -36,10 +38,10 @@ use crate::target::{Host, Target};
 
 /// What the machine asks of the policy and the proxy, for its target.
 pub(crate) trait Env {
-    /// The policy on the target's name, before any DNS.
-    fn check_name(&self, target: &Target) -> NameVerdict;
-    /// The policy on the addresses the target resolved to (or is).
-    fn check_resolved(&self, target: &Target, addrs: &[IpAddr]) -> Verdict;
+    /// The policy on the target's name for `user`, before any DNS.
+    fn check_name(&self, target: &Target, user: Option<&str>) -> NameVerdict;
+    /// The policy on the addresses the target resolved to (or is), for `user`.
+    fn check_resolved(&self, target: &Target, user: Option<&str>, addrs: &[IpAddr]) -> Verdict;
     /// The resolver answered `addrs` for `host`: the policy remembers the
     /// addresses of a name an inspecting rule covers, so reaching them by
     /// another spelling is inspected too.
@@ -123,6 +125,8 @@ enum Stage {
 #[derive(Debug)]
 pub(crate) struct EstablishCore {
     target: Target,
+    /// The user the client authenticated as: the policy is asked for them.
+    user: Option<Arc<str>>,
     dialect: Dialect,
     /// The client was answered already (a tunnel switched to the name its
     /// first flight carried): no reply is owed.
@@ -134,16 +138,18 @@ pub(crate) struct EstablishCore {
 }
 
 impl EstablishCore {
-    /// Establishes `target` for a client that spoke `dialect` (and was
-    /// `replied` to already, for a switched tunnel), by `deadline`.
+    /// Establishes `target` for `user`'s client, which spoke `dialect` (and
+    /// was `replied` to already, for a switched tunnel), by `deadline`.
     pub(crate) fn new(
         target: Target,
+        user: Option<Arc<str>>,
         dialect: Dialect,
         replied: bool,
         deadline: Deadline,
     ) -> EstablishCore {
         EstablishCore {
             target,
+            user,
             dialect,
             replied,
             deadline,
@@ -152,15 +158,13 @@ impl EstablishCore {
         }
     }
 
-    pub(crate) fn target(&self) -> &Target {
-        &self.target
-    }
-
     /// Refused by name, resolving, or (for an address literal) decided at
     /// once.
     pub(crate) fn begin(&mut self, env: &impl Env) -> Next {
         debug_assert!(matches!(self.stage, Stage::Idle), "begun twice");
-        match route::start(&self.target.host, || env.check_name(&self.target)) {
+        match route::start(&self.target.host, || {
+            env.check_name(&self.target, self.user.as_deref())
+        }) {
             Start::Decide(ip) => self.decide(vec![ip], env),
             Start::Deny(denial) => self.refuse(Refusal::Denied(denial)),
             Start::Resolve(name) => {
@@ -307,7 +311,7 @@ impl EstablishCore {
 
     /// The policy's verdict on `addrs`, and what it admits.
     fn decide(&mut self, addrs: Vec<IpAddr>, env: &impl Env) -> Next {
-        let verdict = env.check_resolved(&self.target, &addrs);
+        let verdict = env.check_resolved(&self.target, self.user.as_deref(), &addrs);
         let mut spent = None;
         let admission = route::admit(
             verdict,

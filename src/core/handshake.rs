@@ -4,9 +4,9 @@
 //! before a target is known, check the client's credentials, and say how
 //! the handshake ends.
 //!
-//! The shell (`session/handshake.rs`) owns the client's socket and lends
-//! it as a [`Port`]; it carries out the actions the core gives out and
-//! turns its [`Exit`] into the next state:
+//! It is the first stage of [`super::opening::OpeningCore`], which lends
+//! it the client's port, turns its answers into the machine's, and goes on
+//! to establish the target its [`Exit`] names:
 //!
 //! ```text
 //! on readiness:  next = core.pump(client, env)

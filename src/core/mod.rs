@@ -4,7 +4,8 @@
 //! The shell (`session/`, driven by the reactor) owns the sockets and
 //! their readiness; it lends each side to the core as a [`port::Port`]
 //! and passes the time in, and carries out the actions a core asks for
-//! (such as [`establish::EstablishCore::poll_action`]'s connects). The simulator in
+//! (such as [`opening::OpeningCore::poll_action`]'s logins, resolves and
+//! connects). The simulator in
 //! this module's tests lends in-memory ports and virtual time to the same
 //! code.
 
@@ -16,6 +17,7 @@ pub(crate) mod handshake;
 pub(crate) mod inspect;
 pub(crate) mod link;
 pub(crate) mod mem;
+pub(crate) mod opening;
 pub(crate) mod port;
 pub(crate) mod refusal;
 pub(crate) mod route;

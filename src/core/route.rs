@@ -5,7 +5,8 @@
 //! the upstream is open, which state the session goes on in and what the
 //! client is answered.
 //!
-//! The shell (`session/connect.rs`) owns the sockets and the context: it
+//! The establishing machine (`establish.rs`) composes these; the shell
+//! (`session/opening.rs`, `session/connect.rs`) owns the sockets and the context: it
 //! asks the policy (the answers come in as data or closures), starts the
 //! resolver, counts and logs each decision, records it for the access log,
 //! and builds the state each answer names:

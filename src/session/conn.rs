@@ -33,7 +33,7 @@ pub(crate) struct AccessLog {
     /// How the client spoke, once the handshake knows.
     pub(crate) protocol: Option<Protocol>,
     /// The proxy user the client authenticated as.
-    pub(crate) user: Option<Box<str>>,
+    pub(crate) user: Option<std::sync::Arc<str>>,
     pub(crate) target: Option<Target>,
     /// The upstream address the tunnel was dialled to.
     pub(crate) dialled: Option<IpAddr>,

@@ -1,19 +1,12 @@
-//! Establishing (the session states `Resolving` and `Connecting`): policy
-//! on the name, DNS off the loop, policy on every resolved address, then a
-//! non-blocking connect to each vetted address in turn, all within one
-//! connect deadline.
-//!
-//! The decisions are the sans-IO [`EstablishCore`]'s, which asks the
-//! policy through [`establish::Env`] and, once the upstream is open, says
-//! which state follows ([`crate::core::route::After`]). This shell starts the resolver and the
-//! connects (and registers them), lends the upstream socket to the core,
-//! counts, logs and records each decision, and builds the state each
-//! answer names.
+//! What the opening machine leads to, and what it is lent: the policy as
+//! this client sees it ([`PolicyEnv`]), the refusals it ends in (counted,
+//! logged, recorded, answered), and the state an open upstream goes on in
+//! ([`established`], as [`crate::core::route::After`] names it). And the
+//! proxy's own addresses, which no session may dial.
 
-use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
 use super::channel::Channel;
 use super::closing::{answer, refuse};
@@ -29,104 +22,40 @@ use super::state::State;
 use super::vetting::Vetting;
 use crate::config::ListenAddr;
 use crate::core::clock::Deadline;
-use crate::core::establish::{self, Action, EstablishCore, Input, Next};
+use crate::core::opening::{Opened, Refused, Request};
 use crate::core::route::{self, After};
-use crate::io::Stream;
-use crate::lifecycle::{CloseReason, Side};
-use crate::policy::{Allowed, NameVerdict, Target, Verdict};
-use crate::protocol::http1::SameLogin;
+use crate::core::{establish, handshake, opening};
+use crate::policy::{NameVerdict, Target, Verdict};
 use crate::protocol::parent::ParentProxy;
 use crate::target::Host;
 
-/// What the handshake hands on besides the target: how to answer, the
-/// client's first payload bytes, and the login later forward-proxy
-/// requests are held to.
-pub(crate) struct Request {
-    dialect: Dialect,
-    early: Vec<u8>,
-    login: Option<SameLogin>,
-    /// The client was answered already (a tunnel switched by Vetting to the
-    /// name its first flight carried): no reply is sent, and a refusal is
-    /// a close.
-    replied: bool,
+/// What the opening core is lent: the policy, the proxy's own facts, and
+/// the settings the handshake reads.
+pub(crate) struct PolicyEnv<'a, 'c> {
+    pub(crate) conn: &'a Conn,
+    pub(crate) ctx: &'a Ctx<'c>,
 }
 
-/// Leaves the handshake (or a forward proxy's upstream) for `target`:
-/// refused by name, resolving, or (for an address literal) decided at once.
-pub(crate) fn start(
-    client: Endpoint,
-    target: Target,
-    dialect: Dialect,
-    early: Vec<u8>,
-    login: Option<SameLogin>,
-    conn: &mut Conn,
-    ctx: &mut Ctx,
-) -> State {
-    let request = Request {
-        dialect,
-        early,
-        login,
-        replied: false,
-    };
-    begin(client, target, request, conn, ctx)
-}
+impl opening::Env for PolicyEnv<'_, '_> {
+    fn handshake(&self) -> handshake::Env<'_> {
+        handshake::Env {
+            max_head_bytes: self.ctx.settings.limits.max_head_bytes,
+            users: self.ctx.settings.auth.as_deref(),
+            logins: self.ctx.logins,
+        }
+    }
 
-/// A raw tunnel already answered (`200` or the SOCKS5 reply) whose first
-/// flight, `first`, names `target`, which the policy treats more strictly:
-/// the session goes on as if the client had asked for `target`, under
-/// `target`'s own rule and dialled to its own addresses.
-pub(crate) fn switch(
-    client: Endpoint,
-    target: Target,
-    dialect: Dialect,
-    first: Vec<u8>,
-    conn: &mut Conn,
-    ctx: &mut Ctx,
-) -> State {
-    let request = Request {
-        dialect,
-        early: first,
-        login: None,
-        replied: true,
-    };
-    begin(client, target, request, conn, ctx)
-}
-
-fn begin(
-    client: Endpoint,
-    target: Target,
-    request: Request,
-    conn: &mut Conn,
-    ctx: &mut Ctx,
-) -> State {
-    conn.log.target = Some(target.clone());
-    // The resolve and the connect share one deadline.
-    let deadline = Deadline::after(ctx.now, ctx.settings.timeouts.connect);
-    let mut this = Box::new(Establishing {
-        client,
-        upstream: None,
-        core: EstablishCore::new(target, request.dialect, request.replied, deadline),
-        request,
-    });
-    let next = this.core.begin(&PolicyEnv { conn, ctx });
-    this.carry_out(next, conn, ctx)
-}
-
-/// What the establishing core is lent: the policy, as this client sees it,
-/// and the proxy's own facts.
-struct PolicyEnv<'a, 'c> {
-    conn: &'a Conn,
-    ctx: &'a Ctx<'c>,
+    fn connect_timeout(&self) -> Duration {
+        self.ctx.settings.timeouts.connect
+    }
 }
 
 impl establish::Env for PolicyEnv<'_, '_> {
-    fn check_name(&self, target: &Target) -> NameVerdict {
-        let user = self.conn.log.user.as_deref();
+    fn check_name(&self, target: &Target, user: Option<&str>) -> NameVerdict {
         self.ctx.policy.check_name_as(target, user)
     }
 
-    fn check_resolved(&self, target: &Target, addrs: &[IpAddr]) -> Verdict {
-        let user = self.conn.log.user.as_deref();
+    fn check_resolved(&self, target: &Target, user: Option<&str>, addrs: &[IpAddr]) -> Verdict {
         self.ctx
             .policy
             .check_resolved_as(target, user, addrs, self.ctx.now)
@@ -321,320 +250,132 @@ fn is_local(ip: IpAddr) -> bool {
     }
 }
 
-/// Resolving and connecting: owns the client and, once one is started,
-/// the connect in flight; carries out what the [`EstablishCore`] asks.
-pub(crate) struct Establishing {
-    client: Endpoint,
-    /// The connect in flight (to the destination or its parent), or open.
-    upstream: Option<Endpoint>,
-    request: Request,
-    core: EstablishCore,
+/// Refused before an upstream opened: counted, logged and recorded as its
+/// kind says, then answered.
+pub(crate) fn refused(refused: Refused, client: Endpoint, conn: &mut Conn, ctx: &mut Ctx) -> State {
+    let Refused {
+        refusal,
+        target,
+        request,
+    } = refused;
+    match &refusal {
+        Refusal::Denied(denial) => {
+            ctx.stats.denied();
+            log::debug!("conn={} deny {target}: {denial}", conn.id);
+            conn.decide(Decision::denied(denial), ctx);
+        }
+        Refusal::OwnAddress(_) => {
+            ctx.stats.denied();
+            log::debug!("conn={} deny {target}: {}", conn.id, refusal.describe());
+            conn.decide(
+                Decision::Denied(Reasoned::new(None, refusal.describe())),
+                ctx,
+            );
+        }
+        Refusal::HandshakeRate(who) => {
+            ctx.stats.handshake_rate_refused();
+            log::debug!(
+                "conn={} refuse {target}: client {who} over its handshake rate",
+                conn.id
+            );
+        }
+        Refusal::Parent(why) => log::info!("conn={} {why}", conn.id),
+        _ => {}
+    }
+    refuse_request(refusal, &request, &target, client, conn, ctx)
 }
 
-impl Establishing {
-    pub(crate) fn endpoint(&mut self, side: Side) -> Option<&mut Endpoint> {
-        match side {
-            Side::Client => Some(&mut self.client),
-            Side::Upstream => self.upstream.as_mut(),
-        }
-    }
-
-    /// `Resolving` or `Connecting`, as the session's state names it.
-    pub(crate) fn name(&self) -> &'static str {
-        self.core.name()
-    }
-
-    /// `dns` or `pins`; `tcp` or `parent-proxy`.
-    pub(crate) fn stage(&self) -> &'static str {
-        self.core.stage()
-    }
-
-    /// The policy allowed the target and an address is being dialled.
-    pub(crate) fn dialling(&self) -> bool {
-        self.core.dialling()
-    }
-
-    /// When the resolve and connect run out of time.
-    pub(crate) fn poll_timeout(&self) -> Instant {
-        self.core.poll_timeout()
-    }
-
-    /// A reloaded policy still allows the target: see
-    /// [`EstablishCore::reload`]. Returns false when the session must close.
-    pub(crate) fn reload(
-        &mut self,
-        allowed: &Allowed,
-        same_treatment: impl Fn(IpAddr) -> bool,
-    ) -> bool {
-        self.core.reload(allowed, same_treatment)
-    }
-
-    /// The resolver answered.
-    pub(crate) fn on_resolved(
-        mut self: Box<Self>,
-        result: io::Result<Vec<IpAddr>>,
-        conn: &mut Conn,
-        ctx: &mut Ctx,
-    ) -> State {
-        let next = self
-            .core
-            .handle(Input::Resolved(result), &PolicyEnv { conn, ctx });
-        self.carry_out(next, conn, ctx)
-    }
-
-    /// The policy's inspected names are resolved: decide again, unless the
-    /// target's own DNS is still awaited.
-    pub(crate) fn on_pins(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let next = self
-            .core
-            .handle(Input::PinsSettled, &PolicyEnv { conn, ctx });
-        self.carry_out(next, conn, ctx)
-    }
-
-    pub(crate) fn drive(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        // Nothing is read from the client meanwhile (pipelined bytes stay
-        // queued in the kernel); only an error on it ends the wait early.
-        self.client.want(false, false);
-        if self.client.failed() {
-            return State::Done(CloseReason::ClientGone);
-        }
-        let Some(upstream) = self.upstream.as_mut() else {
-            // Resolving: the resolver's answer is awaited.
-            return State::Establishing(self);
-        };
-        let next = if self.core.connecting() {
-            // epoll reports a finished connect as writable, a failed one as
-            // an error (with hang-up): no syscall is needed to tell them
-            // apart, and SO_ERROR is read only to say why it failed.
-            if upstream.failed() {
-                let e = upstream
-                    .connect_error()
-                    .unwrap_or_else(|| io::ErrorKind::ConnectionRefused.into());
-                log::debug!("conn={} connect {:?}: {e}", conn.id, conn.log.dialled);
-                // The failed socket closes here, before the next attempt.
-                self.upstream = None;
-                self.core
-                    .handle(Input::ConnectFailed(e), &PolicyEnv { conn, ctx })
-            } else if !upstream.can_write() {
-                return State::Establishing(self);
+/// The upstream is open, and the session goes on as `opened.after` says.
+pub(crate) fn established(
+    opened: Opened,
+    client: Endpoint,
+    upstream: Endpoint,
+    conn: &mut Conn,
+    ctx: &mut Ctx,
+) -> State {
+    let Opened {
+        after,
+        leftover: from_upstream,
+        target,
+        treatment,
+        request,
+    } = opened;
+    let idle = treatment.idle.or(ctx.settings.timeouts.idle);
+    let Request {
+        dialect,
+        early,
+        login,
+        ..
+    } = request;
+    match after {
+        after @ (After::Forward | After::ForwardTls) => {
+            // `GET https://...`: the proxy speaks TLS to the upstream
+            // (and verifies it) on the client's behalf.
+            let upstream = if matches!(after, After::ForwardTls) {
+                match super::securing::upstream_layer(&target, ctx) {
+                    Ok(layer) => Channel::tls(upstream, layer),
+                    Err(why) => {
+                        let refusal = Refusal::Connect(std::io::Error::other(why));
+                        return refuse_early(refusal, dialect, &early, client, conn, ctx);
+                    }
+                }
             } else {
-                // Through a parent, the core goes on to ask it: through the
-                // transition point, where the sub-stage is logged.
-                self.core.handle(Input::Connected, &PolicyEnv { conn, ctx })
-            }
-        } else {
-            self.core.pump(upstream, &PolicyEnv { conn, ctx })
-        };
-        self.carry_out(next, conn, ctx)
-    }
-
-    pub(crate) fn on_timeout(mut self: Box<Self>, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        match self.core.handle_timeout(ctx.now) {
-            Some(refusal) => self.refused(refusal, conn, ctx),
-            None => State::Establishing(self),
-        }
-    }
-
-    /// Carries out what the core asks, in order, then moves on as `next`
-    /// says.
-    fn carry_out(mut self: Box<Self>, mut next: Next, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        while let Some(action) = self.core.poll_action() {
-            match action {
-                Action::Resolve(name) => ctx.resolve(name),
-                Action::AwaitPins => {
-                    log::debug!(
-                        "conn={} {}: waiting for the inspected names' addresses",
-                        conn.id,
-                        self.core.target()
-                    );
-                    ctx.await_pins();
-                }
-                Action::Admitted {
-                    rule,
-                    audit_reasons,
-                } => {
-                    ctx.stats.allowed();
-                    let target = self.core.target();
-                    log::debug!("conn={} allow {target} by rule {rule}", conn.id);
-                    // Audit mode let through what enforcement would refuse: say so.
-                    let decision = match audit_reasons.is_empty() {
-                        false => Decision::would_deny(rule, &audit_reasons),
-                        true => Decision::Allowed(rule),
-                    };
-                    conn.decide(decision, ctx);
-                }
-                Action::Dial(addr, ip) => match self.dial(addr, ctx) {
-                    Ok(upstream) => {
-                        self.upstream = Some(upstream);
-                        conn.log.dialled = Some(ip);
-                    }
-                    Err(e) => {
-                        log::debug!("conn={} connect {addr}: {e}", conn.id);
-                        next = self
-                            .core
-                            .handle(Input::ConnectFailed(e), &PolicyEnv { conn, ctx });
-                    }
-                },
-            }
-        }
-        match next {
-            Next::Working => State::Establishing(self),
-            Next::Refused(refusal) => self.refused(refusal, conn, ctx),
-            Next::Open { after, leftover } => self.established(after, leftover, conn, ctx),
-        }
-    }
-
-    /// Starts a non-blocking connect to `addr`, registered with the reactor.
-    fn dial(&self, addr: SocketAddr, ctx: &mut Ctx) -> io::Result<Endpoint> {
-        let stream = mio::net::TcpStream::connect(addr)?;
-        let mut upstream =
-            Endpoint::dialled(Stream::Tcp(stream), ctx.tokens.upstream, ctx.registry)?;
-        // Both sockets of the coming tunnel: a peer that vanished without
-        // a FIN is found.
-        let keepalive = ctx.settings.timeouts.keepalive;
-        upstream.set_keepalive(keepalive);
-        self.client.set_keepalive(keepalive);
-        // A connect completes (or fails) with a writable edge.
-        upstream.want(false, true);
-        Ok(upstream)
-    }
-
-    /// Refused before an upstream opened: counted, logged and recorded as
-    /// its kind says, then answered.
-    fn refused(self: Box<Self>, refusal: Refusal, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let Establishing {
-            client,
-            request,
-            core,
-            ..
-        } = *self;
-        let (target, _) = core.into_parts();
-        match &refusal {
-            Refusal::Denied(denial) => {
-                ctx.stats.denied();
-                log::debug!("conn={} deny {target}: {denial}", conn.id);
-                conn.decide(Decision::denied(denial), ctx);
-            }
-            Refusal::OwnAddress(_) => {
-                ctx.stats.denied();
-                log::debug!("conn={} deny {target}: {}", conn.id, refusal.describe());
-                conn.decide(
-                    Decision::Denied(Reasoned::new(None, refusal.describe())),
-                    ctx,
-                );
-            }
-            Refusal::HandshakeRate(who) => {
-                ctx.stats.handshake_rate_refused();
-                log::debug!(
-                    "conn={} refuse {target}: client {who} over its handshake rate",
-                    conn.id
-                );
-            }
-            Refusal::Parent(why) => log::info!("conn={} {why}", conn.id),
-            _ => {}
-        }
-        refuse_request(refusal, &request, &target, client, conn, ctx)
-    }
-
-    /// The upstream is open, and the session goes on as `after` says.
-    /// `from_upstream`: bytes the destination sent already (behind a parent
-    /// proxy's answer), the client's first.
-    fn established(
-        self: Box<Self>,
-        after: After,
-        from_upstream: Vec<u8>,
-        conn: &mut Conn,
-        ctx: &mut Ctx,
-    ) -> State {
-        let Establishing {
-            client,
-            upstream,
-            request,
-            core,
-        } = *self;
-        let (target, treatment) = core.into_parts();
-        let (Some(upstream), Some(treatment)) = (upstream, treatment) else {
-            // Only a connect that completed (and its parent's answer) opens.
-            debug_assert!(false, "open without an upstream");
-            return State::Done(CloseReason::ConnectFailed);
-        };
-        let idle = treatment.idle.or(ctx.settings.timeouts.idle);
-        let Request {
-            dialect,
-            early,
-            login,
-            ..
-        } = request;
-        match after {
-            after @ (After::Forward | After::ForwardTls) => {
-                // `GET https://...`: the proxy speaks TLS to the upstream
-                // (and verifies it) on the client's behalf.
-                let upstream = if matches!(after, After::ForwardTls) {
-                    match super::securing::upstream_layer(&target, ctx) {
-                        Ok(layer) => Channel::tls(upstream, layer),
-                        Err(why) => {
-                            let refusal = Refusal::Connect(std::io::Error::other(why));
-                            return refuse_early(refusal, dialect, &early, client, conn, ctx);
-                        }
-                    }
-                } else {
-                    Channel::plain(upstream)
-                };
-                State::Inspect(Box::new(Inspect::forward(
-                    client,
-                    upstream,
-                    target,
-                    &early,
-                    treatment.inspect,
-                    login,
-                    idle,
-                    conn,
-                    ctx,
-                )))
-            }
-            After::Securing { reply } => State::Securing(Securing::new(
+                Channel::plain(upstream)
+            };
+            State::Inspect(Box::new(Inspect::forward(
                 client,
                 upstream,
-                reply,
-                early,
                 target,
-                treatment.inspect,
-                idle,
-                Deadline::after(ctx.now, ctx.settings.timeouts.handshake),
-            )),
-            After::Inspect { reply } => State::Inspect(Box::new(Inspect::tunnel(
-                Channel::plain(client),
-                Channel::plain(upstream),
-                target,
-                &reply,
                 &early,
                 treatment.inspect,
+                login,
                 idle,
                 conn,
                 ctx,
-            ))),
-            After::Vetting { reply } => State::Vetting(Box::new(Vetting::new(
-                client,
-                upstream,
-                reply,
-                early,
-                from_upstream,
-                target,
-                dialect,
+            )))
+        }
+        After::Securing { reply } => State::Securing(Securing::new(
+            client,
+            upstream,
+            reply,
+            early,
+            target,
+            treatment.inspect,
+            idle,
+            Deadline::after(ctx.now, ctx.settings.timeouts.handshake),
+        )),
+        After::Inspect { reply } => State::Inspect(Box::new(Inspect::tunnel(
+            Channel::plain(client),
+            Channel::plain(upstream),
+            target,
+            &reply,
+            &early,
+            treatment.inspect,
+            idle,
+            conn,
+            ctx,
+        ))),
+        After::Vetting { reply } => State::Vetting(Box::new(Vetting::new(
+            client,
+            upstream,
+            reply,
+            early,
+            from_upstream,
+            target,
+            dialect,
+            idle,
+            Deadline::after(ctx.now, ctx.settings.timeouts.handshake),
+        ))),
+        After::Passthrough { to_client, own } => {
+            let mut preload = Preload::reply(&to_client, &early, ctx);
+            preload.own = own;
+            State::Passthrough(Passthrough::new(
+                Channel::plain(client),
+                Channel::plain(upstream),
+                preload,
                 idle,
-                Deadline::after(ctx.now, ctx.settings.timeouts.handshake),
-            ))),
-            After::Passthrough { to_client, own } => {
-                let mut preload = Preload::reply(&to_client, &early, ctx);
-                preload.own = own;
-                State::Passthrough(Passthrough::new(
-                    Channel::plain(client),
-                    Channel::plain(upstream),
-                    preload,
-                    idle,
-                    ctx,
-                ))
-            }
+                ctx,
+            ))
         }
     }
 }

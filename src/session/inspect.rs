@@ -17,11 +17,13 @@ use super::closing::Closing;
 use super::conn::Conn;
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
+use super::opening::Opening;
 use super::passthrough::{Carrier, Passthrough, Preload};
 use super::refusal::Dialect;
 use super::state::State;
 use crate::buffer::ByteBuf;
 use crate::core::inspect::{InspectCore, Parts, Setup, Stop};
+use crate::core::opening::Request;
 use crate::core::verdicts;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::{RequestRules, Target};
@@ -255,7 +257,13 @@ impl Inspect {
                     Dialect::Forward
                 };
                 // Later requests are held to the same login on the new upstream.
-                super::connect::start(this.client, target, dialect, early, parts.login, conn, ctx)
+                let request = Request {
+                    dialect,
+                    early,
+                    login: parts.login,
+                    replied: false,
+                };
+                Opening::establish(this.client, target, request, conn, ctx)
             }
         }
     }

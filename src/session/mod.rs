@@ -12,8 +12,8 @@
 //! there, and the session's timer is armed there on the new state's
 //! deadline (a stage's core keeps its own: `State::poll_timeout`).
 //!
-//! Each state owns what it uses, sockets included: Establishing owns the
-//! pending upstream, Passthrough and Inspect own both ends, Closing owns the
+//! Each state owns what it uses, sockets included: Opening owns the
+//! client and the pending upstream, Passthrough and Inspect own both ends, Closing owns the
 //! survivor. A socket closes when the state that owns it lets it go.
 
 mod associate;
@@ -23,9 +23,9 @@ mod conn;
 mod connect;
 mod ctx;
 mod endpoint;
-mod handshake;
 pub(crate) mod handshake_rate;
 mod inspect;
+mod opening;
 mod passthrough;
 mod securing;
 mod state;
@@ -57,6 +57,7 @@ use state::State;
 use crate::client::Peer;
 use crate::config::ListenerProtocol;
 use crate::core::clock::Deadline;
+use crate::core::opening::Input;
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Phase, Side};
 use crate::policy::Recheck;
@@ -82,7 +83,7 @@ impl Session {
         let client = Endpoint::accepted(stream, ctx.tokens.client, ctx.registry)?;
         let mut conn = Conn::new(id, peer, ctx.now);
         let deadline = Deadline::after(ctx.now, ctx.settings.timeouts.handshake);
-        let state = State::Handshake(handshake::Handshake::new(
+        let state = State::Opening(opening::Opening::accept(
             client, protocol, refusing, deadline,
         ));
         conn.deadline = state.poll_timeout();
@@ -173,7 +174,7 @@ impl Session {
         ctx: &mut Ctx,
     ) -> Effects {
         let changed = self.step(ctx, |state, conn, ctx| match state {
-            State::Establishing(e) => e.on_resolved(result, conn, ctx),
+            State::Opening(o) => o.on_input(Input::Resolved(result), conn, ctx),
             State::Associate(a) => a.on_resolved(result, conn, ctx),
             other => other,
         });
@@ -187,7 +188,7 @@ impl Session {
     /// The policy's inspected names are resolved (it asked to wait for them).
     pub(crate) fn on_pins(&mut self, ctx: &mut Ctx) -> Effects {
         let changed = self.step(ctx, |state, conn, ctx| match state {
-            State::Establishing(e) => e.on_pins(conn, ctx),
+            State::Opening(o) => o.on_input(Input::PinsSettled, conn, ctx),
             other => other,
         });
         if changed {
@@ -200,7 +201,7 @@ impl Session {
     /// The verifier pool answered this session's login.
     pub(crate) fn on_verified(&mut self, verdict: crate::auth::Verdict, ctx: &mut Ctx) -> Effects {
         let changed = self.step(ctx, |state, conn, ctx| match state {
-            State::Handshake(h) => h.on_verified(verdict, conn, ctx),
+            State::Opening(o) => o.on_input(Input::Verdict(verdict), conn, ctx),
             other => other,
         });
         if changed {
@@ -221,7 +222,7 @@ impl Session {
         // Only what the policy admitted already is looked at again (a
         // session still resolving is decided under the new policy anyway).
         let admitted = match &self.state {
-            State::Establishing(e) => e.dialling(),
+            State::Opening(o) => o.dialling(),
             State::Securing(_) | State::Vetting(_) | State::Passthrough(_) | State::Inspect(_) => {
                 true
             }
@@ -264,9 +265,9 @@ impl Session {
                         inspect.set_secrets(ctx.policy.secrets().cloned());
                         true
                     }
-                    State::Establishing(e) => {
+                    State::Opening(o) => {
                         let (policy, now) = (&ctx.policy, ctx.now);
-                        e.reload(&allowed, |a| {
+                        o.reload(&allowed, |a| {
                             match policy.recheck_as(target, user, a, false, now) {
                                 Recheck::Keep(b) => {
                                     b.is_inspected() == allowed.is_inspected()
@@ -345,10 +346,19 @@ impl Session {
             if moved {
                 log::debug!("conn={} {from}=>{next}", self.conn.id);
             }
-            // Establishing moves from resolving to connecting within itself.
+            // Opening moves from the handshake to resolving to connecting
+            // within itself: the phase moves with it, and a core that keeps
+            // the deadline may have a new one (the connect's, once the
+            // handshake is over).
             let phase = next.phase();
             if phase != from_phase {
+                if from_phase == Some(Phase::Handshake) {
+                    ctx.left_handshake();
+                }
                 ctx.stats.phase(from_phase, phase);
+            }
+            if let Some(due) = next.poll_timeout() {
+                self.conn.deadline = Some(due);
             }
             self.state = next;
             return moved;
@@ -361,11 +371,9 @@ impl Session {
         match &next {
             // Their cores keep their deadlines (the resolve's and the
             // connect's is one).
-            State::Handshake(_)
-            | State::Establishing(_)
-            | State::Securing(_)
-            | State::Vetting(_)
-            | State::Closing(_) => self.conn.deadline = next.poll_timeout(),
+            State::Opening(_) | State::Securing(_) | State::Vetting(_) | State::Closing(_) => {
+                self.conn.deadline = next.poll_timeout()
+            }
             State::Passthrough(p) => {
                 self.conn.deadline = p
                     .idle_timeout(timeouts.half_close)

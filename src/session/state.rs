@@ -9,8 +9,8 @@
 //!                                                         ├─(tls = terminate)─> Securing ──> Inspect
 //!                                                         └─(raw, on a port an inspecting rule covers)─> Vetting ──> Passthrough
 //!                                                                  (its first flight names an inspected host) └──> Resolving
-//! (Resolving and Connecting are the two names of one variant,
-//! `Establishing`, run by one core.)
+//! (Handshake, Resolving and Connecting are the three names of one
+//! variant, `Opening`, run by one core.)
 //! refusal, error, timeout (any state) ──> Closing ──> Done
 //! a tunnel finished, the client gone (any state) ───> Done
 //! ```
@@ -33,22 +33,19 @@ use mio::event::Event;
 use super::associate::Associate;
 use super::closing::Closing;
 use super::conn::Conn;
-use super::connect::Establishing;
 use super::ctx::Ctx;
-use super::handshake::Handshake;
 use super::inspect::Inspect;
+use super::opening::Opening;
 use super::passthrough::Passthrough;
 use super::securing::Securing;
 use super::vetting::Vetting;
 use crate::lifecycle::{CloseReason, Phase, Side};
 
 pub(crate) enum State {
-    /// Reading the client's CONNECT, SOCKS5 or forward-proxy request.
-    Handshake(Handshake),
-    /// Waiting for DNS (named `Resolving`), then a non-blocking connect in
-    /// flight (named `Connecting`). Boxed: it owns both sockets and lasts
-    /// a round trip or two, so it should not size every slab slot.
-    Establishing(Box<Establishing>),
+    /// Reading the client's CONNECT, SOCKS5 or forward-proxy request
+    /// (named `Handshake`), waiting for DNS (`Resolving`), then a
+    /// non-blocking connect in flight (`Connecting`): one core runs them.
+    Opening(Opening),
     /// A TLS-terminated tunnel's start: the reply, the ClientHello, its SNI.
     /// Boxed: it owns both sockets and lasts a round trip.
     Securing(Box<Securing>),
@@ -72,8 +69,7 @@ pub(crate) enum State {
 impl State {
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            State::Handshake(_) => "Handshake",
-            State::Establishing(e) => e.name(),
+            State::Opening(o) => o.name(),
             State::Securing(_) => "Securing",
             State::Vetting(_) => "Vetting",
             State::Passthrough(_) => "Passthrough",
@@ -87,14 +83,13 @@ impl State {
     /// The sub-stage within the state, where it has one.
     pub(crate) fn stage(&self) -> Option<&'static str> {
         match self {
-            State::Handshake(h) => Some(h.stage()),
+            State::Opening(o) => Some(o.stage()),
             State::Securing(s) => Some(s.stage()),
             State::Vetting(v) => Some(v.stage()),
             State::Closing(c) => Some(c.stage()),
             State::Inspect(i) => Some(i.stage()),
             State::Passthrough(p) => Some(p.stage()),
             State::Done(reason) => Some(reason.as_str()),
-            State::Establishing(e) => Some(e.stage()),
             State::Associate(a) => Some(a.stage()),
         }
     }
@@ -108,10 +103,10 @@ impl State {
     pub(crate) fn phase(&self) -> Option<Phase> {
         match self {
             // A client past a limit is on its way out, not a pending handshake.
-            State::Handshake(h) if h.is_refusing() => Some(Phase::Closing),
-            State::Handshake(_) => Some(Phase::Handshake),
-            State::Establishing(e) if !e.dialling() => Some(Phase::Resolving),
-            State::Establishing(_) | State::Securing(_) => Some(Phase::Connecting),
+            State::Opening(o) if o.is_refusing() => Some(Phase::Closing),
+            State::Opening(o) if o.handshaking() => Some(Phase::Handshake),
+            State::Opening(o) if !o.dialling() => Some(Phase::Resolving),
+            State::Opening(_) | State::Securing(_) => Some(Phase::Connecting),
             State::Vetting(_) | State::Passthrough(_) | State::Inspect(_) | State::Associate(_) => {
                 Some(Phase::Established)
             }
@@ -123,8 +118,7 @@ impl State {
     /// The socket of `side`, if this state owns one.
     pub(crate) fn endpoint(&mut self, side: Side) -> Option<&mut super::endpoint::Endpoint> {
         match self {
-            State::Handshake(h) => (side == Side::Client).then(|| h.client()),
-            State::Establishing(e) => e.endpoint(side),
+            State::Opening(o) => o.endpoint(side),
             State::Securing(s) => Some(s.endpoint(side)),
             State::Vetting(v) => Some(v.endpoint(side)),
             State::Passthrough(p) => Some(p.endpoint(side)),
@@ -140,8 +134,7 @@ impl State {
     /// clock, an inspected session's, an association's).
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         match self {
-            State::Handshake(h) => Some(h.poll_timeout()),
-            State::Establishing(e) => Some(e.poll_timeout()),
+            State::Opening(o) => o.poll_timeout(),
             State::Securing(s) => Some(s.poll_timeout()),
             State::Vetting(v) => Some(v.poll_timeout()),
             State::Closing(c) => Some(c.poll_timeout()),
@@ -167,8 +160,7 @@ impl State {
     /// Acts on the readiness the session's sockets have reported.
     pub(crate) fn drive(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
         match self {
-            State::Handshake(h) => h.drive(conn, ctx),
-            State::Establishing(e) => e.drive(conn, ctx),
+            State::Opening(o) => o.drive(conn, ctx),
             State::Securing(s) => s.drive(conn, ctx),
             State::Vetting(v) => v.drive(conn, ctx),
             State::Passthrough(p) => p.drive(conn, ctx),
@@ -182,8 +174,7 @@ impl State {
     /// The state's deadline passed.
     pub(crate) fn on_timer(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
         match self {
-            State::Handshake(h) => h.on_timeout(conn, ctx),
-            State::Establishing(e) => e.on_timeout(conn, ctx),
+            State::Opening(o) => o.on_timeout(conn, ctx),
             State::Securing(s) => s.on_timeout(ctx),
             State::Vetting(v) => v.on_timeout(conn, ctx),
             State::Passthrough(p) => p.on_timer(conn, ctx),

@@ -20,7 +20,7 @@
 //!   alert, or an HTTP `403` `X-Proxy-Error: fronting`);
 //! - a name a rule inspects or terminates: the strictest treatment, that
 //!   name's own: the upstream is dropped and the session goes on as if the
-//!   client had asked for that name ([`super::connect::switch`]: its rule,
+//!   client had asked for that name ([`super::opening::Opening::establish`]: its rule,
 //!   its addresses, the first flight as the pipelined bytes).
 //!
 //! The reading and the judging are [`VettingCore`]'s (sans-IO); this shell
@@ -38,10 +38,12 @@ use super::conn::{Conn, Decision, Reasoned};
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
 use super::inspect::Inspect;
+use super::opening::Opening;
 use super::passthrough::{Passthrough, Preload};
 use super::refusal::Dialect;
 use super::state::State;
 use crate::core::clock::Deadline;
+use crate::core::opening::Request;
 use crate::core::vetting::{Next, TimedOut, Verdict, VettingCore};
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::Target;
@@ -158,7 +160,13 @@ impl Vetting {
                     dialect,
                     ..
                 } = self;
-                super::connect::switch(client, to, dialect, core.into_first(), conn, ctx)
+                let request = Request {
+                    dialect,
+                    early: core.into_first(),
+                    login: None,
+                    replied: true,
+                };
+                Opening::establish(client, to, request, conn, ctx)
             }
             Verdict::HoldToHost(host) => {
                 let Vetting {

@@ -12,6 +12,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use super::{at, deadline};
+use crate::auth::cache::LoginCache;
+use crate::auth::Users;
 use crate::core::establish::{Action, Env, EstablishCore, Input, Next};
 use crate::core::mem::MemPort;
 use crate::core::refusal::{Dialect, Refusal};
@@ -25,7 +27,7 @@ use crate::target::{Host, Target};
 const PARENT: &str = "http://45.0.0.9:3128";
 const HTTP_REPLY: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
 
-fn ip(s: &str) -> IpAddr {
+pub(super) fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
@@ -43,9 +45,10 @@ fn policy() -> Policy {
     .unwrap()
 }
 
-/// The policy and the proxy's facts, as the shell lends them.
-struct World {
-    policy: Policy,
+/// The policy and the proxy's facts, as the shell lends them (and, for
+/// the opening machine's tests, the settings its handshake reads).
+pub(super) struct World {
+    pub(super) policy: Policy,
     pins_settled: Cell<bool>,
     own: Vec<SocketAddr>,
     budget_left: bool,
@@ -53,10 +56,13 @@ struct World {
     remembered: RefCell<Vec<(Host, Vec<IpAddr>)>>,
     /// Some rule inspects every port (raw tunnels are vetted first).
     vets: bool,
+    /// The proxy's users, when clients must log in.
+    pub(super) users: Option<Users>,
+    pub(super) logins: LoginCache,
 }
 
 impl World {
-    fn new() -> World {
+    pub(super) fn new() -> World {
         World {
             policy: policy(),
             pins_settled: Cell::new(true),
@@ -65,6 +71,8 @@ impl World {
             parent: None,
             remembered: RefCell::new(Vec::new()),
             vets: false,
+            users: None,
+            logins: LoginCache::new(16),
         }
     }
 }
@@ -80,11 +88,11 @@ impl World {
 }
 
 impl Env for World {
-    fn check_name(&self, target: &Target) -> NameVerdict {
-        self.policy.check_name_as(target, None)
+    fn check_name(&self, target: &Target, user: Option<&str>) -> NameVerdict {
+        self.policy.check_name_as(target, user)
     }
-    fn check_resolved(&self, target: &Target, addrs: &[IpAddr]) -> Verdict {
-        self.policy.check_resolved_at(target, addrs, at(0, 0))
+    fn check_resolved(&self, target: &Target, user: Option<&str>, addrs: &[IpAddr]) -> Verdict {
+        self.policy.check_resolved_as(target, user, addrs, at(0, 0))
     }
     fn remember(&self, host: &Host, addrs: &[IpAddr]) {
         self.remembered
@@ -145,6 +153,7 @@ impl Run {
         Run {
             core: EstablishCore::new(
                 Target::new(host, port).unwrap(),
+                None,
                 dialect,
                 false,
                 deadline(10),
@@ -631,6 +640,7 @@ fn the_open_upstream_goes_on_as_the_rule_and_dialect_say() {
         let mut run = Run::new(host, port, dialect, world);
         run.core = EstablishCore::new(
             Target::new(host, port).unwrap(),
+            None,
             dialect,
             replied,
             deadline(10),
@@ -735,7 +745,13 @@ fn random_reports_keep_the_machines_rules() {
         let (host, port) = targets[rng.below(targets.len())];
         let dialect = dialects[rng.below(dialects.len())];
         let target = Target::new(host, port).unwrap();
-        let mut core = EstablishCore::new(target.clone(), dialect, rng.below(2) == 0, deadline(10));
+        let mut core = EstablishCore::new(
+            target.clone(),
+            None,
+            dialect,
+            rng.below(2) == 0,
+            deadline(10),
+        );
         let answer: Vec<IpAddr> = (0..rng.below(4)).map(|_| ip(rng.pick(&pool))).collect();
         let mut vetted: Vec<IpAddr> = match &target.host {
             Host::Ip(ip) => vec![*ip],

@@ -15,6 +15,7 @@ mod exchange_sim;
 mod exchange_upstream;
 mod fuzz_smoke;
 mod handshake;
+mod opening;
 mod route;
 mod securing;
 mod session;

@@ -1,0 +1,491 @@
+//! From an accepted client to an open upstream, as one machine: the
+//! client's handshake ([`HandshakeCore`]), then its target established
+//! ([`EstablishCore`]: the policy on the name, DNS, the verdict on the
+//! addresses, each connect, a parent proxy). The handshake's exit to a
+//! target is a transition inside the machine; the user it authenticated
+//! is the one the policy is asked about.
+//!
+//! The shell (`session/opening.rs`) owns the client's socket and the
+//! upstream connect in flight, lends them as [`Port`]s, carries out the
+//! machine's [`Action`]s, reports what they led to, and builds the state
+//! each end names:
+//!
+//! ```text
+//! accept: OpeningCore::handshake(..)      a switch: OpeningCore::establish(..)
+//! on readiness:       pump(now, client, upstream, env)
+//! on a report:        handle(now, Verdict | Resolved | PinsSettled | Connected | ConnectFailed, env)
+//! at poll_timeout():  handle_timeout(now, env)
+//! after every call, first: poll_action() until None
+//!     -> Identified | Target | Verify | Resolve | AwaitPins | Admitted | Dial
+//! each call:          -> Working | Closed(reason) | Left(leave) | Refused(..) | Open(..)
+//! ```
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::clock::Deadline;
+use super::establish::{self, EstablishCore};
+use super::handshake::{self, Exit, HandshakeCore, Leave};
+use super::port::Port;
+use super::refusal::{Dialect, Refusal};
+use super::route::{After, Treatment};
+use crate::auth::basic::SameLogin;
+use crate::auth::{Verdict, Verify};
+use crate::config::ListenerProtocol;
+use crate::lifecycle::CloseReason;
+use crate::policy::Denial;
+use crate::target::Target;
+
+/// What the machine is lent: the policy and the proxy's facts (as the
+/// establishing stage asks them), and the settings the handshake reads.
+pub(crate) trait Env: establish::Env {
+    /// The settings the handshake reads.
+    fn handshake(&self) -> handshake::Env<'_>;
+    /// How long the resolve and the connects may take, together.
+    fn connect_timeout(&self) -> Duration;
+}
+
+/// What the shell tells the machine.
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// The verifier pool's verdict on the login of [`Action::Verify`].
+    Verdict(Verdict),
+    /// The resolver's answer for the target's name.
+    Resolved(io::Result<Vec<IpAddr>>),
+    /// The policy's inspected names are resolved.
+    PinsSettled,
+    /// The connect in flight completed (the socket became writable).
+    Connected,
+    /// The connect in flight failed, when it was started or later.
+    ConnectFailed(io::Error),
+}
+
+/// What the machine asks the shell to do, in order.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// The handshake is over: how the client spoke (`None`: refused for
+    /// its size before it was parsed) and as whom; `rejected`: a login was
+    /// refused on the way (count it).
+    Identified {
+        spoke: Option<Dialect>,
+        user: Option<Arc<str>>,
+        rejected: bool,
+    },
+    /// The request names this target (the access record's).
+    Target(Target),
+    /// Verify this login on the verifier pool; report with [`Input::Verdict`].
+    Verify(Box<Verify>),
+    /// Resolve this name; report with [`Input::Resolved`].
+    Resolve(String),
+    /// Report [`Input::PinsSettled`] once the inspected names are resolved.
+    AwaitPins,
+    /// The policy allowed the target (count it, record the rule);
+    /// `audit_reasons`: what enforcement would have refused it for.
+    Admitted {
+        rule: Arc<str>,
+        audit_reasons: Vec<Denial>,
+    },
+    /// Connect to this address for this vetted one (the one the access log
+    /// names), and report how it went; a failed socket closes before the
+    /// next dial.
+    Dial(SocketAddr, IpAddr),
+}
+
+impl From<establish::Action> for Action {
+    fn from(action: establish::Action) -> Action {
+        match action {
+            establish::Action::Resolve(name) => Action::Resolve(name),
+            establish::Action::AwaitPins => Action::AwaitPins,
+            establish::Action::Admitted {
+                rule,
+                audit_reasons,
+            } => Action::Admitted {
+                rule,
+                audit_reasons,
+            },
+            establish::Action::Dial(addr, ip) => Action::Dial(addr, ip),
+        }
+    }
+}
+
+/// What a request for a target carries besides it.
+#[derive(Debug)]
+pub(crate) struct Request {
+    /// How the client is answered.
+    pub(crate) dialect: Dialect,
+    /// Bytes the client sent behind its request (a pipelined ClientHello;
+    /// a forward request's whole head): they go upstream, never dropped.
+    pub(crate) early: Vec<u8>,
+    /// The login later forward-proxy requests on the connection are held to.
+    pub(crate) login: Option<SameLogin>,
+    /// The client was answered already (a tunnel switched to the name its
+    /// first flight carried): no reply is sent, and a refusal is a close.
+    pub(crate) replied: bool,
+}
+
+/// Refused once a target was known.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub(crate) refusal: Refusal,
+    pub(crate) target: Target,
+    pub(crate) request: Request,
+}
+
+/// The upstream is open: the session goes on as `after` says.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub(crate) after: After,
+    /// Bytes the destination sent behind a parent's answer, already read.
+    pub(crate) leftover: Vec<u8>,
+    pub(crate) target: Target,
+    /// What the allowing rule said.
+    pub(crate) treatment: Treatment,
+    pub(crate) request: Request,
+}
+
+/// Where the machine stands after a call.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// Carry out [`OpeningCore::poll_action`], then wait for readiness, a
+    /// report or the deadline. (Also after a new sub-stage, which the
+    /// shell logs, then pumps again.)
+    Working,
+    /// Over with nothing to answer: the client left, or the handshake ran
+    /// out of time.
+    Closed(CloseReason),
+    /// The handshake ended without a target: a refusal or an answer owed
+    /// the client, or a UDP association. (Never [`Leave::To`].)
+    Left(Leave),
+    /// Refused once the target was known: answered, or closed if the
+    /// client was answered already.
+    Refused(Box<Refused>),
+    /// The upstream is open.
+    Open(Box<Opened>),
+}
+
+/// How far the machine is.
+enum Stage {
+    Handshake(HandshakeCore),
+    /// Boxed: a session's slot is sized by its largest state, and the
+    /// handshake, which every client passes through, is the smaller.
+    Establishing(Box<Establishing>),
+    /// Ended: said once.
+    Done,
+}
+
+struct Establishing {
+    core: EstablishCore,
+    request: Request,
+}
+
+/// The machine; see the module docs.
+pub(crate) struct OpeningCore {
+    stage: Stage,
+    /// The machine's own actions (the establishing core keeps its own),
+    /// kept off the slot until there are any: a session's slot is sized
+    /// by its largest state, and this saves 24 bytes in every one.
+    #[allow(clippy::box_collection)]
+    owed: Option<Box<VecDeque<Action>>>,
+}
+
+impl OpeningCore {
+    /// An accepted client's handshake on a listener speaking `protocol`;
+    /// `refusing` names the limit the proxy is past, when the client is
+    /// only to be told so. The handshake must be over by `deadline`.
+    pub(crate) fn handshake(
+        protocol: ListenerProtocol,
+        refusing: Option<&'static str>,
+        deadline: Deadline,
+    ) -> OpeningCore {
+        OpeningCore {
+            stage: Stage::Handshake(HandshakeCore::new(protocol, refusing, deadline)),
+            owed: None,
+        }
+    }
+
+    /// Straight to establishing `target` for `user` (a forward proxy's next
+    /// host, a tunnel switched to the name its first flight carried),
+    /// within `deadline`.
+    pub(crate) fn establish(
+        target: Target,
+        user: Option<Arc<str>>,
+        request: Request,
+        deadline: Deadline,
+        env: &impl Env,
+    ) -> (OpeningCore, Next) {
+        let mut core = OpeningCore {
+            stage: Stage::Done,
+            owed: None,
+        };
+        let next = core.begin(target, user, request, deadline, env);
+        (core, next)
+    }
+
+    fn begin(
+        &mut self,
+        target: Target,
+        user: Option<Arc<str>>,
+        request: Request,
+        deadline: Deadline,
+        env: &impl Env,
+    ) -> Next {
+        self.owe(Action::Target(target.clone()));
+        let core = EstablishCore::new(target, user, request.dialect, request.replied, deadline);
+        let mut establishing = Box::new(Establishing { core, request });
+        let next = establishing.core.begin(env);
+        self.stage = Stage::Establishing(establishing);
+        self.follow(next)
+    }
+
+    /// The next thing the shell must do, if any.
+    pub(crate) fn poll_action(&mut self) -> Option<Action> {
+        if let Some(action) = self.owed.as_mut().and_then(|q| q.pop_front()) {
+            return Some(action);
+        }
+        match &mut self.stage {
+            Stage::Establishing(e) => e.core.poll_action().map(Action::from),
+            Stage::Handshake(_) | Stage::Done => None,
+        }
+    }
+
+    /// Moves what readiness allows: the client's handshake, then (while a
+    /// parent proxy is asked) the upstream. While establishing, nothing is
+    /// read from the client (what it pipelined waits in the kernel); only
+    /// its failure ends the wait. The shell tells a connect's completion or
+    /// failure by [`Input::Connected`] and [`Input::ConnectFailed`].
+    pub(crate) fn pump<C: Port, U: Port>(
+        &mut self,
+        now: Instant,
+        client: &mut C,
+        upstream: Option<&mut U>,
+        env: &impl Env,
+    ) -> Next {
+        match &mut self.stage {
+            Stage::Handshake(h) => {
+                let next = h.pump(client, env.handshake());
+                self.after_handshake(now, next, env)
+            }
+            Stage::Establishing(e) => {
+                client.want_read(false);
+                client.want_write(false);
+                if client.failed() {
+                    return self.end(Next::Closed(CloseReason::ClientGone));
+                }
+                match upstream {
+                    Some(upstream) if !e.core.connecting() => {
+                        let next = e.core.pump(upstream, env);
+                        self.follow(next)
+                    }
+                    _ => Next::Working,
+                }
+            }
+            Stage::Done => Next::Working,
+        }
+    }
+
+    /// A report from the shell; one the stage does not wait for (a verdict
+    /// after the handshake, a resolve for a session that moved on) changes
+    /// nothing.
+    pub(crate) fn handle(&mut self, now: Instant, input: Input, env: &impl Env) -> Next {
+        match (&mut self.stage, input) {
+            (Stage::Handshake(h), Input::Verdict(verdict)) => {
+                let next = h.handle_verdict(verdict);
+                self.after_handshake(now, next, env)
+            }
+            (Stage::Establishing(e), input) => {
+                let input = match input {
+                    Input::Resolved(result) => establish::Input::Resolved(result),
+                    Input::PinsSettled => establish::Input::PinsSettled,
+                    Input::Connected => establish::Input::Connected,
+                    Input::ConnectFailed(e) => establish::Input::ConnectFailed(e),
+                    Input::Verdict(_) => return Next::Working,
+                };
+                let next = e.core.handle(input, env);
+                self.follow(next)
+            }
+            _ => Next::Working,
+        }
+    }
+
+    /// When the machine runs out of time: the handshake's deadline, then
+    /// the resolve's and the connects' one.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match &self.stage {
+            Stage::Handshake(h) => Some(h.poll_timeout()),
+            Stage::Establishing(e) => Some(e.core.poll_timeout()),
+            Stage::Done => None,
+        }
+    }
+
+    /// The time is `now`: [`Next::Working`] until the deadline has passed.
+    pub(crate) fn handle_timeout(&mut self, now: Instant, env: &impl Env) -> Next {
+        match &mut self.stage {
+            Stage::Handshake(h) => match h.handle_timeout(now, env.handshake()) {
+                Some(next) => self.after_handshake(now, next, env),
+                None => Next::Working,
+            },
+            Stage::Establishing(e) => match e.core.handle_timeout(now) {
+                Some(refusal) => self.follow(establish::Next::Refused(refusal)),
+                None => Next::Working,
+            },
+            Stage::Done => Next::Working,
+        }
+    }
+
+    /// The session state's name for the stage.
+    pub(crate) fn name(&self) -> &'static str {
+        match &self.stage {
+            Stage::Handshake(_) => "Handshake",
+            Stage::Establishing(e) => e.core.name(),
+            Stage::Done => "Done",
+        }
+    }
+
+    /// The sub-stage: the handshake's (`sniff`, `http`, `socks5-auth`, ...),
+    /// `dns` or `pins` while resolving, `tcp` or `parent-proxy` while
+    /// connecting.
+    pub(crate) fn stage(&self) -> &'static str {
+        match &self.stage {
+            Stage::Handshake(h) => h.stage(),
+            Stage::Establishing(e) => e.core.stage(),
+            Stage::Done => "done",
+        }
+    }
+
+    /// Still in the handshake.
+    pub(crate) fn handshaking(&self) -> bool {
+        matches!(self.stage, Stage::Handshake(_))
+    }
+
+    /// A client past a limit, on its way out once told so.
+    pub(crate) fn is_refusing(&self) -> bool {
+        matches!(&self.stage, Stage::Handshake(h) if h.is_refusing())
+    }
+
+    /// An address is being dialled (or its parent asked): the policy
+    /// allowed the target, and a reload must look again.
+    pub(crate) fn dialling(&self) -> bool {
+        matches!(&self.stage, Stage::Establishing(e) if e.core.dialling())
+    }
+
+    /// A TCP connect is in flight: the shell waits for it to complete or
+    /// fail, and says which.
+    pub(crate) fn connecting(&self) -> bool {
+        matches!(&self.stage, Stage::Establishing(e) if e.core.connecting())
+    }
+
+    /// A reloaded policy still allows the target: see
+    /// [`EstablishCore::reload`]. Returns false when the session must close.
+    pub(crate) fn reload(
+        &mut self,
+        allowed: &crate::policy::Allowed,
+        same_treatment: impl FnMut(IpAddr) -> bool,
+    ) -> bool {
+        match &mut self.stage {
+            Stage::Establishing(e) => e.core.reload(allowed, same_treatment),
+            _ => true,
+        }
+    }
+
+    /// The handshake core's answer, as the machine's: an exit to a target
+    /// goes on to establish it, under the connect deadline from `now`.
+    fn after_handshake(&mut self, now: Instant, next: handshake::Next, env: &impl Env) -> Next {
+        match next {
+            handshake::Next::Stay => Next::Working,
+            handshake::Next::Verify(job) => {
+                self.owe(Action::Verify(Box::new(job)));
+                Next::Working
+            }
+            handshake::Next::Gone => self.end(Next::Closed(CloseReason::ClientGone)),
+            handshake::Next::TimedOut => self.end(Next::Closed(CloseReason::HandshakeTimeout)),
+            handshake::Next::Leave(exit) => self.leave(now, exit, env),
+        }
+    }
+
+    fn leave(&mut self, now: Instant, exit: Exit, env: &impl Env) -> Next {
+        let Exit {
+            leave,
+            spoke,
+            user,
+            rejected,
+        } = exit;
+        self.owe(Action::Identified {
+            spoke,
+            user: user.clone(),
+            rejected,
+        });
+        match leave {
+            Leave::To {
+                target,
+                dialect,
+                early,
+                login,
+            } => {
+                let request = Request {
+                    dialect,
+                    early,
+                    login,
+                    replied: false,
+                };
+                let deadline = Deadline::after(now, env.connect_timeout());
+                self.begin(target, user, request, deadline, env)
+            }
+            leave => self.end(Next::Left(leave)),
+        }
+    }
+
+    /// The establishing core's answer, as the machine's.
+    fn follow(&mut self, next: establish::Next) -> Next {
+        match next {
+            establish::Next::Working => Next::Working,
+            establish::Next::Refused(refusal) => {
+                let Stage::Establishing(e) = std::mem::replace(&mut self.stage, Stage::Done) else {
+                    return Next::Working;
+                };
+                let Establishing { core, request } = *e;
+                let (target, _) = core.into_parts();
+                Next::Refused(Box::new(Refused {
+                    refusal,
+                    target,
+                    request,
+                }))
+            }
+            establish::Next::Open { after, leftover } => {
+                let Stage::Establishing(e) = std::mem::replace(&mut self.stage, Stage::Done) else {
+                    return Next::Working;
+                };
+                let Establishing { core, request } = *e;
+                match core.into_parts() {
+                    (target, Some(treatment)) => Next::Open(Box::new(Opened {
+                        after,
+                        leftover,
+                        target,
+                        treatment,
+                        request,
+                    })),
+                    // Only a dial opens, and a dial is under a treatment.
+                    (target, None) => Next::Refused(Box::new(Refused {
+                        refusal: Refusal::Connect(io::Error::other("opened without a dial")),
+                        target,
+                        request,
+                    })),
+                }
+            }
+        }
+    }
+
+    /// Ends the machine with `next`.
+    fn end(&mut self, next: Next) -> Next {
+        self.stage = Stage::Done;
+        next
+    }
+
+    fn owe(&mut self, action: Action) {
+        self.owed
+            .get_or_insert_with(Default::default)
+            .push_back(action);
+    }
+}

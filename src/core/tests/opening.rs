@@ -1,0 +1,482 @@
+//! From an accepted client to an open upstream as one machine, in virtual
+//! time: the client's bytes on a [`MemPort`], the resolver, the verifier
+//! and the dialler answered by hand, a real policy deciding. What is new
+//! over the two stages' own tests is the seam: the handshake's exit as a
+//! transition inside the machine, the user its login named reaching the
+//! policy, the records in order, the deadline handed from one stage to
+//! the next, and reports meant for the other stage changing nothing.
+
+use std::io;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+
+use super::at;
+use super::establish::{ip, World};
+use crate::auth::{hash_password_with, Credentials, HashedUser, PhcHash, Users, Verdict};
+use crate::config::ListenerProtocol;
+use crate::core::handshake::{self, Leave};
+use crate::core::mem::MemPort;
+use crate::core::opening::{Action, Env, Input, Next, Opened, OpeningCore, Refused, Request};
+use crate::core::refusal::{Dialect, Refusal};
+use crate::core::route::After;
+use crate::lifecycle::CloseReason;
+use crate::policy::{parse_cli_rule, Action as RuleAction, Denial, Policy};
+use crate::target::Target;
+
+const CONNECT_SHOP: &[u8] = b"CONNECT shop.test:443 HTTP/1.1\r\nHost: shop.test:443\r\n\r\n";
+const HTTP_REPLY: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
+
+impl Env for World {
+    fn handshake(&self) -> handshake::Env<'_> {
+        handshake::Env {
+            max_head_bytes: 16 * 1024,
+            users: self.users.as_ref(),
+            logins: &self.logins,
+        }
+    }
+
+    fn connect_timeout(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+}
+
+/// One client's opening: the machine, its client, the world it is lent,
+/// the time, and every action it asked for, as text, in order.
+struct Run {
+    core: OpeningCore,
+    client: MemPort,
+    world: World,
+    now: Instant,
+    asked: Vec<String>,
+    /// Every label seen, in order, without repeats.
+    labels: Vec<String>,
+    next: Next,
+}
+
+impl Run {
+    fn new(world: World) -> Run {
+        let core = OpeningCore::handshake(ListenerProtocol::Auto, None, super::deadline(10));
+        let mut run = Run {
+            core,
+            client: MemPort::roomy(),
+            world,
+            now: at(0, 0),
+            asked: Vec::new(),
+            labels: Vec::new(),
+            next: Next::Working,
+        };
+        run.note_label();
+        run
+    }
+
+    fn label(&self) -> String {
+        format!("{}({})", self.core.name(), self.core.stage())
+    }
+
+    fn note_label(&mut self) {
+        let label = self.label();
+        if self.labels.last() != Some(&label) {
+            self.labels.push(label);
+        }
+    }
+
+    /// Pumps as the session runs its state: again while the label changes
+    /// (a new sub-stage or stage), then carries out the actions.
+    fn pump(&mut self) {
+        for _ in 0..100 {
+            let before = self.label();
+            let no_upstream: Option<&mut MemPort> = None;
+            self.next = self
+                .core
+                .pump(self.now, &mut self.client, no_upstream, &self.world);
+            self.carry_out();
+            self.note_label();
+            if !matches!(self.next, Next::Working) || self.label() == before {
+                return;
+            }
+        }
+        panic!("the machine never settles");
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        self.client.deliver(bytes);
+        self.pump();
+    }
+
+    fn handle(&mut self, input: Input) {
+        self.next = self.core.handle(self.now, input, &self.world);
+        self.carry_out();
+        self.note_label();
+        if matches!(self.next, Next::Working) {
+            // A new stage acts at once on what is there, as the session's does.
+            self.pump();
+        }
+    }
+
+    fn timer(&mut self, now: Instant) {
+        self.now = now;
+        self.next = self.core.handle_timeout(now, &self.world);
+        self.carry_out();
+    }
+
+    fn carry_out(&mut self) {
+        while let Some(action) = self.core.poll_action() {
+            self.asked.push(match action {
+                Action::Identified {
+                    spoke,
+                    user,
+                    rejected,
+                } => format!("identified {spoke:?} as {user:?}, rejected {rejected}"),
+                Action::Target(target) => format!("target {target}"),
+                Action::Verify(job) => format!("verify {:?}", job.user),
+                Action::Resolve(name) => format!("resolve {name}"),
+                Action::AwaitPins => "await pins".into(),
+                Action::Admitted { rule, .. } => format!("admitted {rule}"),
+                Action::Dial(addr, vetted) => format!("dial {addr} for {vetted}"),
+            });
+        }
+    }
+
+    fn resolved(&mut self, addrs: &[&str]) {
+        let addrs: Vec<IpAddr> = addrs.iter().map(|a| ip(a)).collect();
+        self.handle(Input::Resolved(Ok(addrs)));
+    }
+
+    fn opened(self) -> Opened {
+        match self.next {
+            Next::Open(opened) => *opened,
+            other => panic!("not open: {other:?} after {:?}", self.asked),
+        }
+    }
+
+    fn refused(self) -> Refused {
+        match self.next {
+            Next::Refused(refused) => *refused,
+            other => panic!("not refused: {other:?} after {:?}", self.asked),
+        }
+    }
+}
+
+fn basic(user: &str, password: &str) -> String {
+    format!("Basic {}", STANDARD.encode(format!("{user}:{password}")))
+}
+
+fn connect_as(host: &str, user: &str, password: &str) -> Vec<u8> {
+    format!(
+        "CONNECT {host} HTTP/1.1\r\nHost: {host}\r\nProxy-Authorization: {}\r\n\r\n",
+        basic(user, password)
+    )
+    .into_bytes()
+}
+
+/// api.test:443 for alice only; alice logs in with a plaintext password,
+/// bob with an argon2 hash (checked by the verifier pool).
+fn alice_and_bob() -> World {
+    let mut rule = parse_cli_rule(RuleAction::Allow, "api.test:443").unwrap();
+    rule.users = Some(vec!["alice".into()]);
+    let hash = hash_password_with(b"pw-bob", 64, 1, 1).unwrap();
+    let users = Users::new(
+        Some(&Credentials::new("alice", "pw-alice")),
+        &[HashedUser::new("bob", PhcHash::parse(&hash).unwrap())],
+    )
+    .unwrap();
+    let mut world = World::new();
+    world.policy = Policy::from_rules(&[rule]).unwrap();
+    world.users = Some(users);
+    world
+}
+
+/// A CONNECT, with a ClientHello pipelined behind it, goes from the first
+/// byte to an open tunnel in one machine: the records in order, nothing
+/// read from the client once its request is whole, the early bytes handed
+/// on with the reply owed.
+#[test]
+fn a_connect_goes_from_its_first_byte_to_an_open_tunnel() {
+    let mut run = Run::new(World::new());
+    let mut bytes = CONNECT_SHOP.to_vec();
+    bytes.extend_from_slice(b"\x16\x03\x01hello");
+    run.send(&bytes);
+    assert!(matches!(run.next, Next::Working), "{:?}", run.next);
+    assert_eq!(
+        run.asked,
+        [
+            "identified Some(Http) as None, rejected false",
+            "target shop.test:443",
+            "resolve shop.test",
+        ]
+    );
+    assert_eq!(
+        run.labels,
+        ["Handshake(sniff)", "Handshake(http)", "Resolving(dns)"]
+    );
+    assert_eq!(run.client.wants(), (false, false), "nothing read meanwhile");
+    assert!(run.core.poll_timeout().is_some());
+
+    run.resolved(&["45.1.1.1"]);
+    assert_eq!(run.label(), "Connecting(tcp)");
+    assert!(run.core.connecting() && run.core.dialling());
+    run.handle(Input::Connected);
+    assert_eq!(
+        &run.asked[3..],
+        [
+            "admitted --allow shop.test:443",
+            "dial 45.1.1.1:443 for 45.1.1.1"
+        ]
+    );
+    assert_eq!(run.core.poll_timeout(), None, "ended: no deadline left");
+    let opened = run.opened();
+    assert_eq!(opened.target.to_string(), "shop.test:443");
+    assert_eq!(opened.request.early, b"\x16\x03\x01hello");
+    assert_eq!(opened.request.dialect, Dialect::Http);
+    assert!(!opened.request.replied);
+    assert!(
+        matches!(&opened.after, After::Passthrough { to_client, own }
+            if to_client == HTTP_REPLY && *own == HTTP_REPLY.len()),
+        "{:?}",
+        opened.after
+    );
+}
+
+/// The connect deadline starts when the handshake ends, not when the
+/// client connected; the handshake's no longer applies.
+#[test]
+fn the_connect_deadline_starts_when_the_handshake_ends() {
+    let mut run = Run::new(World::new());
+    assert_eq!(run.core.poll_timeout(), Some(at(10, 0)));
+    run.send(&CONNECT_SHOP[..10]);
+    run.now = at(6, 0);
+    run.send(&CONNECT_SHOP[10..]);
+    assert_eq!(run.label(), "Resolving(dns)");
+    assert_eq!(run.core.poll_timeout(), Some(at(16, 0)));
+    run.timer(at(10, 0));
+    assert!(matches!(run.next, Next::Working), "{:?}", run.next);
+    run.timer(at(15, 999));
+    assert!(matches!(run.next, Next::Working), "{:?}", run.next);
+    run.timer(at(16, 0));
+    let refused = run.refused();
+    assert!(matches!(refused.refusal, Refusal::Timeout), "{refused:?}");
+    assert_eq!(refused.target.to_string(), "shop.test:443");
+}
+
+/// A handshake that runs out of time ends with nothing to answer.
+#[test]
+fn a_handshake_out_of_time_is_closed() {
+    let mut run = Run::new(World::new());
+    run.send(b"CONNECT shop");
+    run.timer(at(9, 999));
+    assert!(matches!(run.next, Next::Working), "{:?}", run.next);
+    run.timer(at(10, 0));
+    assert!(
+        matches!(run.next, Next::Closed(CloseReason::HandshakeTimeout)),
+        "{:?}",
+        run.next
+    );
+    assert!(run.asked.is_empty(), "{:?}", run.asked);
+}
+
+/// The user a login names is the one the policy judges: alice's rule lets
+/// her through; bob, verified off the loop, is refused by name before any
+/// DNS, told that the rule is for other users.
+#[test]
+fn the_user_a_login_names_is_the_one_the_policy_judges() {
+    let mut alice = Run::new(alice_and_bob());
+    alice.send(&connect_as("api.test:443", "alice", "pw-alice"));
+    assert_eq!(
+        alice.asked,
+        [
+            "identified Some(Http) as Some(\"alice\"), rejected false",
+            "target api.test:443",
+            "resolve api.test",
+        ]
+    );
+    alice.resolved(&["45.2.2.2"]);
+    assert!(alice.asked.iter().any(|a| a.starts_with("admitted")));
+
+    let mut bob = Run::new(alice_and_bob());
+    bob.send(&connect_as("api.test:443", "bob", "pw-bob"));
+    assert_eq!(bob.asked, ["verify Some(\"bob\")"]);
+    assert_eq!(bob.label(), "Handshake(authenticating)");
+    bob.handle(Input::Verdict(Verdict::Accepted("bob".into())));
+    assert_eq!(
+        &bob.asked[1..],
+        [
+            "identified Some(Http) as Some(\"bob\"), rejected false",
+            "target api.test:443",
+        ],
+        "refused before any DNS"
+    );
+    let refused = bob.refused();
+    assert!(
+        matches!(&refused.refusal, Refusal::Denied(Denial::User { user: Some(u), .. }) if &**u == "bob"),
+        "{:?}",
+        refused.refusal
+    );
+}
+
+/// A login the verifier rejects is counted and refused in the client's
+/// dialect; no target is recorded.
+#[test]
+fn a_rejected_login_is_counted_and_refused() {
+    let mut run = Run::new(alice_and_bob());
+    run.send(&connect_as("api.test:443", "bob", "wrong"));
+    run.handle(Input::Verdict(Verdict::Rejected));
+    assert_eq!(
+        run.asked,
+        [
+            "verify Some(\"bob\")",
+            "identified Some(Http) as None, rejected true",
+        ]
+    );
+    assert!(
+        matches!(
+            run.next,
+            Next::Left(Leave::Refuse(Refusal::AuthRequired, Dialect::Http))
+        ),
+        "{:?}",
+        run.next
+    );
+}
+
+/// Reports meant for the other stage change nothing: a resolve, pins or a
+/// connect outcome during the handshake; a verdict while establishing.
+#[test]
+fn reports_for_the_other_stage_change_nothing() {
+    let mut run = Run::new(World::new());
+    run.send(b"CONNECT shop.test:443 HTTP/1.1\r\n");
+    let strays = || {
+        [
+            Input::Resolved(Ok(vec![ip("45.1.1.1")])),
+            Input::PinsSettled,
+            Input::Connected,
+            Input::ConnectFailed(io::ErrorKind::ConnectionRefused.into()),
+        ]
+    };
+    for input in strays() {
+        run.handle(input);
+        assert!(matches!(run.next, Next::Working), "{:?}", run.next);
+        assert_eq!(run.label(), "Handshake(http)");
+    }
+    assert!(run.asked.is_empty(), "{:?}", run.asked);
+
+    run.send(b"Host: shop.test:443\r\n\r\n");
+    assert_eq!(run.label(), "Resolving(dns)");
+    let asked = run.asked.len();
+    run.handle(Input::Verdict(Verdict::Accepted("mallory".into())));
+    assert!(matches!(run.next, Next::Working), "{:?}", run.next);
+    assert_eq!(run.label(), "Resolving(dns)");
+    assert_eq!(run.asked.len(), asked);
+}
+
+/// While establishing, what the client pipelines stays unread; its reset
+/// ends the machine.
+#[test]
+fn a_client_gone_while_establishing_ends_it_unread() {
+    let mut run = Run::new(World::new());
+    run.send(CONNECT_SHOP);
+    let read = run.client.read_total;
+    run.send(b"more");
+    assert!(matches!(run.next, Next::Working), "{:?}", run.next);
+    assert_eq!(
+        run.client.read_total, read,
+        "nothing read while establishing"
+    );
+    run.client.reset = true;
+    run.pump();
+    assert!(
+        matches!(run.next, Next::Closed(CloseReason::ClientGone)),
+        "{:?}",
+        run.next
+    );
+    // Ended: a late answer changes nothing.
+    run.handle(Input::Resolved(Ok(vec![ip("45.1.1.1")])));
+    assert!(matches!(run.next, Next::Working), "{:?}", run.next);
+    assert_eq!(run.asked.last().unwrap(), "resolve shop.test");
+}
+
+/// A name refused carries the request back for its answer: the dialect,
+/// the early bytes, not replied.
+#[test]
+fn a_refused_name_carries_its_request() {
+    let mut run = Run::new(World::new());
+    run.send(b"CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\nearly");
+    assert_eq!(
+        run.asked,
+        [
+            "identified Some(Http) as None, rejected false",
+            "target evil.test:443",
+        ]
+    );
+    let refused = run.refused();
+    assert!(matches!(refused.refusal, Refusal::Denied(Denial::Rule(_))));
+    assert_eq!(refused.request.dialect, Dialect::Http);
+    assert_eq!(refused.request.early, b"early");
+    assert!(!refused.request.replied);
+}
+
+/// SOCKS5 to an address literal: the method reply, then the admission and
+/// the dial in the same pump (no name to resolve), then the success reply
+/// owed once open.
+#[test]
+fn socks5_to_an_address_literal_dials_at_once() {
+    let mut run = Run::new(World::new());
+    run.send(&[5, 1, 0, 5, 1, 0, 1, 45, 1, 1, 9, 0x01, 0xbb]);
+    assert_eq!(run.client.take(), [5, 0], "the method reply");
+    assert_eq!(
+        run.asked,
+        [
+            "identified Some(Socks5) as None, rejected false",
+            "target 45.1.1.9:443",
+            "admitted --allow 45.1.1.9:443",
+            "dial 45.1.1.9:443 for 45.1.1.9",
+        ]
+    );
+    assert_eq!(run.label(), "Connecting(tcp)");
+    run.handle(Input::Connected);
+    let opened = run.opened();
+    assert!(
+        matches!(&opened.after, After::Passthrough { to_client, .. } if to_client.starts_with(&[5, 0])),
+        "{:?}",
+        opened.after
+    );
+}
+
+/// A tunnel switched to the name its first flight carried starts in the
+/// establishing stage, for the user the session knows; refused, it is
+/// closed, never answered twice.
+#[test]
+fn a_switch_starts_establishing_and_its_refusal_is_a_close() {
+    let world = World::new();
+    let request = Request {
+        dialect: Dialect::Http,
+        early: b"\x16\x03\x01".to_vec(),
+        login: None,
+        replied: true,
+    };
+    let target = Target::new("evil.test", 443).unwrap();
+    let (mut core, next) =
+        OpeningCore::establish(target, None, request, super::deadline(10), &world);
+    let Next::Refused(refused) = next else {
+        panic!("not refused: {next:?}");
+    };
+    assert!(refused.request.replied);
+    assert!(matches!(core.poll_action(), Some(Action::Target(_))));
+    assert!(core.poll_action().is_none());
+
+    // Allowed: the same machine as after a handshake.
+    let request = Request {
+        dialect: Dialect::Http,
+        early: Vec::new(),
+        login: None,
+        replied: true,
+    };
+    let target = Target::new("shop.test", 443).unwrap();
+    let (core, next) = OpeningCore::establish(target, None, request, super::deadline(10), &world);
+    assert!(matches!(next, Next::Working));
+    assert_eq!(
+        format!("{}({})", core.name(), core.stage()),
+        "Resolving(dns)"
+    );
+}
