@@ -2,8 +2,9 @@
 //!
 //! [`inspect_session`] drives a whole inspected session's core, the one
 //! production runs, on in-memory transports with virtual time, from a
-//! fuzzer-chosen script; [`handshake`] drives the client's handshake core
-//! (HTTP and SOCKS5, logins, the head limit) the same way.
+//! fuzzer-chosen script; [`opening`] drives a client from its first byte
+//! to an open upstream (HTTP and SOCKS5, logins, the head limit, the
+//! policy, DNS, connects, a parent proxy) the same way.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -152,29 +153,46 @@ fn fuzz_rules() -> Arc<RequestRules> {
     )
 }
 
-/// Runs one client handshake from `data`: its first byte chooses the
+/// Runs one client from its first byte to an open upstream, through the
+/// opening core production runs, from `data`. Its first byte chooses the
 /// listener's protocol, whether users must log in (a plaintext user, or a
-/// hashed one the verifier checks) and the head limit; the rest is a script
-/// of steps: the client sends bytes (taken from the script), ends or
-/// resets; its socket's write room changes; the verifier answers; time
-/// passes (the deadline is 10 s in). Panics
-/// when the core breaks a rule: a sub-stage that never settles, or a call
-/// that waits while its transport could still move bytes it wants (on an
-/// edge-triggered reactor, that session would hang).
-pub fn handshake(data: &[u8]) {
+/// hashed one the verifier checks), the head limit, whether every dial
+/// goes through a parent proxy, and whether one address is the proxy's
+/// own; the rest is a script of steps: the client sends bytes (taken from
+/// the script), ends or resets; its socket's write room changes; the
+/// verifier answers; time passes; the resolver answers (addresses from a
+/// pool of public, private, loopback, link-local and documentation ones,
+/// none, or an error); the inspected names settle; a connect completes or
+/// fails; the parent answers or resets.
+///
+/// Panics when the machine breaks a rule: a stage that never settles; a
+/// handshake that waits while its transport could move bytes it wants (or
+/// for nothing); a client read while the target is established; an action
+/// out of order (a record after the end, a second target, a dial before
+/// the admission or while another is in flight); an address dialled that
+/// the resolver did not give, that a rule does not name (private,
+/// loopback, link-local), or that is the proxy's own; a rule for other
+/// users admitting this one; a deadline answered early, or passed without
+/// an end; anything but silence after the end. Returns how it ended
+/// (`open`, `refused`, `left`, `closed`; `working` when the script ran out
+/// first), so a test can see what its scripts reach.
+pub fn opening(data: &[u8]) -> &'static str {
+    use std::net::{IpAddr, SocketAddr};
+
     use crate::auth::Verdict;
     use crate::config::ListenerProtocol;
     use crate::core::clock::Deadline;
-    use crate::core::handshake::{Env, HandshakeCore, Next};
+    use crate::core::opening::{Action, Input, Next, OpeningCore};
     use crate::core::port::Port;
+    use crate::target::Host;
 
     let Some((&flags, mut script)) = data.split_first() else {
-        return;
+        return "working";
     };
-    let protocol = match flags % 3 {
-        0 => ListenerProtocol::Auto,
+    let protocol = match flags & 3 {
         1 => ListenerProtocol::Http,
-        _ => ListenerProtocol::Socks5,
+        2 => ListenerProtocol::Socks5,
+        _ => ListenerProtocol::Auto,
     };
     let (plain, hashed) = fuzz_users();
     let users = match (flags >> 2) & 3 {
@@ -183,107 +201,370 @@ pub fn handshake(data: &[u8]) {
         _ => None,
     };
     let refusing = (flags & 16 != 0).then_some("fuzz limit");
-    let max_head_bytes = if flags & 32 == 0 { 64 } else { 1024 };
-    let logins = crate::auth::cache::LoginCache::new(4);
-    // Virtual time: the deadline 10 s in; a time step moves `now` on.
-    let start = std::time::Instant::now();
-    let mut now = start;
-    let limit = std::time::Duration::from_secs(10);
-    let mut core = HandshakeCore::new(protocol, refusing, Deadline::after(start, limit));
-    let mut port = MemPort::roomy();
-    let mut awaiting = false;
+    let own: SocketAddr = ([45, 1, 1, 2], 443).into();
+    let env = OpeningEnv {
+        policy: opening_policy(),
+        users,
+        logins: crate::auth::cache::LoginCache::new(4),
+        max_head_bytes: if flags & 32 == 0 { 64 } else { 1024 },
+        parent: (flags & 64 != 0).then(|| {
+            Arc::new(crate::target::parent::ParentProxy::parse(PARENT).expect("a parent"))
+        }),
+        own: (flags & 128 != 0).then_some(own),
+        // (Users 3 is no users, with the inspected names not yet resolved.)
+        pins_settled: std::cell::Cell::new((flags >> 2) & 3 != 3),
+        now: std::cell::Cell::new(Instant::now()),
+    };
+    let pool: [IpAddr; 8] = [
+        [45, 1, 1, 1].into(),
+        [45, 1, 1, 2].into(),
+        [10, 0, 0, 1].into(),
+        [127, 0, 0, 1].into(),
+        [169, 254, 169, 254].into(),
+        [192, 0, 2, 7].into(),
+        [45, 1, 1, 9].into(),
+        std::net::Ipv6Addr::LOCALHOST.into(),
+    ];
+    let start = env.now.get();
+    let limit = Duration::from_secs(10);
+    let mut core = OpeningCore::handshake(protocol, refusing, Deadline::after(start, limit));
+    let mut client = MemPort::roomy();
+    let mut upstream: Option<MemPort> = None;
+    // What the machine has asked for and been told, to check it by.
+    let mut awaiting_verdict = false;
+    let mut resolving = false;
+    let mut awaiting_pins = false;
+    let mut in_flight = false;
+    let mut ended = false;
+    let mut end = "working";
+    let mut identified: Option<Option<Arc<str>>> = None;
+    let mut target: Option<crate::target::Target> = None;
+    let mut admitted = false;
+    let mut answer: Vec<IpAddr> = Vec::new();
     let take = |script: &mut &[u8], n: usize| -> Vec<u8> {
         let n = n.min(script.len());
         let (head, rest) = script.split_at(n);
         *script = rest;
         head.to_vec()
     };
-    while let Some((&op, rest)) = script.split_first() {
-        script = rest;
-        let arg = take(&mut script, 1).first().copied().unwrap_or(0) as usize;
-        let next = match op % 6 {
-            0 | 1 => {
-                let bytes = take(&mut script, arg);
-                port.deliver(&bytes);
-                None
-            }
-            2 => {
-                port.fin = true;
-                None
-            }
-            3 => {
-                port.reset = true;
-                None
-            }
-            4 => {
-                port.room = if arg == 0 { usize::MAX } else { arg };
-                None
-            }
-            _ if awaiting => {
-                awaiting = false;
-                let verdict = match arg % 3 {
-                    0 => Verdict::Accepted("bob".into()),
-                    1 => Verdict::Rejected,
-                    _ => Verdict::Busy,
-                };
-                Some(core.handle_verdict(verdict))
-            }
-            // Time passes: `arg` seconds (the session's timer fires only at
-            // the deadline or later; earlier, the core must say not yet).
-            _ => {
-                now += std::time::Duration::from_secs(arg as u64);
-                let env = Env {
-                    max_head_bytes,
-                    users,
-                    logins: &logins,
-                };
-                let due = now >= core.poll_timeout();
-                let next = core.handle_timeout(now, env);
-                assert_eq!(next.is_some(), due, "a timeout only at the deadline");
-                next
+    // The first step is the one the session takes on accepting: a pump.
+    let mut accepted = false;
+    loop {
+        // The label before the step, as the shell's transition point sees it.
+        let mut before = (core.name(), core.stage());
+        let mut next = if !std::mem::replace(&mut accepted, true) {
+            None
+        } else {
+            let Some((&op, rest)) = script.split_first() else {
+                break;
+            };
+            script = rest;
+            let arg = take(&mut script, 1).first().copied().unwrap_or(0) as usize;
+            let now = env.now.get();
+            match op % 10 {
+                0 | 1 => {
+                    let bytes = take(&mut script, arg);
+                    client.deliver(&bytes);
+                    None
+                }
+                2 => {
+                    client.fin = true;
+                    None
+                }
+                3 => {
+                    client.reset = true;
+                    None
+                }
+                4 => {
+                    client.room = if arg == 0 { usize::MAX } else { arg };
+                    None
+                }
+                5 if awaiting_verdict => {
+                    awaiting_verdict = false;
+                    let verdict = match arg % 3 {
+                        0 => Verdict::Accepted("bob".into()),
+                        1 => Verdict::Rejected,
+                        _ => Verdict::Busy,
+                    };
+                    Some(core.handle(now, Input::Verdict(verdict), &env))
+                }
+                // Time passes: `arg` seconds. The session's timer fires only at
+                // the deadline or later; earlier, the machine must say not yet.
+                5 | 6 => {
+                    let now = now + Duration::from_secs(arg as u64 % 16);
+                    env.now.set(now);
+                    let due = core.poll_timeout();
+                    let before = (core.name(), core.stage());
+                    let next = core.handle_timeout(now, &env);
+                    match due {
+                        Some(due) if due <= now => assert!(
+                            !matches!(next, Next::Working),
+                            "its deadline passed in {before:?} without an end"
+                        ),
+                        _ => assert!(
+                            matches!(next, Next::Working) && before == (core.name(), core.stage()),
+                            "a timeout before the deadline: {next:?}"
+                        ),
+                    }
+                    Some(next)
+                }
+                7 if resolving => {
+                    resolving = false;
+                    let result = match arg % 6 {
+                        5 => Err(std::io::ErrorKind::NotFound.into()),
+                        n => {
+                            let addrs: Vec<IpAddr> =
+                                (0..n).map(|i| pool[(arg / 6 + i) % 8]).collect();
+                            answer = addrs.clone();
+                            Ok(addrs)
+                        }
+                    };
+                    Some(core.handle(now, Input::Resolved(result), &env))
+                }
+                8 if awaiting_pins => {
+                    awaiting_pins = false;
+                    env.pins_settled.set(true);
+                    Some(core.handle(now, Input::PinsSettled, &env))
+                }
+                9 if in_flight && core.connecting() => {
+                    in_flight = false;
+                    let input = match arg % 2 {
+                        0 => Input::Connected,
+                        _ => {
+                            upstream = None;
+                            Input::ConnectFailed(std::io::ErrorKind::ConnectionRefused.into())
+                        }
+                    };
+                    Some(core.handle(now, input, &env))
+                }
+                9 => {
+                    // The parent, once connected, answers (or resets).
+                    if let Some(up) = upstream.as_mut() {
+                        match arg % 3 {
+                            0 => up.deliver(b"HTTP/1.1 200 Connection established\r\n\r\n"),
+                            1 => up.deliver(&take(&mut script, arg / 3)),
+                            _ => up.reset = true,
+                        }
+                    }
+                    None
+                }
+                // A report the machine did not ask for: it must change nothing.
+                _ => {
+                    let before = (core.name(), core.stage());
+                    let stray = match arg % 4 {
+                        0 => Input::Verdict(Verdict::Accepted("mallory".into())),
+                        1 => Input::Resolved(Ok(vec![pool[3]])),
+                        2 => Input::PinsSettled,
+                        _ => Input::Connected,
+                    };
+                    // (Only what the machine is not waiting for is stray.)
+                    let awaited = match stray {
+                        Input::Verdict(_) => awaiting_verdict,
+                        Input::Resolved(_) => resolving,
+                        Input::PinsSettled => awaiting_pins,
+                        _ => core.connecting(),
+                    };
+                    if awaited {
+                        None
+                    } else {
+                        let next = core.handle(now, stray, &env);
+                        assert!(
+                            matches!(next, Next::Working) && before == (core.name(), core.stage()),
+                            "a stray report moved the machine: {next:?}"
+                        );
+                        None
+                    }
+                }
             }
         };
-        let env = Env {
-            max_head_bytes,
-            users,
-            logins: &logins,
-        };
-        let mut next = next.unwrap_or(Next::Stay);
-        // As the shell runs it: pumped again while the sub-stage changes.
+        // As the shell runs it: pumped again while the stage changes, the
+        // actions carried out after every call.
         let mut settled = false;
         for _ in 0..64 {
-            let before = core.stage();
-            next = match next {
-                Next::Stay => core.pump(&mut port, env),
-                other => other,
+            let now = env.now.get();
+            let n = match next.take() {
+                Some(n) => n,
+                None => core.pump(now, &mut client, upstream.as_mut(), &env),
             };
-            if !matches!(next, Next::Stay) || core.stage() == before {
+            while let Some(action) = core.poll_action() {
+                assert!(!ended, "an action after the end: {action:?}");
+                match action {
+                    Action::Identified { user, .. } => {
+                        assert!(identified.is_none(), "identified twice");
+                        identified = Some(user);
+                    }
+                    Action::Target(t) => {
+                        assert!(target.is_none(), "a second target");
+                        assert!(identified.is_some(), "a target before the handshake's end");
+                        if let Host::Ip(ip) = t.host {
+                            answer = vec![ip];
+                        }
+                        target = Some(t);
+                    }
+                    Action::Verify(_) => {
+                        assert!(core.handshaking() && !awaiting_verdict);
+                        awaiting_verdict = true;
+                    }
+                    Action::Resolve(_) => resolving = true,
+                    Action::AwaitPins => awaiting_pins = true,
+                    Action::Admitted { rule, .. } => {
+                        assert!(!admitted, "admitted twice");
+                        admitted = true;
+                        if rule.contains("bob.test") {
+                            let user = identified.clone().flatten();
+                            assert_eq!(user.as_deref(), Some("bob"), "another user's rule");
+                        }
+                    }
+                    Action::Dial(addr, vetted) => {
+                        assert!(admitted, "a dial before the admission");
+                        assert!(!in_flight, "a second connect in flight");
+                        assert!(answer.contains(&vetted), "{vetted} was never resolved");
+                        let special = [pool[2], pool[3], pool[4], pool[7]];
+                        assert!(!special.contains(&vetted), "{vetted}: no rule names it");
+                        let port = target.as_ref().map_or(0, |t| t.port);
+                        if env.own.is_some() {
+                            assert_ne!(SocketAddr::new(vetted, port), own, "the proxy's own");
+                        }
+                        match &env.parent {
+                            Some(_) => assert_eq!(addr.to_string(), PARENT_ADDR),
+                            None => assert_eq!(addr, SocketAddr::new(vetted, port)),
+                        }
+                        in_flight = true;
+                        upstream = Some(MemPort::roomy());
+                    }
+                }
+            }
+            if !matches!(n, Next::Working) {
+                assert!(!ended, "ended twice: {n:?}");
+                ended = true;
+                end = match n {
+                    Next::Open(_) => "open",
+                    Next::Refused(_) => "refused",
+                    Next::Left(_) => "left",
+                    _ => "closed",
+                };
+                assert_eq!(core.poll_timeout(), None, "a deadline after the end");
                 settled = true;
                 break;
             }
-        }
-        assert!(settled, "the handshake never settles");
-        match next {
-            Next::Stay => {
-                // Waiting is only right when nothing it wants can move,
-                // and (but for a login being verified) for something.
-                assert!(
-                    !port.can_read() && !port.can_write(),
-                    "waits in {} while its transport is ready",
-                    core.stage()
-                );
-                let (read, write) = port.wants();
-                assert!(
-                    read || write || core.stage() == "authenticating",
-                    "waits in {} for nothing",
-                    core.stage()
-                );
+            let after = (core.name(), core.stage());
+            if before == after {
+                settled = true;
+                break;
             }
-            Next::Verify(_) => awaiting = true,
-            Next::Gone | Next::TimedOut | Next::Leave(_) => return,
+            before = after;
         }
-        let _ = port.take();
+        assert!(settled, "the machine never settles");
+        if ended {
+            return end;
+        }
+        if core.handshaking() {
+            // Waiting is only right when nothing it wants can move, and
+            // (but for a login being verified) for something.
+            assert!(
+                !client.can_read() && !client.can_write(),
+                "waits in {} while its transport is ready",
+                core.stage()
+            );
+            let (read, write) = client.wants();
+            assert!(
+                read || write || core.stage() == "authenticating",
+                "waits in {} for nothing",
+                core.stage()
+            );
+        } else {
+            assert_eq!(
+                client.wants(),
+                (false, false),
+                "the client read while establishing"
+            );
+        }
+        let _ = client.take();
+        if let Some(up) = upstream.as_mut() {
+            let _ = up.take();
+        }
     }
+    end
+}
+
+const PARENT: &str = "http://45.0.0.9:3128";
+const PARENT_ADDR: &str = "45.0.0.9:3128";
+
+/// The opening machine's world in the fuzz target: a real policy, the
+/// users, the parent and the proxy's own address the flags chose, and the
+/// virtual clock.
+struct OpeningEnv {
+    policy: crate::policy::Policy,
+    users: Option<&'static crate::auth::Users>,
+    logins: crate::auth::cache::LoginCache,
+    max_head_bytes: usize,
+    parent: Option<Arc<crate::target::parent::ParentProxy>>,
+    own: Option<std::net::SocketAddr>,
+    pins_settled: std::cell::Cell<bool>,
+    now: std::cell::Cell<Instant>,
+}
+
+impl crate::core::establish::Env for OpeningEnv {
+    fn check_name(&self, target: &Target, user: Option<&str>) -> crate::policy::NameVerdict {
+        self.policy.check_name_as(target, user)
+    }
+    fn check_resolved(
+        &self,
+        target: &Target,
+        user: Option<&str>,
+        addrs: &[std::net::IpAddr],
+    ) -> crate::policy::Verdict {
+        self.policy
+            .check_resolved_as(target, user, addrs, self.now.get())
+    }
+    fn remember(&self, host: &crate::target::Host, addrs: &[std::net::IpAddr]) {
+        self.policy.remember(host, addrs, self.now.get());
+    }
+    fn pins_settled(&self) -> bool {
+        self.pins_settled.get()
+    }
+    fn is_own(&self, addr: std::net::SocketAddr) -> bool {
+        self.own == Some(addr)
+    }
+    fn take_handshake(&self) -> Result<(), String> {
+        Ok(())
+    }
+    fn default_parent(&self) -> Option<&Arc<crate::target::parent::ParentProxy>> {
+        self.parent.as_ref()
+    }
+    fn vets_port(&self, port: u16) -> bool {
+        port == 80
+    }
+}
+
+impl crate::core::opening::Env for OpeningEnv {
+    fn handshake(&self) -> crate::core::handshake::Env<'_> {
+        crate::core::handshake::Env {
+            max_head_bytes: self.max_head_bytes,
+            users: self.users,
+            logins: &self.logins,
+        }
+    }
+    fn connect_timeout(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+}
+
+/// evil.test refused; origin.test:443 allowed raw, :80 inspected;
+/// bob.test:443 for bob only; the documentation address 192.0.2.7:443
+/// named, so allowed; nothing private, loopback or link-local.
+fn opening_policy() -> crate::policy::Policy {
+    use crate::policy::{parse_cli_inspect, parse_cli_rule, Action};
+    let mut bob = parse_cli_rule(Action::Allow, "bob.test:443").expect("a rule");
+    bob.users = Some(vec!["bob".into()]);
+    crate::policy::Policy::from_rules(&[
+        parse_cli_rule(Action::Deny, "evil.test").expect("a rule"),
+        parse_cli_rule(Action::Allow, "origin.test:443").expect("a rule"),
+        parse_cli_inspect("origin.test:80").expect("a rule"),
+        bob,
+        parse_cli_rule(Action::Allow, "192.0.2.7:443").expect("a rule"),
+    ])
+    .expect("valid rules")
 }
 
 /// A plaintext user and a hashed one (hashed once: argon2 is slow).
