@@ -166,8 +166,9 @@ fn fuzz_rules() -> Arc<RequestRules> {
 /// fails; the parent answers or resets.
 ///
 /// Panics when the machine breaks a rule: a stage that never settles; a
-/// handshake that waits while its transport could move bytes it wants (or
-/// for nothing); a client read while the target is established; an action
+/// handshake or a vetted tunnel that waits while the client's transport
+/// could move bytes it wants (or for nothing); a client read while the
+/// target is established; an action
 /// out of order (a record after the end, a second target, a dial before
 /// the admission or while another is in flight); an address dialled that
 /// the resolver did not give, that a rule does not name (private,
@@ -237,6 +238,7 @@ pub fn opening(data: &[u8]) -> &'static str {
     let mut in_flight = false;
     let mut ended = false;
     let mut end = "working";
+    let mut switches = 0;
     let mut identified: Option<Option<Arc<str>>> = None;
     let mut target: Option<crate::target::Target> = None;
     let mut admitted = false;
@@ -393,6 +395,17 @@ pub fn opening(data: &[u8]) -> &'static str {
                         assert!(identified.is_none(), "identified twice");
                         identified = Some(user);
                     }
+                    Action::Switched { .. } => {
+                        // The first upstream closes; the named host is
+                        // established afresh.
+                        assert!(target.is_some() && admitted, "a switch before a tunnel");
+                        switches += 1;
+                        target = None;
+                        admitted = false;
+                        in_flight = false;
+                        upstream = None;
+                    }
+                    Action::Note(_) => {}
                     Action::Target(t) => {
                         assert!(target.is_none(), "a second target");
                         assert!(identified.is_some(), "a target before the handshake's end");
@@ -440,6 +453,7 @@ pub fn opening(data: &[u8]) -> &'static str {
                 end = match n {
                     Next::Open(_) => "open",
                     Next::Refused(_) => "refused",
+                    Next::Fronting { .. } => "fronting",
                     Next::Left(_) => "left",
                     _ => "closed",
                 };
@@ -456,9 +470,9 @@ pub fn opening(data: &[u8]) -> &'static str {
         }
         assert!(settled, "the machine never settles");
         if ended {
-            return end;
+            return if switches > 0 { switched(end) } else { end };
         }
-        if core.handshaking() {
+        if core.handshaking() || core.vetting() {
             // Waiting is only right when nothing it wants can move, and
             // (but for a login being verified) for something.
             assert!(
@@ -484,7 +498,21 @@ pub fn opening(data: &[u8]) -> &'static str {
             let _ = up.take();
         }
     }
-    end
+    if switches > 0 {
+        switched(end)
+    } else {
+        end
+    }
+}
+
+/// An end, after a switch.
+fn switched(end: &'static str) -> &'static str {
+    match end {
+        "open" => "switched, open",
+        "refused" => "switched, refused",
+        "working" => "switched, working",
+        _ => "switched, closed",
+    }
 }
 
 const PARENT: &str = "http://45.0.0.9:3128";
@@ -533,7 +561,7 @@ impl crate::core::establish::Env for OpeningEnv {
         self.parent.as_ref()
     }
     fn vets_port(&self, port: u16) -> bool {
-        port == 80
+        port == 80 || port == 443
     }
 }
 
@@ -548,9 +576,22 @@ impl crate::core::opening::Env for OpeningEnv {
     fn connect_timeout(&self) -> Duration {
         Duration::from_secs(10)
     }
+    fn handshake_timeout(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+    fn fronting(
+        &self,
+        target: &Target,
+        user: Option<&str>,
+        named: &Target,
+    ) -> Option<crate::policy::Fronting> {
+        self.policy.fronting(target, user, named, self.now.get())
+    }
 }
 
 /// evil.test refused; origin.test:443 allowed raw, :80 inspected;
+/// api.test:443 inspected (a raw tunnel's first flight naming it switches
+/// to it, and raw tunnels to 443 and 80 are vetted);
 /// bob.test:443 for bob only; the documentation address 192.0.2.7:443
 /// named, so allowed; nothing private, loopback or link-local.
 fn opening_policy() -> crate::policy::Policy {
@@ -561,6 +602,7 @@ fn opening_policy() -> crate::policy::Policy {
         parse_cli_rule(Action::Deny, "evil.test").expect("a rule"),
         parse_cli_rule(Action::Allow, "origin.test:443").expect("a rule"),
         parse_cli_inspect("origin.test:80").expect("a rule"),
+        parse_cli_inspect("api.test:443").expect("a rule"),
         bob,
         parse_cli_rule(Action::Allow, "192.0.2.7:443").expect("a rule"),
     ])

@@ -1,9 +1,12 @@
 //! From an accepted client to an open upstream, as one machine: the
 //! client's handshake ([`HandshakeCore`]), then its target established
 //! ([`EstablishCore`]: the policy on the name, DNS, the verdict on the
-//! addresses, each connect, a parent proxy). The handshake's exit to a
-//! target is a transition inside the machine; the user it authenticated
-//! is the one the policy is asked about.
+//! addresses, each connect, a parent proxy), then, for a raw tunnel to a
+//! port some rule inspects, its first flight vetted ([`VettingCore`]) for
+//! a name it would front for. The handshake's exit to a target, and a
+//! vetted tunnel's switch to the stricter name its first flight carried,
+//! are transitions inside the machine; the user the handshake
+//! authenticated is the one the policy is asked about, each time.
 //!
 //! The shell (`session/opening.rs`) owns the client's socket and the
 //! upstream connect in flight, lends them as [`Port`]s, carries out the
@@ -17,7 +20,9 @@
 //! at poll_timeout():  handle_timeout(now, env)
 //! after every call, first: poll_action() until None
 //!     -> Identified | Target | Verify | Resolve | AwaitPins | Admitted | Dial
-//! each call:          -> Working | Closed(reason) | Left(leave) | Refused(..) | Open(..)
+//!        | Switched (drop the upstream) | Note (say why, at info)
+//! each call:          -> Working | Closed(reason) | Left(leave) | Refused(..)
+//!                        | Fronting(..) | Open(..)
 //! ```
 
 use std::collections::VecDeque;
@@ -32,11 +37,12 @@ use super::handshake::{self, Exit, HandshakeCore, Leave};
 use super::port::Port;
 use super::refusal::{Dialect, Refusal};
 use super::route::{After, Treatment};
+use super::vetting::{self, TimedOut, Verdict as Vetted, VettingCore};
 use crate::auth::basic::SameLogin;
 use crate::auth::{Verdict, Verify};
 use crate::config::ListenerProtocol;
 use crate::lifecycle::CloseReason;
-use crate::policy::Denial;
+use crate::policy::{Denial, Fronting};
 use crate::target::Target;
 
 /// What the machine is lent: the policy and the proxy's facts (as the
@@ -46,6 +52,11 @@ pub(crate) trait Env: establish::Env {
     fn handshake(&self) -> handshake::Env<'_>;
     /// How long the resolve and the connects may take, together.
     fn connect_timeout(&self) -> Duration;
+    /// How long a vetted tunnel's client has for its first flight.
+    fn handshake_timeout(&self) -> Duration;
+    /// The policy's answer for a name a vetted tunnel's first flight
+    /// carries (none: nothing stricter than the tunnel's own rule).
+    fn fronting(&self, target: &Target, user: Option<&str>, named: &Target) -> Option<Fronting>;
 }
 
 /// What the shell tells the machine.
@@ -92,6 +103,13 @@ pub(crate) enum Action {
     /// names), and report how it went; a failed socket closes before the
     /// next dial.
     Dial(SocketAddr, IpAddr),
+    /// A vetted tunnel's first flight named a host the policy treats more
+    /// strictly (`why` says how): close the upstream now; the machine
+    /// establishes that host instead, the client answered already.
+    Switched { why: String },
+    /// Worth a line at info level: what to fix (a vetted tunnel's client
+    /// that timed out with a first flight that could still be a request).
+    Note(String),
 }
 
 impl From<establish::Action> for Action {
@@ -137,9 +155,9 @@ pub(crate) struct Refused {
 /// The upstream is open: the session goes on as `after` says.
 #[derive(Debug)]
 pub(crate) struct Opened {
+    /// The state it goes on in; what the destination sent already, behind
+    /// a parent's answer, is in its bytes for the client.
     pub(crate) after: After,
-    /// Bytes the destination sent behind a parent's answer, already read.
-    pub(crate) leftover: Vec<u8>,
     pub(crate) target: Target,
     /// What the allowing rule said.
     pub(crate) treatment: Treatment,
@@ -162,6 +180,14 @@ pub(crate) enum Next {
     /// Refused once the target was known: answered, or closed if the
     /// client was answered already.
     Refused(Box<Refused>),
+    /// A vetted tunnel's first flight names what the policy refuses:
+    /// `answer` (a TLS alert or an HTTP `403`), then the close; the
+    /// refusing rule, if a rule refused.
+    Fronting {
+        answer: Vec<u8>,
+        why: String,
+        rule: Option<Arc<str>>,
+    },
     /// The upstream is open.
     Open(Box<Opened>),
 }
@@ -172,6 +198,8 @@ enum Stage {
     /// Boxed: a session's slot is sized by its largest state, and the
     /// handshake, which every client passes through, is the smaller.
     Establishing(Box<Establishing>),
+    /// A raw tunnel's first flight read and judged. Boxed, as above.
+    Vetting(Box<Vetting>),
     /// Ended: said once.
     Done,
 }
@@ -179,6 +207,18 @@ enum Stage {
 struct Establishing {
     core: EstablishCore,
     request: Request,
+    user: Option<Arc<str>>,
+}
+
+/// A vetted tunnel: its first flight is the core's (the request's early
+/// bytes began it).
+struct Vetting {
+    core: VettingCore,
+    /// What the destination sent behind a parent proxy's answer.
+    from_upstream: Vec<u8>,
+    request: Request,
+    treatment: Treatment,
+    user: Option<Arc<str>>,
 }
 
 /// The machine; see the module docs.
@@ -206,38 +246,49 @@ impl OpeningCore {
         }
     }
 
-    /// Straight to establishing `target` for `user` (a forward proxy's next
-    /// host, a tunnel switched to the name its first flight carried),
-    /// within `deadline`.
+    /// Straight to establishing `target` for `user` at `now` (a forward
+    /// proxy's next host on a connection).
     pub(crate) fn establish(
+        now: Instant,
         target: Target,
         user: Option<Arc<str>>,
         request: Request,
-        deadline: Deadline,
         env: &impl Env,
     ) -> (OpeningCore, Next) {
         let mut core = OpeningCore {
             stage: Stage::Done,
             owed: None,
         };
-        let next = core.begin(target, user, request, deadline, env);
+        let next = core.begin(now, target, user, request, env);
         (core, next)
     }
 
+    /// Establishes `target`, within the connect timeout from `now`.
     fn begin(
         &mut self,
+        now: Instant,
         target: Target,
         user: Option<Arc<str>>,
         request: Request,
-        deadline: Deadline,
         env: &impl Env,
     ) -> Next {
         self.owe(Action::Target(target.clone()));
-        let core = EstablishCore::new(target, user, request.dialect, request.replied, deadline);
-        let mut establishing = Box::new(Establishing { core, request });
+        let deadline = Deadline::after(now, env.connect_timeout());
+        let core = EstablishCore::new(
+            target,
+            user.clone(),
+            request.dialect,
+            request.replied,
+            deadline,
+        );
+        let mut establishing = Box::new(Establishing {
+            core,
+            request,
+            user,
+        });
         let next = establishing.core.begin(env);
         self.stage = Stage::Establishing(establishing);
-        self.follow(next)
+        self.follow(now, next, env)
     }
 
     /// The next thing the shell must do, if any.
@@ -247,15 +298,16 @@ impl OpeningCore {
         }
         match &mut self.stage {
             Stage::Establishing(e) => e.core.poll_action().map(Action::from),
-            Stage::Handshake(_) | Stage::Done => None,
+            Stage::Handshake(_) | Stage::Vetting(_) | Stage::Done => None,
         }
     }
 
-    /// Moves what readiness allows: the client's handshake, then (while a
-    /// parent proxy is asked) the upstream. While establishing, nothing is
-    /// read from the client (what it pipelined waits in the kernel); only
-    /// its failure ends the wait. The shell tells a connect's completion or
-    /// failure by [`Input::Connected`] and [`Input::ConnectFailed`].
+    /// Moves what readiness allows: the client's handshake; then (while a
+    /// parent proxy is asked) the upstream; then a vetted tunnel's reply
+    /// out and first flight in. While establishing, nothing is read from
+    /// the client (what it pipelined waits in the kernel); only its failure
+    /// ends the wait. The shell tells a connect's completion or failure by
+    /// [`Input::Connected`] and [`Input::ConnectFailed`].
     pub(crate) fn pump<C: Port, U: Port>(
         &mut self,
         now: Instant,
@@ -277,9 +329,29 @@ impl OpeningCore {
                 match upstream {
                     Some(upstream) if !e.core.connecting() => {
                         let next = e.core.pump(upstream, env);
-                        self.follow(next)
+                        self.follow(now, next, env)
                     }
                     _ => Next::Working,
+                }
+            }
+            Stage::Vetting(v) => {
+                let Some(upstream) = upstream else {
+                    // Only an open upstream is vetted.
+                    return Next::Working;
+                };
+                match v.core.pump(client, upstream) {
+                    vetting::Next::Wait => Next::Working,
+                    vetting::Next::ClientGone => self.end(Next::Closed(CloseReason::ClientGone)),
+                    vetting::Next::Relay => self.vetted(now, Vetted::Relay, env),
+                    vetting::Next::Flight(flight) => {
+                        let target = v.core.target();
+                        let user = v.user.as_deref();
+                        let spoke = !v.from_upstream.is_empty();
+                        let verdict = v
+                            .core
+                            .judge(flight, spoke, |named| env.fronting(target, user, named));
+                        self.vetted(now, verdict, env)
+                    }
                 }
             }
             Stage::Done => Next::Working,
@@ -304,18 +376,19 @@ impl OpeningCore {
                     Input::Verdict(_) => return Next::Working,
                 };
                 let next = e.core.handle(input, env);
-                self.follow(next)
+                self.follow(now, next, env)
             }
             _ => Next::Working,
         }
     }
 
     /// When the machine runs out of time: the handshake's deadline, then
-    /// the resolve's and the connects' one.
+    /// the resolve's and the connects' one, then the first flight's.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         match &self.stage {
             Stage::Handshake(h) => Some(h.poll_timeout()),
             Stage::Establishing(e) => Some(e.core.poll_timeout()),
+            Stage::Vetting(v) => Some(v.core.poll_timeout()),
             Stage::Done => None,
         }
     }
@@ -328,8 +401,27 @@ impl OpeningCore {
                 None => Next::Working,
             },
             Stage::Establishing(e) => match e.core.handle_timeout(now) {
-                Some(refusal) => self.follow(establish::Next::Refused(refusal)),
+                Some(refusal) => self.follow(now, establish::Next::Refused(refusal), env),
                 None => Next::Working,
+            },
+            Stage::Vetting(v) => match v.core.handle_timeout(now) {
+                None => Next::Working,
+                // What the gate held back is judged as it stands.
+                Some(TimedOut::Judge(flight)) => {
+                    let target = v.core.target();
+                    let user = v.user.as_deref();
+                    let spoke = !v.from_upstream.is_empty();
+                    let verdict = v
+                        .core
+                        .judge(flight, spoke, |named| env.fronting(target, user, named));
+                    self.vetted(now, verdict, env)
+                }
+                Some(TimedOut::Close { note }) => {
+                    if let Some(note) = note {
+                        self.owe(Action::Note(note));
+                    }
+                    self.end(Next::Closed(CloseReason::HandshakeTimeout))
+                }
             },
             Stage::Done => Next::Working,
         }
@@ -340,17 +432,19 @@ impl OpeningCore {
         match &self.stage {
             Stage::Handshake(_) => "Handshake",
             Stage::Establishing(e) => e.core.name(),
+            Stage::Vetting(_) => "Vetting",
             Stage::Done => "Done",
         }
     }
 
     /// The sub-stage: the handshake's (`sniff`, `http`, `socks5-auth`, ...),
     /// `dns` or `pins` while resolving, `tcp` or `parent-proxy` while
-    /// connecting.
+    /// connecting, `reply` or `first-flight` while vetting.
     pub(crate) fn stage(&self) -> &'static str {
         match &self.stage {
             Stage::Handshake(h) => h.stage(),
             Stage::Establishing(e) => e.core.stage(),
+            Stage::Vetting(v) => v.core.stage(),
             Stage::Done => "done",
         }
     }
@@ -371,6 +465,12 @@ impl OpeningCore {
         matches!(&self.stage, Stage::Establishing(e) if e.core.dialling())
     }
 
+    /// A raw tunnel, open, its first flight being read: the policy allowed
+    /// it raw, and a reload must look again.
+    pub(crate) fn vetting(&self) -> bool {
+        matches!(self.stage, Stage::Vetting(_))
+    }
+
     /// A TCP connect is in flight: the shell waits for it to complete or
     /// fail, and says which.
     pub(crate) fn connecting(&self) -> bool {
@@ -379,6 +479,7 @@ impl OpeningCore {
 
     /// A reloaded policy still allows the target: see
     /// [`EstablishCore::reload`]. Returns false when the session must close.
+    /// (A vetted tunnel is allowed raw still, or the reload closed it.)
     pub(crate) fn reload(
         &mut self,
         allowed: &crate::policy::Allowed,
@@ -430,49 +531,114 @@ impl OpeningCore {
                     login,
                     replied: false,
                 };
-                let deadline = Deadline::after(now, env.connect_timeout());
-                self.begin(target, user, request, deadline, env)
+                self.begin(now, target, user, request, env)
             }
             leave => self.end(Next::Left(leave)),
         }
     }
 
-    /// The establishing core's answer, as the machine's.
-    fn follow(&mut self, next: establish::Next) -> Next {
-        match next {
-            establish::Next::Working => Next::Working,
-            establish::Next::Refused(refusal) => {
-                let Stage::Establishing(e) = std::mem::replace(&mut self.stage, Stage::Done) else {
-                    return Next::Working;
-                };
-                let Establishing { core, request } = *e;
-                let (target, _) = core.into_parts();
-                Next::Refused(Box::new(Refused {
-                    refusal,
-                    target,
-                    request,
-                }))
+    /// The establishing core's answer, as the machine's: a raw tunnel to
+    /// a vetted port goes on to vet its first flight, within the handshake
+    /// timeout from `now`.
+    fn follow(&mut self, now: Instant, next: establish::Next, env: &impl Env) -> Next {
+        let (refusal, after, leftover) = match next {
+            establish::Next::Working => return Next::Working,
+            establish::Next::Refused(refusal) => (Some(refusal), None, Vec::new()),
+            establish::Next::Open { after, leftover } => (None, Some(after), leftover),
+        };
+        let Stage::Establishing(e) = std::mem::replace(&mut self.stage, Stage::Done) else {
+            // Only the establishing core answers so.
+            return Next::Working;
+        };
+        let Establishing {
+            core,
+            request,
+            user,
+        } = *e;
+        let (target, treatment) = core.into_parts();
+        let (Some(after), Some(treatment)) = (after, treatment) else {
+            // Refused (or, impossibly, open without a dial's treatment).
+            let refusal = refusal
+                .unwrap_or_else(|| Refusal::Connect(io::Error::other("opened without a dial")));
+            return Next::Refused(Box::new(Refused {
+                refusal,
+                target,
+                request,
+            }));
+        };
+        match after {
+            After::Vetting { reply } => {
+                let Request {
+                    dialect,
+                    early,
+                    login,
+                    replied,
+                } = request;
+                let deadline = Deadline::after(now, env.handshake_timeout());
+                self.stage = Stage::Vetting(Box::new(Vetting {
+                    core: VettingCore::new(reply, early, target, deadline),
+                    from_upstream: leftover,
+                    request: Request {
+                        dialect,
+                        early: Vec::new(),
+                        login,
+                        replied,
+                    },
+                    treatment,
+                    user,
+                }));
+                Next::Working
             }
-            establish::Next::Open { after, leftover } => {
-                let Stage::Establishing(e) = std::mem::replace(&mut self.stage, Stage::Done) else {
-                    return Next::Working;
+            after => Next::Open(Box::new(Opened {
+                after,
+                target,
+                treatment,
+                request,
+            })),
+        }
+    }
+
+    /// A vetted tunnel's verdict, as the machine's: relay or hold it (the
+    /// first flight first), refuse it, or switch to the name it carried.
+    fn vetted(&mut self, now: Instant, verdict: Vetted, env: &impl Env) -> Next {
+        let Stage::Vetting(v) = std::mem::replace(&mut self.stage, Stage::Done) else {
+            return Next::Working;
+        };
+        let Vetting {
+            core,
+            from_upstream,
+            mut request,
+            treatment,
+            user,
+        } = *v;
+        let (first, target) = core.into_parts();
+        request.early = first;
+        match verdict {
+            Vetted::Relay => Next::Open(Box::new(Opened {
+                after: After::Passthrough {
+                    to_client: from_upstream,
+                    own: 0,
+                },
+                target,
+                treatment,
+                request,
+            })),
+            Vetted::HoldToHost(host) => Next::Open(Box::new(Opened {
+                after: After::HoldToHost { host },
+                target,
+                treatment,
+                request,
+            })),
+            Vetted::Refuse { answer, why, rule } => Next::Fronting { answer, why, rule },
+            Vetted::Switch { to, why } => {
+                self.owe(Action::Switched { why });
+                let request = Request {
+                    dialect: request.dialect,
+                    early: request.early,
+                    login: None,
+                    replied: true,
                 };
-                let Establishing { core, request } = *e;
-                match core.into_parts() {
-                    (target, Some(treatment)) => Next::Open(Box::new(Opened {
-                        after,
-                        leftover,
-                        target,
-                        treatment,
-                        request,
-                    })),
-                    // Only a dial opens, and a dial is under a treatment.
-                    (target, None) => Next::Refused(Box::new(Refused {
-                        refusal: Refusal::Connect(io::Error::other("opened without a dial")),
-                        target,
-                        request,
-                    })),
-                }
+                self.begin(now, to, user, request, env)
             }
         }
     }

@@ -31,7 +31,7 @@ use crate::client::ClientKey;
 use crate::policy::{Allowed, Denial, NameVerdict, RequestRules, Route, Verdict};
 use crate::protocol::parent::ParentProxy;
 use crate::protocol::{http, socks5};
-use crate::target::Host;
+use crate::target::{Host, Target};
 
 /// Where a request for a host goes first.
 #[derive(Debug)]
@@ -318,6 +318,11 @@ pub(crate) enum After {
     /// sent already) goes first; its first `own` bytes are the proxy's own
     /// reply, not relayed payload.
     Passthrough { to_client: Vec<u8>, own: usize },
+    /// A vetted tunnel whose first flight is plaintext HTTP naming `host`
+    /// (never from [`after_connect`]: the opening machine's vetting says
+    /// so): the exchange with no request rules, each later request held to
+    /// that host, the first flight first.
+    HoldToHost { host: Target },
 }
 
 /// The next state once the upstream is open, or the refusal after all

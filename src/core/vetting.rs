@@ -1,12 +1,37 @@
 //! Vetting, as the core runs it: a raw tunnel to a port some inspecting
-//! rule covers sends the proxy's success reply, then reads the client's
-//! first flight (up to [`first_flight::MAX_FIRST_FLIGHT`] bytes) until it
-//! is a whole ClientHello or request head (parsed again when the
-//! [`FlightGate`] says the answer may have changed; what it held back is
-//! parsed at the client's end and at the deadline), and judges the names
-//! it carries against the policy, so that a name allowed raw cannot front
-//! for one the policy inspects or refuses. The shell (`session/vetting.rs`) carries the
-//! verdict out: relay, refuse, inspect, or switch to the named target.
+//! (or TLS-terminating) rule covers reads the client's first flight before
+//! relaying it, so that a name allowed raw cannot front for one the policy
+//! inspects or refuses (`CONNECT other.test:443` carrying SNI `good.test`,
+//! as CDN edges serve every name on every address).
+//!
+//! The success reply goes first, once the upstream is connected, as for
+//! every tunnel (the client sends nothing before it); then up to
+//! [`first_flight::MAX_FIRST_FLIGHT`] bytes are read, within the handshake
+//! timeout, until it is a whole ClientHello or request head (parsed again
+//! when the [`FlightGate`] says the answer may have changed; what it held
+//! back is parsed at the client's end and at the deadline). What it names
+//! is checked by [`crate::policy::Policy::fronting`]:
+//!
+//! - nothing stricter: the buffered bytes go first into a Passthrough, or,
+//!   for plaintext HTTP, into an `Inspect` with no request rules, so that
+//!   no later request on the connection names another host than the first
+//!   one did (`421`: a keep-alive or pipelined request could front too);
+//! - a name a rule refuses: the session closes (a TLS `access_denied`
+//!   alert, or an HTTP `403` `X-Proxy-Error: fronting`);
+//! - a name a rule inspects or terminates: the strictest treatment, that
+//!   name's own: the upstream is dropped and the session goes on as if the
+//!   client had asked for that name (its rule, its addresses, the first
+//!   flight as the pipelined bytes).
+//!
+//! Each is logged `fronting sni=NAME target=HOST:PORT: ...` (`host=` for
+//! a `Host`). Nothing of the first flight reaches the first upstream
+//! before the verdict. ECH, malformed and oversized first flights are
+//! refused; no SNI, neither TLS nor HTTP, and an upstream that speaks first
+//! (not a TLS or HTTP front) are relayed under the tunnel's own rule.
+//!
+//! This is the last stage of [`super::opening::OpeningCore`], which
+//! carries the verdict out (a switch is a transition back to its
+//! establishing stage); the shell (`session/opening.rs`) owns the sockets.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -122,7 +147,8 @@ impl VettingCore {
         &self.target
     }
 
-    /// The first flight as read so far, for the tunnel or the switch.
+    /// The first flight as read so far (the tests look at it).
+    #[cfg(test)]
     pub(crate) fn into_first(self) -> Vec<u8> {
         self.first
     }

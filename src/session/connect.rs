@@ -19,13 +19,13 @@ use super::passthrough::{Passthrough, Preload};
 use super::refusal::{Dialect, Refusal};
 use super::securing::Securing;
 use super::state::State;
-use super::vetting::Vetting;
 use crate::config::ListenAddr;
 use crate::core::clock::Deadline;
 use crate::core::opening::{Opened, Refused, Request};
 use crate::core::route::{self, After};
 use crate::core::{establish, handshake, opening};
-use crate::policy::{NameVerdict, Target, Verdict};
+use crate::lifecycle::CloseReason;
+use crate::policy::{Fronting, NameVerdict, Target, Verdict};
 use crate::protocol::parent::ParentProxy;
 use crate::target::Host;
 
@@ -47,6 +47,14 @@ impl opening::Env for PolicyEnv<'_, '_> {
 
     fn connect_timeout(&self) -> Duration {
         self.ctx.settings.timeouts.connect
+    }
+
+    fn handshake_timeout(&self) -> Duration {
+        self.ctx.settings.timeouts.handshake
+    }
+
+    fn fronting(&self, target: &Target, user: Option<&str>, named: &Target) -> Option<Fronting> {
+        self.ctx.policy.fronting(target, user, named, self.ctx.now)
     }
 }
 
@@ -295,7 +303,6 @@ pub(crate) fn established(
 ) -> State {
     let Opened {
         after,
-        leftover: from_upstream,
         target,
         treatment,
         request,
@@ -355,17 +362,25 @@ pub(crate) fn established(
             conn,
             ctx,
         ))),
-        After::Vetting { reply } => State::Vetting(Box::new(Vetting::new(
-            client,
-            upstream,
-            reply,
-            early,
-            from_upstream,
-            target,
-            dialect,
-            idle,
-            Deadline::after(ctx.now, ctx.settings.timeouts.handshake),
-        ))),
+        After::Vetting { .. } => {
+            // The opening core vets a tunnel itself; it never hands one on.
+            debug_assert!(false, "a tunnel to vet left the opening core");
+            State::Done(CloseReason::Denied)
+        }
+        After::HoldToHost { host } => {
+            let inspect = Inspect::tunnel(
+                Channel::plain(client),
+                Channel::plain(upstream),
+                target,
+                &[],
+                &early,
+                None,
+                idle,
+                conn,
+                ctx,
+            );
+            State::Inspect(Box::new(inspect.vetted_host(host)))
+        }
         After::Passthrough { to_client, own } => {
             let mut preload = Preload::reply(&to_client, &early, ctx);
             preload.own = own;

@@ -32,7 +32,6 @@ mod state;
 #[cfg(test)]
 mod tests;
 mod tls_env;
-mod vetting;
 
 // Refusals are the core's vocabulary (a core decides them); the states
 // here name them as `super::refusal::...`.
@@ -222,10 +221,8 @@ impl Session {
         // Only what the policy admitted already is looked at again (a
         // session still resolving is decided under the new policy anyway).
         let admitted = match &self.state {
-            State::Opening(o) => o.dialling(),
-            State::Securing(_) | State::Vetting(_) | State::Passthrough(_) | State::Inspect(_) => {
-                true
-            }
+            State::Opening(o) => o.dialling() || o.vetting(),
+            State::Securing(_) | State::Passthrough(_) | State::Inspect(_) => true,
             _ => false,
         };
         if !admitted {
@@ -234,7 +231,7 @@ impl Session {
         let (Some(target), Some(ip)) = (&self.conn.log.target, self.conn.log.dialled) else {
             return self.report(ctx);
         };
-        let raw = matches!(self.state, State::Vetting(_))
+        let raw = matches!(&self.state, State::Opening(o) if o.vetting())
             || (matches!(self.state, State::Passthrough(_)) && !self.conn.log.upgraded);
         let user = self.conn.log.user.as_deref();
         match ctx.policy.recheck_as(target, user, ip, raw, ctx.now) {
@@ -371,7 +368,7 @@ impl Session {
         match &next {
             // Their cores keep their deadlines (the resolve's and the
             // connect's is one).
-            State::Opening(_) | State::Securing(_) | State::Vetting(_) | State::Closing(_) => {
+            State::Opening(_) | State::Securing(_) | State::Closing(_) => {
                 self.conn.deadline = next.poll_timeout()
             }
             State::Passthrough(p) => {

@@ -1,6 +1,7 @@
-//! Opening (the session states `Handshake`, `Resolving` and `Connecting`):
-//! the shell around the sans-IO [`OpeningCore`], which reads the client's
-//! request, checks its login, and establishes its target.
+//! Opening (the session states `Handshake`, `Resolving`, `Connecting` and
+//! `Vetting`): the shell around the sans-IO [`OpeningCore`], which reads
+//! the client's request, checks its login, establishes its target, and
+//! vets a raw tunnel's first flight where some rule inspects the port.
 //!
 //! The shell owns the client's socket and the upstream connect in flight,
 //! lends them to the core with the reactor's clock, and carries out what it
@@ -16,7 +17,7 @@ use std::time::Instant;
 
 use super::associate;
 use super::closing::{answer, refuse};
-use super::conn::{Conn, Decision};
+use super::conn::{Conn, Decision, Reasoned};
 use super::connect::{self, PolicyEnv};
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
@@ -54,8 +55,7 @@ impl Opening {
     }
 
     /// Straight to establishing `target` for the client the session
-    /// authenticated (a forward proxy's next host; a tunnel switched to the
-    /// name its first flight carried, `request.replied`).
+    /// authenticated (a forward proxy's next host on the connection).
     pub(crate) fn establish(
         client: Endpoint,
         target: Target,
@@ -63,10 +63,9 @@ impl Opening {
         conn: &mut Conn,
         ctx: &mut Ctx,
     ) -> State {
-        let deadline = Deadline::after(ctx.now, ctx.settings.timeouts.connect);
         let user = conn.log.user.clone();
         let env = PolicyEnv { conn, ctx };
-        let (core, next) = OpeningCore::establish(target, user, request, deadline, &env);
+        let (core, next) = OpeningCore::establish(ctx.now, target, user, request, &env);
         let this = Opening {
             client,
             upstream: None,
@@ -103,6 +102,11 @@ impl Opening {
     /// The policy allowed the target and an address is being dialled.
     pub(crate) fn dialling(&self) -> bool {
         self.core.dialling()
+    }
+
+    /// A raw tunnel, open, its first flight being read.
+    pub(crate) fn vetting(&self) -> bool {
+        self.core.vetting()
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
@@ -204,6 +208,12 @@ impl Opening {
                     };
                     conn.decide(decision, ctx);
                 }
+                Action::Switched { why } => {
+                    log::info!("conn={} {why}", conn.id);
+                    // The first upstream closes here, before the next dial.
+                    self.upstream = None;
+                }
+                Action::Note(note) => log::info!("conn={} {note}", conn.id),
                 Action::Dial(addr, ip) => match self.dial(addr, ctx) {
                     Ok(upstream) => {
                         self.upstream = Some(Box::new(upstream));
@@ -234,6 +244,16 @@ impl Opening {
                 State::Done(CloseReason::ClientGone)
             }
             Next::Refused(refused) => connect::refused(*refused, client, conn, ctx),
+            Next::Fronting {
+                answer: bytes,
+                why,
+                rule,
+            } => {
+                log::info!("conn={} {why}", conn.id);
+                ctx.stats.denied();
+                conn.log.decision = Decision::Denied(Reasoned::new(rule, why.clone()));
+                answer(&bytes, CloseReason::Denied, why, client, conn, ctx)
+            }
             Next::Open(opened) => match self.upstream {
                 Some(upstream) => connect::established(*opened, client, *upstream, conn, ctx),
                 None => {

@@ -9,7 +9,7 @@
 //!                                                         ├─(tls = terminate)─> Securing ──> Inspect
 //!                                                         └─(raw, on a port an inspecting rule covers)─> Vetting ──> Passthrough
 //!                                                                  (its first flight names an inspected host) └──> Resolving
-//! (Handshake, Resolving and Connecting are the three names of one
+//! (Handshake, Resolving, Connecting and Vetting are the names of one
 //! variant, `Opening`, run by one core.)
 //! refusal, error, timeout (any state) ──> Closing ──> Done
 //! a tunnel finished, the client gone (any state) ───> Done
@@ -38,20 +38,19 @@ use super::inspect::Inspect;
 use super::opening::Opening;
 use super::passthrough::Passthrough;
 use super::securing::Securing;
-use super::vetting::Vetting;
 use crate::lifecycle::{CloseReason, Phase, Side};
 
 pub(crate) enum State {
     /// Reading the client's CONNECT, SOCKS5 or forward-proxy request
-    /// (named `Handshake`), waiting for DNS (`Resolving`), then a
-    /// non-blocking connect in flight (`Connecting`): one core runs them.
+    /// (named `Handshake`), waiting for DNS (`Resolving`), a non-blocking
+    /// connect in flight (`Connecting`), then, for a raw tunnel to a port
+    /// an inspecting rule covers, the reply out and the client's first
+    /// flight in and checked for a name it fronts for (`Vetting`): one core
+    /// runs them.
     Opening(Opening),
     /// A TLS-terminated tunnel's start: the reply, the ClientHello, its SNI.
     /// Boxed: it owns both sockets and lasts a round trip.
     Securing(Box<Securing>),
-    /// A raw tunnel on a port an inspecting rule covers: the reply out,
-    /// the client's first flight in and checked for a name it fronts for.
-    Vetting(Box<Vetting>),
     /// Raw relaying both ways (spliced on Linux).
     Passthrough(Passthrough),
     /// Relaying HTTP/1.1 message by message (inspection, forward proxy).
@@ -71,7 +70,6 @@ impl State {
         match self {
             State::Opening(o) => o.name(),
             State::Securing(_) => "Securing",
-            State::Vetting(_) => "Vetting",
             State::Passthrough(_) => "Passthrough",
             State::Inspect(_) => "Inspect",
             State::Associate(_) => "Associate",
@@ -85,7 +83,6 @@ impl State {
         match self {
             State::Opening(o) => Some(o.stage()),
             State::Securing(s) => Some(s.stage()),
-            State::Vetting(v) => Some(v.stage()),
             State::Closing(c) => Some(c.stage()),
             State::Inspect(i) => Some(i.stage()),
             State::Passthrough(p) => Some(p.stage()),
@@ -105,9 +102,10 @@ impl State {
             // A client past a limit is on its way out, not a pending handshake.
             State::Opening(o) if o.is_refusing() => Some(Phase::Closing),
             State::Opening(o) if o.handshaking() => Some(Phase::Handshake),
+            State::Opening(o) if o.vetting() => Some(Phase::Established),
             State::Opening(o) if !o.dialling() => Some(Phase::Resolving),
             State::Opening(_) | State::Securing(_) => Some(Phase::Connecting),
-            State::Vetting(_) | State::Passthrough(_) | State::Inspect(_) | State::Associate(_) => {
+            State::Passthrough(_) | State::Inspect(_) | State::Associate(_) => {
                 Some(Phase::Established)
             }
             State::Closing(_) => Some(Phase::Closing),
@@ -120,7 +118,6 @@ impl State {
         match self {
             State::Opening(o) => o.endpoint(side),
             State::Securing(s) => Some(s.endpoint(side)),
-            State::Vetting(v) => Some(v.endpoint(side)),
             State::Passthrough(p) => Some(p.endpoint(side)),
             State::Inspect(i) => Some(i.endpoint(side)),
             State::Closing(c) => c.endpoint(side),
@@ -136,7 +133,6 @@ impl State {
         match self {
             State::Opening(o) => o.poll_timeout(),
             State::Securing(s) => Some(s.poll_timeout()),
-            State::Vetting(v) => Some(v.poll_timeout()),
             State::Closing(c) => Some(c.poll_timeout()),
             _ => None,
         }
@@ -162,7 +158,6 @@ impl State {
         match self {
             State::Opening(o) => o.drive(conn, ctx),
             State::Securing(s) => s.drive(conn, ctx),
-            State::Vetting(v) => v.drive(conn, ctx),
             State::Passthrough(p) => p.drive(conn, ctx),
             State::Inspect(i) => i.drive(conn, ctx),
             State::Closing(c) => c.drive(conn, ctx),
@@ -176,7 +171,6 @@ impl State {
         match self {
             State::Opening(o) => o.on_timeout(conn, ctx),
             State::Securing(s) => s.on_timeout(ctx),
-            State::Vetting(v) => v.on_timeout(conn, ctx),
             State::Passthrough(p) => p.on_timer(conn, ctx),
             State::Inspect(i) => i.on_timer(conn, ctx),
             State::Closing(c) => c.on_timeout(ctx),

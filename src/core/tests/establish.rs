@@ -55,7 +55,7 @@ pub(super) struct World {
     parent: Option<Arc<ParentProxy>>,
     remembered: RefCell<Vec<(Host, Vec<IpAddr>)>>,
     /// Some rule inspects every port (raw tunnels are vetted first).
-    vets: bool,
+    pub(super) vets: bool,
     /// The proxy's users, when clients must log in.
     pub(super) users: Option<Users>,
     pub(super) logins: LoginCache,

@@ -125,6 +125,15 @@ const HANDSHAKE_FRAGMENTS: &[&[u8]] = &[
 /// Mostly requests and the answers to what they lead to (resolves, pins,
 /// connects, a parent's reply), with time passing; ends and resets rarer,
 /// so that scripts get past the handshake often.
+/// What a vetted tunnel's client sends first: a request naming a host
+/// the policy inspects (a switch), one it refuses, and neither TLS nor
+/// HTTP (relayed).
+const FIRST_FLIGHTS: &[&[u8]] = &[
+    b"GET / HTTP/1.1\r\nHost: api.test\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+    b"\x00\x01 neither TLS nor HTTP",
+];
+
 fn opening_script(rng: &mut Rng) -> Vec<u8> {
     const OPS: &[u8] = &[0, 0, 1, 4, 5, 5, 6, 7, 7, 7, 8, 8, 9, 9, 9, 9, 2, 3, 9];
     let mut out = script_of(rng, HANDSHAKE_FRAGMENTS, OPS, 24, 64);
@@ -141,6 +150,13 @@ fn opening_script(rng: &mut Rng) -> Vec<u8> {
         let mut first = vec![out[0]];
         let request = HANDSHAKE_FRAGMENTS[rng.below(HANDSHAKE_FRAGMENTS.len())];
         send(&mut first, rng, 0, request, 64);
+        if rng.below(2) == 0 {
+            // The resolver gives 45.1.1.1 alone, the connect completes, and
+            // a first flight follows (vetted, on the ports rules inspect).
+            first.extend_from_slice(&[7, 1, 9, 0]);
+            let flight = FIRST_FLIGHTS[rng.below(FIRST_FLIGHTS.len())];
+            send(&mut first, rng, 0, flight, 64);
+        }
         first.extend_from_slice(&out[1..]);
         out = first;
     }
@@ -150,13 +166,20 @@ fn opening_script(rng: &mut Rng) -> Vec<u8> {
 #[test]
 fn random_openings_keep_the_machines_rules() {
     let mut rng = Rng(0x0a11_ce5e_c0de_f00d);
-    let mut ends = std::collections::HashMap::<&str, usize>::new();
-    for _ in 0..10_000 {
+    let mut ends = std::collections::BTreeMap::<&str, usize>::new();
+    for _ in 0..20_000 {
         let end = crate::fuzzing::opening(&opening_script(&mut rng));
         *ends.entry(end).or_default() += 1;
     }
-    // The scripts reach every end, an open upstream among them.
-    for end in ["open", "refused", "left", "closed"] {
-        assert!(ends.get(end).copied().unwrap_or(0) > 50, "{end}: {ends:?}");
+    // The scripts reach every end, an open upstream among them, and
+    // vetted tunnels switched to the name their first flight carried.
+    for end in ["open", "refused", "left", "closed", "fronting"] {
+        assert!(ends.get(end).copied().unwrap_or(0) > 100, "{end}: {ends:?}");
     }
+    let switched: usize = ends
+        .iter()
+        .filter(|(end, _)| end.starts_with("switched"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(switched > 50, "{ends:?}");
 }

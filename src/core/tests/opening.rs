@@ -23,7 +23,9 @@ use crate::core::opening::{Action, Env, Input, Next, Opened, OpeningCore, Refuse
 use crate::core::refusal::{Dialect, Refusal};
 use crate::core::route::After;
 use crate::lifecycle::CloseReason;
-use crate::policy::{parse_cli_rule, Action as RuleAction, Denial, Policy};
+use crate::policy::{
+    parse_cli_inspect, parse_cli_rule, Action as RuleAction, Denial, Fronting, Policy,
+};
 use crate::target::Target;
 
 const CONNECT_SHOP: &[u8] = b"CONNECT shop.test:443 HTTP/1.1\r\nHost: shop.test:443\r\n\r\n";
@@ -41,6 +43,14 @@ impl Env for World {
     fn connect_timeout(&self) -> Duration {
         Duration::from_secs(10)
     }
+
+    fn handshake_timeout(&self) -> Duration {
+        Duration::from_secs(5)
+    }
+
+    fn fronting(&self, target: &Target, user: Option<&str>, named: &Target) -> Option<Fronting> {
+        self.policy.fronting(target, user, named, at(0, 0))
+    }
 }
 
 /// One client's opening: the machine, its client, the world it is lent,
@@ -48,6 +58,8 @@ impl Env for World {
 struct Run {
     core: OpeningCore,
     client: MemPort,
+    /// The connect last dialled.
+    upstream: Option<MemPort>,
     world: World,
     now: Instant,
     asked: Vec<String>,
@@ -62,6 +74,7 @@ impl Run {
         let mut run = Run {
             core,
             client: MemPort::roomy(),
+            upstream: None,
             world,
             now: at(0, 0),
             asked: Vec::new(),
@@ -88,10 +101,10 @@ impl Run {
     fn pump(&mut self) {
         for _ in 0..100 {
             let before = self.label();
-            let no_upstream: Option<&mut MemPort> = None;
+            let upstream = self.upstream.as_mut();
             self.next = self
                 .core
-                .pump(self.now, &mut self.client, no_upstream, &self.world);
+                .pump(self.now, &mut self.client, upstream, &self.world);
             self.carry_out();
             self.note_label();
             if !matches!(self.next, Next::Working) || self.label() == before {
@@ -135,7 +148,15 @@ impl Run {
                 Action::Resolve(name) => format!("resolve {name}"),
                 Action::AwaitPins => "await pins".into(),
                 Action::Admitted { rule, .. } => format!("admitted {rule}"),
-                Action::Dial(addr, vetted) => format!("dial {addr} for {vetted}"),
+                Action::Dial(addr, vetted) => {
+                    self.upstream = Some(MemPort::roomy());
+                    format!("dial {addr} for {vetted}")
+                }
+                Action::Switched { why } => {
+                    self.upstream = None;
+                    format!("switched: {why}")
+                }
+                Action::Note(note) => format!("note: {note}"),
             });
         }
     }
@@ -443,40 +464,158 @@ fn socks5_to_an_address_literal_dials_at_once() {
     );
 }
 
-/// A tunnel switched to the name its first flight carried starts in the
-/// establishing stage, for the user the session knows; refused, it is
-/// closed, never answered twice.
+/// A forward proxy's next host starts in the establishing stage, for the
+/// user the session knows; refused, the request comes back for its answer.
 #[test]
-fn a_switch_starts_establishing_and_its_refusal_is_a_close() {
+fn a_next_host_starts_establishing() {
     let world = World::new();
-    let request = Request {
-        dialect: Dialect::Http,
-        early: b"\x16\x03\x01".to_vec(),
+    let request = |early: &[u8]| Request {
+        dialect: Dialect::Forward,
+        early: early.to_vec(),
         login: None,
-        replied: true,
+        replied: false,
     };
-    let target = Target::new("evil.test", 443).unwrap();
+    let target = Target::new("evil.test", 80).unwrap();
     let (mut core, next) =
-        OpeningCore::establish(target, None, request, super::deadline(10), &world);
+        OpeningCore::establish(at(0, 0), target, None, request(b"GET /"), &world);
     let Next::Refused(refused) = next else {
         panic!("not refused: {next:?}");
     };
-    assert!(refused.request.replied);
+    assert_eq!(refused.request.early, b"GET /");
     assert!(matches!(core.poll_action(), Some(Action::Target(_))));
     assert!(core.poll_action().is_none());
 
-    // Allowed: the same machine as after a handshake.
-    let request = Request {
-        dialect: Dialect::Http,
-        early: Vec::new(),
-        login: None,
-        replied: true,
-    };
     let target = Target::new("shop.test", 443).unwrap();
-    let (core, next) = OpeningCore::establish(target, None, request, super::deadline(10), &world);
+    let (core, next) = OpeningCore::establish(at(3, 0), target, None, request(b""), &world);
     assert!(matches!(next, Next::Working));
     assert_eq!(
         format!("{}({})", core.name(), core.stage()),
         "Resolving(dns)"
+    );
+    assert_eq!(
+        core.poll_timeout(),
+        Some(at(13, 0)),
+        "the connect timeout from now"
+    );
+}
+
+/// shop.test:443 allowed raw on a port api.test:443's inspecting rule
+/// makes vetted; evil.test refused.
+fn vetted_world() -> World {
+    let mut world = World::new();
+    world.policy = Policy::from_rules(&[
+        parse_cli_rule(RuleAction::Deny, "evil.test").unwrap(),
+        parse_cli_rule(RuleAction::Allow, "shop.test:443").unwrap(),
+        parse_cli_inspect("api.test:443").unwrap(),
+    ])
+    .unwrap();
+    world.vets = true;
+    world
+}
+
+/// A raw tunnel to a vetted port: open, its reply out, its first flight
+/// read; one naming a host the policy inspects switches to that host
+/// inside the machine (the first upstream dropped, the named host
+/// established afresh for the same client, the first flight its early
+/// bytes, no second reply).
+#[test]
+fn a_vetted_tunnel_switches_to_the_inspected_name_inside_the_machine() {
+    let mut run = Run::new(vetted_world());
+    run.send(CONNECT_SHOP);
+    run.resolved(&["45.1.1.1"]);
+    run.handle(Input::Connected);
+    assert_eq!(run.label(), "Vetting(first-flight)");
+    assert_eq!(
+        run.client.take(),
+        HTTP_REPLY,
+        "the reply, before the first flight"
+    );
+    assert_eq!(
+        run.core.poll_timeout(),
+        Some(at(5, 0)),
+        "the handshake timeout"
+    );
+    let asked = run.asked.len();
+    let flight = b"GET / HTTP/1.1\r\nHost: api.test\r\n\r\n";
+    run.send(flight);
+    assert!(run.upstream.is_none(), "the first upstream dropped");
+    assert!(
+        run.asked[asked].starts_with("switched: "),
+        "{:?}",
+        run.asked
+    );
+    assert_eq!(
+        &run.asked[asked + 1..],
+        ["target api.test:443", "resolve api.test"]
+    );
+    assert_eq!(run.label(), "Resolving(dns)");
+    run.resolved(&["45.2.2.2"]);
+    run.handle(Input::Connected);
+    assert_eq!(
+        run.asked[asked + 3..],
+        [
+            "admitted --inspect api.test:443",
+            "dial 45.2.2.2:443 for 45.2.2.2"
+        ]
+    );
+    assert!(run.client.take().is_empty(), "no second reply");
+    let opened = run.opened();
+    assert_eq!(opened.target.to_string(), "api.test:443");
+    assert!(opened.request.replied);
+    assert_eq!(opened.request.early, flight);
+    assert!(
+        matches!(&opened.after, After::Inspect { reply } if reply.is_empty()),
+        "{:?}",
+        opened.after
+    );
+}
+
+/// A first flight naming what the policy refuses ends the machine with the
+/// refusal to send; one naming nothing stricter is relayed, the first
+/// flight first; one that never becomes whole times out with a note.
+#[test]
+fn a_vetted_first_flight_is_refused_relayed_or_timed_out() {
+    let open_vetted = || {
+        let mut run = Run::new(vetted_world());
+        run.send(CONNECT_SHOP);
+        run.resolved(&["45.1.1.1"]);
+        run.handle(Input::Connected);
+        run.client.take();
+        run
+    };
+    let mut run = open_vetted();
+    run.send(b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n");
+    match &run.next {
+        Next::Fronting { answer, why, .. } => {
+            assert!(answer.starts_with(b"HTTP/1.1 403"), "{answer:?}");
+            assert!(why.contains("evil.test"), "{why}");
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+
+    let mut run = open_vetted();
+    run.send(b"\x00\x01 neither TLS nor HTTP");
+    let opened = match run.next {
+        Next::Open(o) => *o,
+        Next::Fronting { why, .. } => panic!("refused: {why}"),
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(opened.after, After::Passthrough { own: 0, .. }));
+    assert_eq!(opened.request.early, b"\x00\x01 neither TLS nor HTTP");
+
+    let mut run = open_vetted();
+    run.send(b"GET / HT");
+    run.timer(at(4, 999));
+    assert!(matches!(run.next, Next::Working), "{:?}", run.next);
+    run.timer(at(5, 0));
+    assert!(
+        matches!(run.next, Next::Closed(CloseReason::HandshakeTimeout)),
+        "{:?}",
+        run.next
+    );
+    assert!(
+        run.asked.last().unwrap().starts_with("note: "),
+        "{:?}",
+        run.asked
     );
 }
