@@ -44,7 +44,7 @@ use crate::config::ListenerProtocol;
 use crate::events::EventSink;
 use crate::fd_budget;
 use crate::io::{classify_accept, AcceptError, Stream};
-use crate::lifecycle::{CloseReason, Side};
+use crate::lifecycle::CloseReason;
 use crate::policy::Policy;
 use crate::session::{Ctx, Effects, Session, Settings, TlsEnv, Tokens};
 use admin::Admin;
@@ -140,8 +140,8 @@ impl Env {
         Ctx {
             registry: &self.registry,
             tokens: Tokens {
-                client: token::session(key, Side::Client),
-                upstream: token::session(key, Side::Upstream),
+                client: token::client(key),
+                upstream: [token::upstream(key, 0), token::upstream(key, 1)],
                 relay: token::relay(key),
             },
             pool: &mut self.pool,

@@ -6,7 +6,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::ctx::Ctx;
+use mio::Token;
+
+use super::ctx::{Ctx, Tokens};
 use super::refusal::Dialect;
 use crate::client::Peer;
 use crate::events::{self, Event, EventKind, Protocol};
@@ -44,6 +46,12 @@ pub(crate) struct AccessLog {
     pub(crate) requests: u32,
     /// An inspected session switched to raw passthrough after a 101.
     pub(crate) upgraded: bool,
+    /// Not reported: which of the two upstream tokens ([`Tokens::upstream`])
+    /// the session's last upstream socket registered under (see
+    /// [`Conn::register_upstream`]). Kept here, in the record's padding
+    /// (next to `requests` and `upgraded`), so that a bit does not grow
+    /// every session by a word.
+    upstream_gen: u8,
     /// Payload bytes relayed client to upstream, and back.
     pub(crate) up: u64,
     pub(crate) down: u64,
@@ -137,6 +145,28 @@ impl From<Dialect> for Protocol {
 }
 
 impl Conn {
+    /// Registers a new upstream socket, by `register`, under the upstream
+    /// token the socket before it did not use. Returns what `register`
+    /// does; the token changes only when it succeeds (a socket that never
+    /// registered left no event behind).
+    pub(crate) fn register_upstream<T>(
+        &mut self,
+        tokens: &Tokens,
+        register: impl FnOnce(Token) -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let gen = self.log.upstream_gen ^ 1;
+        let registered = register(tokens.upstream[usize::from(gen)])?;
+        self.log.upstream_gen = gen;
+        Ok(registered)
+    }
+
+    /// Whether `token` is the upstream socket's the session registered
+    /// last: an event carrying the other upstream token is a dropped
+    /// socket's, raised in the poll batch that dropped it.
+    pub(crate) fn is_current_upstream(&self, token: Token, tokens: &Tokens) -> bool {
+        token == tokens.upstream[usize::from(self.log.upstream_gen)]
+    }
+
     pub(crate) fn new(id: u64, peer: Peer, now: Instant) -> Conn {
         Conn {
             id,
@@ -152,6 +182,7 @@ impl Conn {
                 error: None,
                 requests: 0,
                 upgraded: false,
+                upstream_gen: 0,
                 up: 0,
                 down: 0,
                 datagrams: None,

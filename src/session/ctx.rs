@@ -52,11 +52,15 @@ impl std::fmt::Debug for RelayBind {
     }
 }
 
-/// The tokens this session's two sockets register under.
+/// The tokens this session's sockets register under.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Tokens {
     pub(crate) client: Token,
-    pub(crate) upstream: Token,
+    /// The upstream socket's two: each new one takes the token the one
+    /// before it did not use ([`super::conn::Conn::register_upstream`]), so
+    /// that an event the old socket raised in the poll batch that dropped
+    /// it is never taken for the new one's.
+    pub(crate) upstream: [Token; 2],
     /// A UDP association's client-facing relay socket.
     pub(crate) relay: Token,
 }

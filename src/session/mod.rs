@@ -122,8 +122,13 @@ impl Session {
     /// A readiness event on one of the session's sockets.
     pub(crate) fn on_event(&mut self, side: Side, ev: &Event, ctx: &mut Ctx) -> Effects {
         // An event for a socket the state no longer owns (dropped earlier in
-        // this same poll batch) is ignored.
-        if self.state.absorb(side, ev) {
+        // this same poll batch) is ignored: an upstream socket's is told by
+        // its token, since the one that replaced it took the other.
+        let current = match side {
+            Side::Client => true,
+            Side::Upstream => self.conn.is_current_upstream(ev.token(), &ctx.tokens),
+        };
+        if current && self.state.absorb(side, ev) {
             self.run(ctx)
         } else {
             self.report(ctx)

@@ -214,7 +214,7 @@ impl Opening {
                     self.upstream = None;
                 }
                 Action::Note(note) => log::info!("conn={} {note}", conn.id),
-                Action::Dial(addr, ip) => match self.dial(addr, ctx) {
+                Action::Dial(addr, ip) => match self.dial(addr, conn, ctx) {
                     Ok(upstream) => {
                         self.upstream = Some(Box::new(upstream));
                         conn.log.dialled = Some(ip);
@@ -265,11 +265,16 @@ impl Opening {
         }
     }
 
-    /// Starts a non-blocking connect to `addr`, registered with the reactor.
-    fn dial(&self, addr: SocketAddr, ctx: &mut Ctx) -> io::Result<Endpoint> {
+    /// Starts a non-blocking connect to `addr`, registered with the reactor
+    /// under the upstream token the session's last upstream socket did not
+    /// use (the one it replaces may have raised an event in this poll
+    /// batch, still to be dispatched: a reset must not read as this connect
+    /// failing, nor a FIN as this upstream finishing).
+    fn dial(&self, addr: SocketAddr, conn: &mut Conn, ctx: &mut Ctx) -> io::Result<Endpoint> {
         let stream = mio::net::TcpStream::connect(addr)?;
-        let mut upstream =
-            Endpoint::dialled(Stream::Tcp(stream), ctx.tokens.upstream, ctx.registry)?;
+        let mut upstream = conn.register_upstream(&ctx.tokens, |token| {
+            Endpoint::dialled(Stream::Tcp(stream), token, ctx.registry)
+        })?;
         // Both sockets of the coming tunnel: a peer that vanished without
         // a FIN is found.
         let keepalive = ctx.settings.timeouts.keepalive;

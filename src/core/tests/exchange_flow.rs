@@ -4,7 +4,8 @@
 //! proxy's rewriting and switching. Most run split at every byte.
 
 use super::exchange_sim::*;
-use crate::protocol::http1::{Decision, End, ExchangeConfig, Mode, Status};
+use crate::protocol::http::{parse_request_head, MAX_HEADERS};
+use crate::protocol::http1::{parse_response_head, Decision, End, ExchangeConfig, Mode, Status};
 use crate::target::Target;
 
 fn post(path: &str, extra: &str, body: &str) -> String {
@@ -452,6 +453,86 @@ fn forward_mode_rewrites_heads_both_ways() {
         auth,
         [Some("origin.test:80".into()), Some("origin.test:80".into())]
     );
+}
+
+/// `n` header lines, `X-H0: 0` on.
+fn header_lines(n: usize) -> String {
+    (0..n).map(|i| format!("X-H{i}: {i}\r\n")).collect()
+}
+
+/// The forward proxy adds to the heads it sends on (`Via`, a `Connection`
+/// it replaces the received ones with): what it sends on must still be a
+/// head it would parse itself, within [`MAX_HEADERS`] lines (a chained
+/// portcullis, or a client with the same limit, such as hyper's default,
+/// would refuse the rest). A head without room for what the proxy adds
+/// is answered instead: a response with a `502`, a request with a `431`.
+#[test]
+fn the_forward_proxy_sends_on_no_head_over_its_own_header_limit() {
+    for n in MAX_HEADERS - 3..=MAX_HEADERS {
+        // A response of `n` lines, to a request that closes: it goes on
+        // with `Connection: close` and `Via`, two lines more.
+        let client = "GET http://origin.test/a HTTP/1.1\r\nHost: origin.test\r\n\
+                      Connection: close\r\n\r\n";
+        let response = format!(
+            "HTTP/1.1 200 OK\r\n{}Content-Length: 2\r\n\r\nok",
+            header_lines(n - 1)
+        );
+        let out = run(
+            &forward(),
+            &Script::new(client, vec![Reply::on("GET /a", response)]),
+        );
+        let Ok(Some((head, _))) = parse_response_head(&out.to_client, usize::MAX) else {
+            panic!("{n} lines: the client got a head we would not parse");
+        };
+        if n + 2 <= MAX_HEADERS {
+            assert_eq!(head.status, 200, "{n} lines");
+            assert_eq!(head.headers.len(), n + 2, "{n} lines");
+            assert_eq!(out.end, Ending::Closed(End::Done), "{n} lines");
+        } else {
+            assert_eq!(head.status, 502, "{n} lines");
+            assert_eq!(
+                head.header("X-Proxy-Error"),
+                Some(&b"bad-upstream-response"[..]),
+                "{n} lines"
+            );
+            let lines = n + 2;
+            let why = format!(
+                "response head too large: {lines} header lines once the proxy's own are added, at most {MAX_HEADERS}"
+            );
+            assert_eq!(out.end, Ending::Closed(End::BadUpstream(why)));
+        }
+
+        // A request of `n` lines (`Host` among them, replaced): it goes on
+        // with `Via`, one line more.
+        let client = format!(
+            "GET http://origin.test/b HTTP/1.1\r\nHost: origin.test\r\n{}\r\n",
+            header_lines(n - 1)
+        );
+        let out = run(
+            &forward(),
+            &Script::new(&client, vec![Reply::on("GET /b", ok("b"))]),
+        );
+        if n < MAX_HEADERS {
+            let Ok(Some((head, _))) = parse_request_head(&out.to_upstream, usize::MAX) else {
+                panic!("{n} lines: the upstream got a head we would not parse");
+            };
+            assert_eq!(head.headers.len(), n + 1, "{n} lines");
+            assert_eq!(out.statuses(&["GET"]), [200], "{n} lines");
+        } else {
+            assert!(
+                out.to_upstream.is_empty(),
+                "{n} lines: sent on as {} header lines",
+                parse_request_head(&out.to_upstream, usize::MAX)
+                    .map_or(0, |h| h.map_or(0, |(h, _)| h.headers.len()))
+            );
+            let r = responses(&out.to_client, &["GET"]);
+            assert_eq!(r[0].status, 431, "{n} lines");
+            assert_eq!(
+                r[0].header("X-Proxy-Error").as_deref(),
+                Some("head-too-large")
+            );
+        }
+    }
 }
 
 #[test]

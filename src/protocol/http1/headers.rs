@@ -82,18 +82,29 @@ pub struct HeadEdit {
 /// When `upgrading` or `close` is set, received `Connection` headers are
 /// replaced by the one emitted (`Connection: upgrade`, `close`, or
 /// `upgrade, close`), which comes after the kept headers, followed by `Via`.
-pub fn write_request_head(head: &RequestHead, target: &str, edit: &HeadEdit, out: &mut Vec<u8>) {
+///
+/// Returns the number of header lines written: with what the edit adds,
+/// it may be more than the head had, and more than
+/// [`crate::protocol::http::MAX_HEADERS`] (which a head must not exceed to
+/// be sent on: the proxy would not parse it itself).
+pub fn write_request_head(
+    head: &RequestHead,
+    target: &str,
+    edit: &HeadEdit,
+    out: &mut Vec<u8>,
+) -> usize {
     out.extend_from_slice(head.method.as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(format!(" HTTP/1.{}\r\n", head.version).as_bytes());
-    write_fields(&head.headers, edit, out);
+    write_fields(&head.headers, edit, out)
 }
 
 /// Serialises a response head (status line with the received reason), edits applied.
 ///
-/// Header handling as in [`write_request_head`].
-pub fn write_response_head(head: &ResponseHead, edit: &HeadEdit, out: &mut Vec<u8>) {
+/// Header handling, and the header lines returned, as in
+/// [`write_request_head`].
+pub fn write_response_head(head: &ResponseHead, edit: &HeadEdit, out: &mut Vec<u8>) -> usize {
     // A parsed reason has no control characters but HTAB; keep it so.
     let reason: String = head
         .reason
@@ -103,17 +114,19 @@ pub fn write_response_head(head: &ResponseHead, edit: &HeadEdit, out: &mut Vec<u
     out.extend_from_slice(
         format!("HTTP/1.{} {:03} {reason}\r\n", head.version, head.status).as_bytes(),
     );
-    write_fields(&head.headers, edit, out);
+    write_fields(&head.headers, edit, out)
 }
 
-/// The header lines with `edit` applied, then the empty line.
-fn write_fields(headers: &[(String, Vec<u8>)], edit: &HeadEdit, out: &mut Vec<u8>) {
+/// The header lines with `edit` applied, then the empty line; returns how
+/// many header lines.
+fn write_fields(headers: &[(String, Vec<u8>)], edit: &HeadEdit, out: &mut Vec<u8>) -> usize {
     let named = if edit.strip_hop_by_hop {
         connection_tokens(headers)
     } else {
         Vec::new()
     };
     let emit_connection = edit.upgrading || edit.close;
+    let mut lines = 0;
     for (name, value) in headers {
         let lower = name.to_ascii_lowercase();
         let keep = if lower == "connection" {
@@ -126,6 +139,7 @@ fn write_fields(headers: &[(String, Vec<u8>)], edit: &HeadEdit, out: &mut Vec<u8
         };
         if keep {
             write_field(name, value, out);
+            lines += 1;
         }
     }
     if emit_connection {
@@ -135,12 +149,15 @@ fn write_fields(headers: &[(String, Vec<u8>)], edit: &HeadEdit, out: &mut Vec<u8
             _ => b"close",
         };
         write_field("Connection", value, out);
+        lines += 1;
     }
     if let Some(via) = &edit.via {
         let via: String = via.chars().filter(|c| !c.is_control()).collect();
         write_field("Via", via.as_bytes(), out);
+        lines += 1;
     }
     out.extend_from_slice(b"\r\n");
+    lines
 }
 
 /// `name: value` CRLF.

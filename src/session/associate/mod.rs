@@ -441,7 +441,13 @@ impl Associate {
         result
     }
 
-    fn on_client_datagram(&mut self, dgram: &[u8], from: SocketAddr, conn: &Conn, ctx: &mut Ctx) {
+    fn on_client_datagram(
+        &mut self,
+        dgram: &[u8],
+        from: SocketAddr,
+        conn: &mut Conn,
+        ctx: &mut Ctx,
+    ) {
         let from_ip = from.ip().to_canonical();
         let port_ok = match self.client_port {
             Some(p) => p == from.port(),
@@ -517,7 +523,7 @@ impl Associate {
     }
 
     /// Sends `payload` as `cached` says, or drops it.
-    fn deliver(&mut self, cached: Cached, payload: &[u8], conn: &Conn, ctx: &mut Ctx) {
+    fn deliver(&mut self, cached: Cached, payload: &[u8], conn: &mut Conn, ctx: &mut Ctx) {
         let to = match cached.send {
             Ok(to) => to,
             Err(why) => return self.drop_one(why, ctx),
@@ -526,9 +532,10 @@ impl Associate {
             return self.drop_one(UdpDrop::TooManyDestinations, ctx);
         }
         if self.out.is_none() {
-            match open::bind_out()
-                .and_then(|s| Dgram::register(s, ctx.tokens.upstream, ctx.registry))
-            {
+            let registry = ctx.registry;
+            match open::bind_out().and_then(|s| {
+                conn.register_upstream(&ctx.tokens, |token| Dgram::register(s, token, registry))
+            }) {
                 Ok(out) => {
                     self.out_v6 = out.local_addr().is_ok_and(|a| a.is_ipv6());
                     if let Ok(a) = out.local_addr() {

@@ -6,12 +6,14 @@
 //! The harness and the helpers are here; the tests, one file per concern:
 //! `handshake.rs` (deadlines, resolving, waiting for the inspected names,
 //! refusals, sub-stages, timers), `connect.rs` (the connect stage's
-//! shell through a parent proxy on loopback) and `auth.rs` (logins
-//! verified off the loop).
+//! shell through a parent proxy on loopback), `auth.rs` (logins
+//! verified off the loop) and `switch.rs` (an upstream switch, and the old
+//! upstream's events in the same poll batch).
 
 mod auth;
 mod connect;
 mod handshake;
+mod switch;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream as StdUnix;
@@ -28,10 +30,13 @@ use crate::events::{self, Event, EventKind, EventSink};
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::{parse_cli_rule, Action, Policy};
+use crate::reactor::token::{self, Owner};
 use crate::stats::Stats;
 
-const CLIENT: Token = Token(0);
-const UPSTREAM: Token = Token(1);
+/// The tokens the reactor would lend slab key 0 (its encoding's own).
+const CLIENT: Token = token::client(0);
+const UPSTREAM: [Token; 2] = [token::upstream(0, 0), token::upstream(0, 1)];
+const RELAY: Token = token::relay(0);
 
 /// A session, its environment, and the test's end of the client socket.
 struct Harness {
@@ -115,7 +120,7 @@ impl Harness {
             tokens: Tokens {
                 client: CLIENT,
                 upstream: UPSTREAM,
-                relay: Token(2),
+                relay: RELAY,
             },
             pool: &mut self.pool,
             #[cfg(target_os = "linux")]
@@ -144,19 +149,31 @@ impl Harness {
     }
 
     fn poll_events(&mut self) -> Effects {
+        let batch = self.poll_batch();
+        self.dispatch(&batch)
+    }
+
+    /// One poll: the readiness events it harvested, in the kernel's order.
+    fn poll_batch(&mut self) -> Vec<mio::event::Event> {
         self.poll
             .poll(&mut self.events, Some(Duration::from_millis(100)))
             .unwrap();
-        let events: Vec<_> = self.events.iter().cloned().collect();
+        self.events.iter().cloned().collect()
+    }
+
+    /// Hands `batch` to the session event by event, as the reactor's
+    /// dispatch does (every event of a batch, even one whose socket an
+    /// earlier event's handling dropped); returns the effects of the last
+    /// call.
+    fn dispatch(&mut self, batch: &[mio::event::Event]) -> Effects {
         let mut session = self.session.take().unwrap();
         let mut last = Effects::default();
-        for ev in &events {
-            let side = if ev.token() == CLIENT {
-                Side::Client
-            } else {
-                Side::Upstream
-            };
-            last = self.with_ctx(|ctx| session.on_event(side, ev, ctx));
+        for ev in batch {
+            last = self.with_ctx(|ctx| match token::owner(ev.token(), 0) {
+                Owner::Session(0, side) => session.on_event(side, ev, ctx),
+                Owner::Relay(0) => session.on_relay_event(ev, ctx),
+                other => panic!("{other:?}: not the session's"),
+            });
         }
         self.session = Some(session);
         last

@@ -89,7 +89,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::protocol::http::HeadGate;
+use crate::protocol::http::{HeadGate, MAX_HEADERS};
 use crate::protocol::http1::Body;
 use crate::target::Target;
 
@@ -115,6 +115,16 @@ pub const MAX_RECORDS: usize = 64;
 pub const MAX_ANSWER_LEN: usize = 2048;
 /// What the proxy says it is in `Via` (forward mode).
 const VIA: &str = "1.1 portcullis";
+
+/// Why a `kind` head (`request`, `response`) is not sent on: with the
+/// lines the forward proxy adds, `lines` in all, it has more than
+/// [`MAX_HEADERS`].
+fn too_many_lines(kind: &str, lines: usize) -> String {
+    format!(
+        "{kind} head too large: {lines} header lines once the proxy's own \
+         are added, at most {MAX_HEADERS}"
+    )
+}
 
 /// Whose HTTP this is.
 #[derive(Debug, Clone, PartialEq, Eq)]

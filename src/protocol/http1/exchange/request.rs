@@ -4,13 +4,14 @@
 
 use super::checks::{self, Named};
 use super::record::{clip, Record};
+use super::too_many_lines;
 use super::{
     After, ClientAction, Decision, Due, Exchange, Forwarded, Interim, Local, Mode, Phase, Progress,
     Req, Resp, MAX_ANSWER_BYTES, MAX_DUE, VIA,
 };
 
 use super::Verdict;
-use crate::protocol::http::{parse_request_head, HeadError, RequestHead};
+use crate::protocol::http::{parse_request_head, HeadError, RequestHead, MAX_HEADERS};
 use crate::protocol::http1::{self, Body, BodyKind, HeadEdit};
 use crate::target::{normalize_path, Target};
 
@@ -341,7 +342,17 @@ impl Exchange {
         let out = match (&self.config.mode, &uri) {
             (Mode::Forward { .. }, Some(named)) => {
                 let mut out = Vec::with_capacity(n + 128);
-                rewrite_request(&head, &target, named, &judged, &mut out);
+                let lines = rewrite_request(&head, &target, named, &judged, &mut out);
+                if lines > MAX_HEADERS {
+                    // What goes on is what the proxy would parse itself
+                    // (and an origin with the same limit, or a portcullis
+                    // further on): the lines it adds count. (A tunnel's
+                    // rewrite only ever drops lines.)
+                    let why = too_many_lines("request", lines);
+                    let refusal =
+                        Refusal::proxy(431, "head-too-large", why, "head-too-large".into());
+                    return self.refuse(n, &judged, refusal);
+                }
                 Some(out)
             }
             _ if injected || strip_expect => {
@@ -652,14 +663,15 @@ impl Exchange {
 }
 
 /// The forward proxy's request head: origin-form, `Host` from the URI
-/// (RFC 9112 3.2.2), hop-by-hop headers dropped, `Via` added.
+/// (RFC 9112 3.2.2), hop-by-hop headers dropped, `Via` added. Returns the
+/// number of header lines written.
 fn rewrite_request(
     head: &RequestHead,
     path_and_query: &str,
     named: &Named,
     judged: &Judged,
     out: &mut Vec<u8>,
-) {
+) -> usize {
     let mut head = head.clone();
     head.headers
         .retain(|(name, _)| !name.eq_ignore_ascii_case("host"));
@@ -671,5 +683,5 @@ fn rewrite_request(
         close: judged.close,
         via: Some(VIA.into()),
     };
-    http1::write_request_head(&head, path_and_query, &edit, out);
+    http1::write_request_head(&head, path_and_query, &edit, out)
 }

@@ -5,8 +5,9 @@
 use super::checks;
 use super::record::Decision;
 use super::Verdict;
-use super::{Due, End, Exchange, Interim, Mode, Phase, Progress, Req, Resp, UpstreamAction, VIA};
-use crate::protocol::http::{error_response, HeadError};
+use super::{too_many_lines, Due, End, Exchange, Interim, Mode, Phase, Progress, Req, Resp};
+use super::{UpstreamAction, VIA};
+use crate::protocol::http::{error_response, HeadError, MAX_HEADERS};
 use crate::protocol::http1::{self, Body, BodyKind, HeadEdit, ResponseHead};
 
 /// The interim answer the proxy owes a client waiting to send its body.
@@ -263,7 +264,13 @@ impl Exchange {
                     via: Some(VIA.into()),
                 };
                 let mut out = Vec::with_capacity(n + 64);
-                http1::write_response_head(&head, &edit, &mut out);
+                let lines = http1::write_response_head(&head, &edit, &mut out);
+                if lines > MAX_HEADERS {
+                    // What goes on is what the proxy would parse itself
+                    // (and a client with the same limit, or a portcullis
+                    // further on): the lines it adds count.
+                    return self.bad_upstream(too_many_lines("response", lines));
+                }
                 Some(out)
             }
         };
