@@ -1,9 +1,10 @@
 //! From an accepted client to an open upstream, as one machine: the
 //! client's handshake ([`HandshakeCore`]), then its target established
 //! ([`EstablishCore`]: the policy on the name, DNS, the verdict on the
-//! addresses, each connect, a parent proxy), then, for a raw tunnel to a
-//! port some rule inspects, its first flight vetted ([`VettingCore`]) for
-//! a name it would front for. The handshake's exit to a target, and a
+//! addresses, each connect, a parent proxy), then, for a terminated
+//! tunnel, the client's ClientHello read ([`SecuringCore`]) and both TLS
+//! layers set up, or, for a raw tunnel to a port some rule inspects, its
+//! first flight vetted ([`VettingCore`]) for a name it would front for. The handshake's exit to a target, and a
 //! vetted tunnel's switch to the stricter name its first flight carried,
 //! are transitions inside the machine; the user the handshake
 //! authenticated is the one the policy is asked about, each time.
@@ -20,9 +21,9 @@
 //! at poll_timeout():  handle_timeout(now, env)
 //! after every call, first: poll_action() until None
 //!     -> Identified | Target | Verify | Resolve | AwaitPins | Admitted | Dial
-//!        | Switched (drop the upstream) | Note (say why, at info)
+//!        | Certify (report Certified) | Switched (drop the upstream) | Note
 //! each call:          -> Working | Closed(reason) | Left(leave) | Refused(..)
-//!                        | Fronting(..) | Open(..)
+//!                        | Fronting(..) | Open(..) | Secured(..)
 //! ```
 
 use std::collections::VecDeque;
@@ -37,13 +38,16 @@ use super::handshake::{self, Exit, HandshakeCore, Leave};
 use super::port::Port;
 use super::refusal::{Dialect, Refusal};
 use super::route::{After, Treatment};
+use super::securing::{self, SecuringCore};
 use super::vetting::{self, TimedOut, Verdict as Vetted, VettingCore};
 use crate::auth::basic::SameLogin;
 use crate::auth::{Verdict, Verify};
 use crate::config::ListenerProtocol;
 use crate::lifecycle::CloseReason;
 use crate::policy::{Denial, Fronting};
-use crate::target::Target;
+use crate::target::{Host, Target};
+use crate::tls::layer::{LayerLimits, TlsLayer};
+use rustls::{ClientConfig, ServerConfig};
 
 /// What the machine is lent: the policy and the proxy's facts (as the
 /// establishing stage asks them), and the settings the handshake reads.
@@ -72,6 +76,9 @@ pub(crate) enum Input {
     Connected,
     /// The connect in flight failed, when it was started or later.
     ConnectFailed(io::Error),
+    /// The configs [`Action::Certify`] asked for: the leaf for the name
+    /// and the upstream's trust; or why there are none (said to the log).
+    Certified(Result<(Arc<ServerConfig>, Arc<ClientConfig>), String>),
 }
 
 /// What the machine asks the shell to do, in order.
@@ -107,8 +114,13 @@ pub(crate) enum Action {
     /// strictly (`why` says how): close the upstream now; the machine
     /// establishes that host instead, the client answered already.
     Switched { why: String },
+    /// A terminated tunnel's ClientHello named `name`, the target: mint
+    /// (or take from the cache) the leaf for it, and the config to verify
+    /// the upstream with; report with [`Input::Certified`].
+    Certify(Host),
     /// Worth a line at info level: what to fix (a vetted tunnel's client
-    /// that timed out with a first flight that could still be a request).
+    /// that timed out with a first flight that could still be a request; a
+    /// terminated one's refused hello).
     Note(String),
 }
 
@@ -164,6 +176,21 @@ pub(crate) struct Opened {
     pub(crate) request: Request,
 }
 
+/// A terminated tunnel, both TLS layers set up: the client's (its
+/// ClientHello in) and the upstream's (not yet started).
+pub(crate) struct Secured {
+    pub(crate) client: TlsLayer,
+    pub(crate) upstream: TlsLayer,
+    pub(crate) target: Target,
+    pub(crate) treatment: Treatment,
+}
+
+impl std::fmt::Debug for Secured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secured({})", self.target)
+    }
+}
+
 /// Where the machine stands after a call.
 #[derive(Debug)]
 pub(crate) enum Next {
@@ -190,6 +217,8 @@ pub(crate) enum Next {
     },
     /// The upstream is open.
     Open(Box<Opened>),
+    /// A terminated tunnel is ready for the exchange.
+    Secured(Box<Secured>),
 }
 
 /// How far the machine is.
@@ -198,6 +227,8 @@ enum Stage {
     /// Boxed: a session's slot is sized by its largest state, and the
     /// handshake, which every client passes through, is the smaller.
     Establishing(Box<Establishing>),
+    /// A terminated tunnel's reply out and ClientHello in. Boxed, as above.
+    Securing(Box<Securing>),
     /// A raw tunnel's first flight read and judged. Boxed, as above.
     Vetting(Box<Vetting>),
     /// Ended: said once.
@@ -208,6 +239,15 @@ struct Establishing {
     core: EstablishCore,
     request: Request,
     user: Option<Arc<str>>,
+}
+
+/// A terminated tunnel: the request's early bytes began the client's
+/// first flight, which is the core's.
+struct Securing {
+    core: SecuringCore,
+    treatment: Treatment,
+    /// The ClientHello named the target: the configs are awaited.
+    certifying: bool,
 }
 
 /// A vetted tunnel: its first flight is the core's (the request's early
@@ -298,7 +338,7 @@ impl OpeningCore {
         }
         match &mut self.stage {
             Stage::Establishing(e) => e.core.poll_action().map(Action::from),
-            Stage::Handshake(_) | Stage::Vetting(_) | Stage::Done => None,
+            Stage::Handshake(_) | Stage::Securing(_) | Stage::Vetting(_) | Stage::Done => None,
         }
     }
 
@@ -332,6 +372,41 @@ impl OpeningCore {
                         self.follow(now, next, env)
                     }
                     _ => Next::Working,
+                }
+            }
+            Stage::Securing(s) => {
+                if let Some(upstream) = upstream {
+                    // Nothing is read from it until both handshakes run.
+                    upstream.want_read(false);
+                    upstream.want_write(false);
+                }
+                if s.certifying {
+                    return Next::Working;
+                }
+                match s.core.pump(client) {
+                    securing::Next::Wait => Next::Working,
+                    securing::Next::ClientGone => self.end(Next::Closed(CloseReason::ClientGone)),
+                    securing::Next::Refused {
+                        answer,
+                        reason,
+                        why,
+                        notable,
+                    } => {
+                        let note = notable.then(|| format!("{}: {why}", s.core.target()));
+                        if let Some(note) = note {
+                            self.owe(Action::Note(note));
+                        }
+                        self.end(Next::Left(Leave::Answer {
+                            bytes: answer,
+                            reason,
+                            why,
+                        }))
+                    }
+                    securing::Next::Hello { name } => {
+                        s.certifying = true;
+                        self.owe(Action::Certify(name));
+                        Next::Working
+                    }
                 }
             }
             Stage::Vetting(v) => {
@@ -373,10 +448,16 @@ impl OpeningCore {
                     Input::PinsSettled => establish::Input::PinsSettled,
                     Input::Connected => establish::Input::Connected,
                     Input::ConnectFailed(e) => establish::Input::ConnectFailed(e),
-                    Input::Verdict(_) => return Next::Working,
+                    Input::Verdict(_) | Input::Certified(_) => return Next::Working,
                 };
                 let next = e.core.handle(input, env);
                 self.follow(now, next, env)
+            }
+            (Stage::Securing(s), Input::Certified(configs)) if s.certifying => {
+                let Stage::Securing(s) = std::mem::replace(&mut self.stage, Stage::Done) else {
+                    return Next::Working;
+                };
+                self.secured(*s, configs)
             }
             _ => Next::Working,
         }
@@ -388,6 +469,7 @@ impl OpeningCore {
         match &self.stage {
             Stage::Handshake(h) => Some(h.poll_timeout()),
             Stage::Establishing(e) => Some(e.core.poll_timeout()),
+            Stage::Securing(s) => Some(s.core.poll_timeout()),
             Stage::Vetting(v) => Some(v.core.poll_timeout()),
             Stage::Done => None,
         }
@@ -402,6 +484,10 @@ impl OpeningCore {
             },
             Stage::Establishing(e) => match e.core.handle_timeout(now) {
                 Some(refusal) => self.follow(now, establish::Next::Refused(refusal), env),
+                None => Next::Working,
+            },
+            Stage::Securing(s) => match s.core.handle_timeout(now) {
+                Some(reason) => self.end(Next::Closed(reason)),
                 None => Next::Working,
             },
             Stage::Vetting(v) => match v.core.handle_timeout(now) {
@@ -432,6 +518,7 @@ impl OpeningCore {
         match &self.stage {
             Stage::Handshake(_) => "Handshake",
             Stage::Establishing(e) => e.core.name(),
+            Stage::Securing(_) => "Securing",
             Stage::Vetting(_) => "Vetting",
             Stage::Done => "Done",
         }
@@ -439,11 +526,13 @@ impl OpeningCore {
 
     /// The sub-stage: the handshake's (`sniff`, `http`, `socks5-auth`, ...),
     /// `dns` or `pins` while resolving, `tcp` or `parent-proxy` while
-    /// connecting, `reply` or `first-flight` while vetting.
+    /// connecting, `reply`, `sniff` or `client-hello` while securing, `reply`
+    /// or `first-flight` while vetting.
     pub(crate) fn stage(&self) -> &'static str {
         match &self.stage {
             Stage::Handshake(h) => h.stage(),
             Stage::Establishing(e) => e.core.stage(),
+            Stage::Securing(s) => s.core.stage(),
             Stage::Vetting(v) => v.core.stage(),
             Stage::Done => "done",
         }
@@ -471,6 +560,12 @@ impl OpeningCore {
         matches!(self.stage, Stage::Vetting(_))
     }
 
+    /// A terminated tunnel, open, its ClientHello being read: the policy
+    /// allowed it, and a reload must look again.
+    pub(crate) fn securing(&self) -> bool {
+        matches!(self.stage, Stage::Securing(_))
+    }
+
     /// A TCP connect is in flight: the shell waits for it to complete or
     /// fail, and says which.
     pub(crate) fn connecting(&self) -> bool {
@@ -487,6 +582,12 @@ impl OpeningCore {
     ) -> bool {
         match &mut self.stage {
             Stage::Establishing(e) => e.core.reload(allowed, same_treatment),
+            // Nothing can be stricter than the termination planned; its
+            // request rules apply from the first request.
+            Stage::Securing(s) => {
+                s.treatment.inspect = allowed.inspect.clone();
+                true
+            }
             _ => true,
         }
     }
@@ -567,6 +668,16 @@ impl OpeningCore {
             }));
         };
         match after {
+            After::Securing { reply } => {
+                let deadline = Deadline::after(now, env.handshake_timeout());
+                let core = SecuringCore::new(reply, request.early, target, deadline);
+                self.stage = Stage::Securing(Box::new(Securing {
+                    core,
+                    treatment,
+                    certifying: false,
+                }));
+                Next::Working
+            }
             After::Vetting { reply } => {
                 let Request {
                     dialect,
@@ -595,6 +706,49 @@ impl OpeningCore {
                 treatment,
                 request,
             })),
+        }
+    }
+
+    /// A terminated tunnel's configs are in: both TLS layers, or the
+    /// answer (an alert, or nothing) and the close.
+    fn secured(
+        &mut self,
+        securing: Securing,
+        configs: Result<(Arc<ServerConfig>, Arc<ClientConfig>), String>,
+    ) -> Next {
+        let Securing {
+            core, treatment, ..
+        } = securing;
+        let failed = |why: String| {
+            Next::Left(Leave::Answer {
+                bytes: Vec::new(),
+                reason: CloseReason::TlsFailed,
+                why,
+            })
+        };
+        let (server, client) = match configs {
+            Ok(configs) => configs,
+            Err(why) => return failed(why),
+        };
+        let target = core.target().clone();
+        let client_layer = match core.complete(server) {
+            Ok(layer) => layer,
+            Err((alert, why)) => {
+                return Next::Left(Leave::Answer {
+                    bytes: alert,
+                    reason: CloseReason::TlsFailed,
+                    why,
+                })
+            }
+        };
+        match TlsLayer::client(client, &target.host, LayerLimits::default()) {
+            Ok(upstream) => Next::Secured(Box::new(Secured {
+                client: client_layer,
+                upstream,
+                target,
+                treatment,
+            })),
+            Err(f) => failed(format!("TLS to the upstream: {}", f.reason())),
         }
     }
 

@@ -1,8 +1,9 @@
 //! The start of a TLS-terminated tunnel, as the core runs it: the proxy's
 //! success reply out in plaintext, then the client's first bytes, which
 //! must be a TLS ClientHello whose SNI names the tunnel's target (no domain
-//! fronting). The shell mints the leaf for the name this gives it (a
-//! certificate cache is the shell's) and hands the config back to
+//! fronting). It is a stage of [`super::opening::OpeningCore`], which asks
+//! the shell for the leaf of the name this gives it (a certificate cache is
+//! the shell's: `Action::Certify`) and hands the config to
 //! [`SecuringCore::complete`].
 
 use std::sync::Arc;

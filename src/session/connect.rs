@@ -17,17 +17,16 @@ use super::handshake_rate::Budget;
 use super::inspect::Inspect;
 use super::passthrough::{Passthrough, Preload};
 use super::refusal::{Dialect, Refusal};
-use super::securing::Securing;
 use super::state::State;
 use crate::config::ListenAddr;
-use crate::core::clock::Deadline;
-use crate::core::opening::{Opened, Refused, Request};
+use crate::core::opening::{Opened, Refused, Request, Secured};
 use crate::core::route::{self, After};
 use crate::core::{establish, handshake, opening};
 use crate::lifecycle::CloseReason;
 use crate::policy::{Fronting, NameVerdict, Target, Verdict};
 use crate::protocol::parent::ParentProxy;
 use crate::target::Host;
+use crate::tls::layer::{LayerLimits, TlsLayer};
 
 /// What the opening core is lent: the policy, the proxy's own facts, and
 /// the settings the handshake reads.
@@ -319,7 +318,7 @@ pub(crate) fn established(
             // `GET https://...`: the proxy speaks TLS to the upstream
             // (and verifies it) on the client's behalf.
             let upstream = if matches!(after, After::ForwardTls) {
-                match super::securing::upstream_layer(&target, ctx) {
+                match upstream_layer(&target, ctx) {
                     Ok(layer) => Channel::tls(upstream, layer),
                     Err(why) => {
                         let refusal = Refusal::Connect(std::io::Error::other(why));
@@ -341,16 +340,12 @@ pub(crate) fn established(
                 ctx,
             )))
         }
-        After::Securing { reply } => State::Securing(Securing::new(
-            client,
-            upstream,
-            reply,
-            early,
-            target,
-            treatment.inspect,
-            idle,
-            Deadline::after(ctx.now, ctx.settings.timeouts.handshake),
-        )),
+        After::Vetting { .. } | After::Securing { .. } => {
+            // The opening core vets a tunnel and reads a terminated one's
+            // hello itself; it never hands one on.
+            debug_assert!(false, "a tunnel to vet or secure left the opening core");
+            State::Done(CloseReason::Denied)
+        }
         After::Inspect { reply } => State::Inspect(Box::new(Inspect::tunnel(
             Channel::plain(client),
             Channel::plain(upstream),
@@ -362,11 +357,6 @@ pub(crate) fn established(
             conn,
             ctx,
         ))),
-        After::Vetting { .. } => {
-            // The opening core vets a tunnel itself; it never hands one on.
-            debug_assert!(false, "a tunnel to vet left the opening core");
-            State::Done(CloseReason::Denied)
-        }
         After::HoldToHost { host } => {
             let inspect = Inspect::tunnel(
                 Channel::plain(client),
@@ -393,4 +383,44 @@ pub(crate) fn established(
             ))
         }
     }
+}
+
+/// A terminated tunnel, both TLS layers set up: the exchange between the
+/// two plaintexts, where both handshakes complete.
+pub(crate) fn secured(
+    secured: Secured,
+    client: Endpoint,
+    upstream: Endpoint,
+    conn: &mut Conn,
+    ctx: &mut Ctx,
+) -> State {
+    let Secured {
+        client: client_layer,
+        upstream: upstream_layer,
+        target,
+        treatment,
+    } = secured;
+    let idle = treatment.idle.or(ctx.settings.timeouts.idle);
+    State::Inspect(Box::new(Inspect::tunnel(
+        Channel::tls(client, client_layer),
+        Channel::tls(upstream, upstream_layer),
+        target,
+        &[],
+        &[],
+        treatment.inspect,
+        idle,
+        conn,
+        ctx,
+    )))
+}
+
+/// A TLS client layer to `target` (SNI its name; an address is checked
+/// against the certificate's IP SAN), for a forward proxy's `https` request.
+fn upstream_layer(target: &Target, ctx: &mut Ctx) -> Result<TlsLayer, String> {
+    let config = ctx
+        .tls
+        .client_config()
+        .map_err(|e| format!("TLS to the upstream: {e}"))?;
+    TlsLayer::client(config, &target.host, LayerLimits::default())
+        .map_err(|f| format!("TLS to the upstream: {}", f.reason()))
 }

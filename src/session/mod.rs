@@ -27,7 +27,6 @@ pub(crate) mod handshake_rate;
 mod inspect;
 mod opening;
 mod passthrough;
-mod securing;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -226,8 +225,8 @@ impl Session {
         // Only what the policy admitted already is looked at again (a
         // session still resolving is decided under the new policy anyway).
         let admitted = match &self.state {
-            State::Opening(o) => o.dialling() || o.vetting(),
-            State::Securing(_) | State::Passthrough(_) | State::Inspect(_) => true,
+            State::Opening(o) => o.dialling() || o.vetting() || o.securing(),
+            State::Passthrough(_) | State::Inspect(_) => true,
             _ => false,
         };
         if !admitted {
@@ -278,10 +277,6 @@ impl Session {
                                 _ => false,
                             }
                         })
-                    }
-                    State::Securing(s) => {
-                        s.reload(&allowed);
-                        true
                     }
                     _ => true,
                 };
@@ -373,9 +368,7 @@ impl Session {
         match &next {
             // Their cores keep their deadlines (the resolve's and the
             // connect's is one).
-            State::Opening(_) | State::Securing(_) | State::Closing(_) => {
-                self.conn.deadline = next.poll_timeout()
-            }
+            State::Opening(_) | State::Closing(_) => self.conn.deadline = next.poll_timeout(),
             State::Passthrough(p) => {
                 self.conn.deadline = p
                     .idle_timeout(timeouts.half_close)

@@ -1,6 +1,7 @@
-//! Opening (the session states `Handshake`, `Resolving`, `Connecting` and
-//! `Vetting`): the shell around the sans-IO [`OpeningCore`], which reads
-//! the client's request, checks its login, establishes its target, and
+//! Opening (the session states `Handshake`, `Resolving`, `Connecting`,
+//! `Securing` and `Vetting`): the shell around the sans-IO
+//! [`OpeningCore`], which reads the client's request, checks its login,
+//! establishes its target, then reads a terminated tunnel's ClientHello or
 //! vets a raw tunnel's first flight where some rule inspects the port.
 //!
 //! The shell owns the client's socket and the upstream connect in flight,
@@ -13,7 +14,10 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Instant;
+
+use rustls::{ClientConfig, ServerConfig};
 
 use super::associate;
 use super::closing::{answer, refuse};
@@ -29,7 +33,7 @@ use crate::core::opening::{Action, Input, Next, OpeningCore, Request};
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::Allowed;
-use crate::target::Target;
+use crate::target::{Host, Target};
 
 pub(crate) struct Opening {
     client: Endpoint,
@@ -107,6 +111,11 @@ impl Opening {
     /// A raw tunnel, open, its first flight being read.
     pub(crate) fn vetting(&self) -> bool {
         self.core.vetting()
+    }
+
+    /// A terminated tunnel, open, its ClientHello being read.
+    pub(crate) fn securing(&self) -> bool {
+        self.core.securing()
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
@@ -214,6 +223,11 @@ impl Opening {
                     self.upstream = None;
                 }
                 Action::Note(note) => log::info!("conn={} {note}", conn.id),
+                Action::Certify(name) => {
+                    let configs = certify(&name, conn, ctx);
+                    let env = PolicyEnv { conn, ctx };
+                    next = self.core.handle(ctx.now, Input::Certified(configs), &env);
+                }
                 Action::Dial(addr, ip) => match self.dial(addr, conn, ctx) {
                     Ok(upstream) => {
                         self.upstream = Some(Box::new(upstream));
@@ -254,6 +268,13 @@ impl Opening {
                 conn.log.decision = Decision::Denied(Reasoned::new(rule, why.clone()));
                 answer(&bytes, CloseReason::Denied, why, client, conn, ctx)
             }
+            Next::Secured(secured) => match self.upstream {
+                Some(upstream) => connect::secured(*secured, client, *upstream, conn, ctx),
+                None => {
+                    debug_assert!(false, "secured without an upstream");
+                    State::Done(CloseReason::ConnectFailed)
+                }
+            },
             Next::Open(opened) => match self.upstream {
                 Some(upstream) => connect::established(*opened, client, *upstream, conn, ctx),
                 None => {
@@ -284,4 +305,27 @@ impl Opening {
         upstream.want(false, true);
         Ok(upstream)
     }
+}
+
+/// The configs a terminated tunnel needs once its ClientHello named `name`:
+/// the leaf for it (minted, or from the cache) and the upstream's trust.
+fn certify(
+    name: &Host,
+    conn: &Conn,
+    ctx: &mut Ctx,
+) -> Result<(Arc<ServerConfig>, Arc<ClientConfig>), String> {
+    let server = ctx.tls.server_config(name).map_err(|e| {
+        let target = conn.log.target.as_ref().map(ToString::to_string);
+        let why = format!(
+            "could not mint a certificate for {}: {e}",
+            target.as_deref().unwrap_or("the target")
+        );
+        log::warn!("conn={} {why}", conn.id);
+        why
+    })?;
+    let client = ctx
+        .tls
+        .client_config()
+        .map_err(|e| format!("TLS to the upstream: {e}"))?;
+    Ok((server, client))
 }

@@ -9,8 +9,8 @@
 //!                                                         ├─(tls = terminate)─> Securing ──> Inspect
 //!                                                         └─(raw, on a port an inspecting rule covers)─> Vetting ──> Passthrough
 //!                                                                  (its first flight names an inspected host) └──> Resolving
-//! (Handshake, Resolving, Connecting and Vetting are the names of one
-//! variant, `Opening`, run by one core.)
+//! (Handshake, Resolving, Connecting, Securing and Vetting are the names
+//! of one variant, `Opening`, run by one core.)
 //! refusal, error, timeout (any state) ──> Closing ──> Done
 //! a tunnel finished, the client gone (any state) ───> Done
 //! ```
@@ -37,7 +37,6 @@ use super::ctx::Ctx;
 use super::inspect::Inspect;
 use super::opening::Opening;
 use super::passthrough::Passthrough;
-use super::securing::Securing;
 use crate::lifecycle::{CloseReason, Phase, Side};
 
 pub(crate) enum State {
@@ -45,12 +44,10 @@ pub(crate) enum State {
     /// (named `Handshake`), waiting for DNS (`Resolving`), a non-blocking
     /// connect in flight (`Connecting`), then, for a raw tunnel to a port
     /// an inspecting rule covers, the reply out and the client's first
-    /// flight in and checked for a name it fronts for (`Vetting`): one core
-    /// runs them.
+    /// flight in and checked for a name it fronts for (`Vetting`), or, for
+    /// a terminated one, the reply out and the ClientHello in (`Securing`):
+    /// one core runs them.
     Opening(Opening),
-    /// A TLS-terminated tunnel's start: the reply, the ClientHello, its SNI.
-    /// Boxed: it owns both sockets and lasts a round trip.
-    Securing(Box<Securing>),
     /// Raw relaying both ways (spliced on Linux).
     Passthrough(Passthrough),
     /// Relaying HTTP/1.1 message by message (inspection, forward proxy).
@@ -69,7 +66,6 @@ impl State {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             State::Opening(o) => o.name(),
-            State::Securing(_) => "Securing",
             State::Passthrough(_) => "Passthrough",
             State::Inspect(_) => "Inspect",
             State::Associate(_) => "Associate",
@@ -82,7 +78,6 @@ impl State {
     pub(crate) fn stage(&self) -> Option<&'static str> {
         match self {
             State::Opening(o) => Some(o.stage()),
-            State::Securing(s) => Some(s.stage()),
             State::Closing(c) => Some(c.stage()),
             State::Inspect(i) => Some(i.stage()),
             State::Passthrough(p) => Some(p.stage()),
@@ -104,7 +99,7 @@ impl State {
             State::Opening(o) if o.handshaking() => Some(Phase::Handshake),
             State::Opening(o) if o.vetting() => Some(Phase::Established),
             State::Opening(o) if !o.dialling() => Some(Phase::Resolving),
-            State::Opening(_) | State::Securing(_) => Some(Phase::Connecting),
+            State::Opening(_) => Some(Phase::Connecting),
             State::Passthrough(_) | State::Inspect(_) | State::Associate(_) => {
                 Some(Phase::Established)
             }
@@ -117,7 +112,6 @@ impl State {
     pub(crate) fn endpoint(&mut self, side: Side) -> Option<&mut super::endpoint::Endpoint> {
         match self {
             State::Opening(o) => o.endpoint(side),
-            State::Securing(s) => Some(s.endpoint(side)),
             State::Passthrough(p) => Some(p.endpoint(side)),
             State::Inspect(i) => Some(i.endpoint(side)),
             State::Closing(c) => c.endpoint(side),
@@ -132,7 +126,6 @@ impl State {
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         match self {
             State::Opening(o) => o.poll_timeout(),
-            State::Securing(s) => Some(s.poll_timeout()),
             State::Closing(c) => Some(c.poll_timeout()),
             _ => None,
         }
@@ -157,7 +150,6 @@ impl State {
     pub(crate) fn drive(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
         match self {
             State::Opening(o) => o.drive(conn, ctx),
-            State::Securing(s) => s.drive(conn, ctx),
             State::Passthrough(p) => p.drive(conn, ctx),
             State::Inspect(i) => i.drive(conn, ctx),
             State::Closing(c) => c.drive(conn, ctx),
@@ -170,7 +162,6 @@ impl State {
     pub(crate) fn on_timer(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
         match self {
             State::Opening(o) => o.on_timeout(conn, ctx),
-            State::Securing(s) => s.on_timeout(ctx),
             State::Passthrough(p) => p.on_timer(conn, ctx),
             State::Inspect(i) => i.on_timer(conn, ctx),
             State::Closing(c) => c.on_timeout(ctx),

@@ -26,7 +26,7 @@ use crate::lifecycle::CloseReason;
 use crate::policy::{
     parse_cli_inspect, parse_cli_rule, Action as RuleAction, Denial, Fronting, Policy,
 };
-use crate::target::Target;
+use crate::target::{Host, Target};
 
 const CONNECT_SHOP: &[u8] = b"CONNECT shop.test:443 HTTP/1.1\r\nHost: shop.test:443\r\n\r\n";
 const HTTP_REPLY: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
@@ -157,6 +157,7 @@ impl Run {
                     format!("switched: {why}")
                 }
                 Action::Note(note) => format!("note: {note}"),
+                Action::Certify(name) => format!("certify {name:?}"),
             });
         }
     }
@@ -617,5 +618,100 @@ fn a_vetted_first_flight_is_refused_relayed_or_timed_out() {
         run.asked.last().unwrap().starts_with("note: "),
         "{:?}",
         run.asked
+    );
+}
+
+/// A terminated tunnel: open, its reply out, its ClientHello read; the
+/// machine asks for the leaf of the name it gives, and ends with both TLS
+/// layers. A hello naming another host is refused with an alert, noted,
+/// no leaf asked for; a mint that failed ends as a TLS failure.
+#[test]
+fn a_terminated_tunnel_reads_its_hello_and_ends_with_both_layers() {
+    use rustls::pki_types::ServerName;
+    use rustls::ClientConnection;
+
+    use crate::tls::tests::Fixture;
+    use crate::tls::ServerConfigs;
+
+    let f = Fixture::new();
+    let hello = |sni: &str| {
+        let name = ServerName::try_from(sni.to_owned()).unwrap();
+        let mut conn = ClientConnection::new(f.clients().config(), name).unwrap();
+        let mut wire = Vec::new();
+        while conn.wants_write() {
+            conn.write_tls(&mut wire).unwrap();
+        }
+        wire
+    };
+    let open_terminated = || {
+        let mut world = World::new();
+        world.policy =
+            Policy::from_rules(&[crate::policy::parse_cli_terminate("shop.test:443").unwrap()])
+                .unwrap();
+        let mut run = Run::new(world);
+        run.send(CONNECT_SHOP);
+        run.resolved(&["45.1.1.1"]);
+        run.handle(Input::Connected);
+        assert_eq!(run.label(), "Securing(sniff)");
+        assert_eq!(run.client.take(), HTTP_REPLY);
+        assert_eq!(
+            run.core.poll_timeout(),
+            Some(at(5, 0)),
+            "the handshake timeout"
+        );
+        run
+    };
+
+    let mut run = open_terminated();
+    run.send(&hello("shop.test"));
+    assert_eq!(run.asked.last().unwrap(), "certify Domain(\"shop.test\")");
+    assert_eq!(run.label(), "Securing(client-hello)");
+    // Nothing more is read while the configs are awaited; a stray report
+    // changes nothing.
+    run.handle(Input::Connected);
+    assert!(matches!(run.next, Next::Working), "{:?}", run.next);
+    let leaf = f
+        .minter
+        .mint(&Host::Domain("shop.test".into()))
+        .unwrap()
+        .key;
+    let configs = (ServerConfigs::new().for_leaf(leaf), f.clients().config());
+    run.handle(Input::Certified(Ok(configs)));
+    match run.next {
+        Next::Secured(secured) => {
+            assert_eq!(secured.target.to_string(), "shop.test:443");
+            assert!(secured.treatment.terminate);
+        }
+        other => panic!("not secured: {other:?}"),
+    }
+
+    let mut run = open_terminated();
+    run.send(&hello("other.test"));
+    assert!(
+        !run.asked.iter().any(|a| a.starts_with("certify")),
+        "{:?}",
+        run.asked
+    );
+    assert!(
+        run.asked
+            .last()
+            .unwrap()
+            .starts_with("note: shop.test:443: TLS SNI \"other.test\""),
+        "{:?}",
+        run.asked
+    );
+    assert!(
+        matches!(&run.next, Next::Left(Leave::Answer { bytes, reason: CloseReason::Denied, .. }) if bytes[0] == 21),
+        "an alert: {:?}",
+        run.next
+    );
+
+    let mut run = open_terminated();
+    run.send(&hello("shop.test"));
+    run.handle(Input::Certified(Err("could not mint".into())));
+    assert!(
+        matches!(&run.next, Next::Left(Leave::Answer { bytes, reason: CloseReason::TlsFailed, why }) if bytes.is_empty() && why == "could not mint"),
+        "{:?}",
+        run.next
     );
 }
