@@ -43,7 +43,7 @@ use super::vetting::{self, TimedOut, Verdict as Vetted, VettingCore};
 use crate::auth::basic::SameLogin;
 use crate::auth::{Verdict, Verify};
 use crate::config::ListenerProtocol;
-use crate::lifecycle::CloseReason;
+use crate::lifecycle::{CloseReason, Phase};
 use crate::policy::{Denial, Fronting};
 use crate::target::{Host, Target};
 use crate::tls::layer::{LayerLimits, TlsLayer};
@@ -543,9 +543,19 @@ impl OpeningCore {
         matches!(self.stage, Stage::Handshake(_))
     }
 
-    /// A client past a limit, on its way out once told so.
-    pub(crate) fn is_refusing(&self) -> bool {
-        matches!(&self.stage, Stage::Handshake(h) if h.is_refusing())
+    /// The phase the session's gauges count it in: a terminated tunnel's
+    /// hello is part of connecting, a vetted tunnel is established (its
+    /// reply sent), and a client past a limit is on its way out.
+    pub(crate) fn phase(&self) -> Phase {
+        match &self.stage {
+            Stage::Handshake(h) if h.is_refusing() => Phase::Closing,
+            Stage::Handshake(_) => Phase::Handshake,
+            Stage::Establishing(e) if e.core.dialling() => Phase::Connecting,
+            Stage::Establishing(_) => Phase::Resolving,
+            Stage::Securing(_) => Phase::Connecting,
+            Stage::Vetting(_) => Phase::Established,
+            Stage::Done => Phase::Closing,
+        }
     }
 
     /// An address is being dialled (or its parent asked): the policy

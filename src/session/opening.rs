@@ -95,12 +95,8 @@ impl Opening {
         self.core.stage()
     }
 
-    pub(crate) fn handshaking(&self) -> bool {
-        self.core.handshaking()
-    }
-
-    pub(crate) fn is_refusing(&self) -> bool {
-        self.core.is_refusing()
+    pub(crate) fn phase(&self) -> crate::lifecycle::Phase {
+        self.core.phase()
     }
 
     /// The policy allowed the target and an address is being dialled.

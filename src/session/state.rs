@@ -95,11 +95,7 @@ impl State {
     pub(crate) fn phase(&self) -> Option<Phase> {
         match self {
             // A client past a limit is on its way out, not a pending handshake.
-            State::Opening(o) if o.is_refusing() => Some(Phase::Closing),
-            State::Opening(o) if o.handshaking() => Some(Phase::Handshake),
-            State::Opening(o) if o.vetting() => Some(Phase::Established),
-            State::Opening(o) if !o.dialling() => Some(Phase::Resolving),
-            State::Opening(_) => Some(Phase::Connecting),
+            State::Opening(o) => Some(o.phase()),
             State::Passthrough(_) | State::Inspect(_) | State::Associate(_) => {
                 Some(Phase::Established)
             }

@@ -22,7 +22,7 @@ use crate::core::mem::MemPort;
 use crate::core::opening::{Action, Env, Input, Next, Opened, OpeningCore, Refused, Request};
 use crate::core::refusal::{Dialect, Refusal};
 use crate::core::route::After;
-use crate::lifecycle::CloseReason;
+use crate::lifecycle::{CloseReason, Phase};
 use crate::policy::{
     parse_cli_inspect, parse_cli_rule, Action as RuleAction, Denial, Fronting, Policy,
 };
@@ -90,7 +90,7 @@ impl Run {
     }
 
     fn note_label(&mut self) {
-        let label = self.label();
+        let label = format!("{} {:?}", self.label(), self.core.phase());
         if self.labels.last() != Some(&label) {
             self.labels.push(label);
         }
@@ -232,13 +232,19 @@ fn a_connect_goes_from_its_first_byte_to_an_open_tunnel() {
     );
     assert_eq!(
         run.labels,
-        ["Handshake(sniff)", "Handshake(http)", "Resolving(dns)"]
+        [
+            "Handshake(sniff) Handshake",
+            "Handshake(http) Handshake",
+            "Resolving(dns) Resolving"
+        ],
+        "each label with its phase"
     );
     assert_eq!(run.client.wants(), (false, false), "nothing read meanwhile");
     assert!(run.core.poll_timeout().is_some());
 
     run.resolved(&["45.1.1.1"]);
     assert_eq!(run.label(), "Connecting(tcp)");
+    assert_eq!(run.core.phase(), Phase::Connecting);
     assert!(run.core.connecting() && run.core.dialling());
     run.handle(Input::Connected);
     assert_eq!(
@@ -526,6 +532,7 @@ fn a_vetted_tunnel_switches_to_the_inspected_name_inside_the_machine() {
     run.resolved(&["45.1.1.1"]);
     run.handle(Input::Connected);
     assert_eq!(run.label(), "Vetting(first-flight)");
+    assert_eq!(run.core.phase(), Phase::Established);
     assert_eq!(
         run.client.take(),
         HTTP_REPLY,
@@ -550,6 +557,7 @@ fn a_vetted_tunnel_switches_to_the_inspected_name_inside_the_machine() {
         ["target api.test:443", "resolve api.test"]
     );
     assert_eq!(run.label(), "Resolving(dns)");
+    assert_eq!(run.core.phase(), Phase::Resolving);
     run.resolved(&["45.2.2.2"]);
     run.handle(Input::Connected);
     assert_eq!(
@@ -653,6 +661,7 @@ fn a_terminated_tunnel_reads_its_hello_and_ends_with_both_layers() {
         run.resolved(&["45.1.1.1"]);
         run.handle(Input::Connected);
         assert_eq!(run.label(), "Securing(sniff)");
+        assert_eq!(run.core.phase(), Phase::Connecting);
         assert_eq!(run.client.take(), HTTP_REPLY);
         assert_eq!(
             run.core.poll_timeout(),
