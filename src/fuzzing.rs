@@ -330,14 +330,28 @@ pub fn opening(data: &[u8]) -> &'static str {
                 }
                 9 if in_flight && core.connecting() => {
                     in_flight = false;
-                    let input = match arg % 2 {
-                        0 => Input::Connected,
-                        _ => {
-                            upstream = None;
-                            Input::ConnectFailed(std::io::ErrorKind::ConnectionRefused.into())
+                    // Reported by the shell, or seen on the socket by the
+                    // machine's next pump (writable, or an error).
+                    let up = upstream.as_mut().expect("a connect in flight has a socket");
+                    match arg % 4 {
+                        0 => {
+                            up.room = usize::MAX;
+                            Some(core.handle(now, Input::Connected, &env))
                         }
-                    };
-                    Some(core.handle(now, input, &env))
+                        1 => {
+                            upstream = None;
+                            let refused = std::io::ErrorKind::ConnectionRefused.into();
+                            Some(core.handle(now, Input::ConnectFailed(refused), &env))
+                        }
+                        2 => {
+                            up.room = usize::MAX;
+                            None
+                        }
+                        _ => {
+                            up.reset = true;
+                            None
+                        }
+                    }
                 }
                 9 => {
                     // The parent, once connected, answers (or resets).
@@ -449,7 +463,11 @@ pub fn opening(data: &[u8]) -> &'static str {
                             None => assert_eq!(addr, SocketAddr::new(vetted, port)),
                         }
                         in_flight = true;
-                        upstream = Some(MemPort::roomy());
+                        // As the shell dials: writes watched, nothing
+                        // taken until the connect completes.
+                        let mut port = MemPort::default();
+                        port.want_write(true);
+                        upstream = Some(port);
                     }
                 }
             }

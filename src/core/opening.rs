@@ -342,12 +342,14 @@ impl OpeningCore {
         }
     }
 
-    /// Moves what readiness allows: the client's handshake; then (while a
-    /// parent proxy is asked) the upstream; then a vetted tunnel's reply
-    /// out and first flight in. While establishing, nothing is read from
-    /// the client (what it pipelined waits in the kernel); only its failure
-    /// ends the wait. The shell tells a connect's completion or failure by
-    /// [`Input::Connected`] and [`Input::ConnectFailed`].
+    /// Moves what readiness allows: the client's handshake; then the
+    /// connect in flight (done when the upstream is writable, failed when
+    /// it reports an error) and a parent proxy's answer; then a terminated
+    /// tunnel's hello or a vetted tunnel's first flight. While
+    /// establishing, nothing is read from the client (what it pipelined
+    /// waits in the kernel); only its failure ends the wait.
+    /// ([`Input::Connected`] and [`Input::ConnectFailed`] report the same
+    /// from outside: a connect(2) that failed at once, or a simulator.)
     pub(crate) fn pump<C: Port, U: Port>(
         &mut self,
         now: Instant,
@@ -366,13 +368,32 @@ impl OpeningCore {
                 if client.failed() {
                     return self.end(Next::Closed(CloseReason::ClientGone));
                 }
-                match upstream {
-                    Some(upstream) if !e.core.connecting() => {
-                        let next = e.core.pump(upstream, env);
-                        self.follow(now, next, env)
-                    }
-                    _ => Next::Working,
+                let Some(upstream) = upstream else {
+                    // Resolving: the resolver's answer is awaited.
+                    return Next::Working;
+                };
+                if !e.core.connecting() {
+                    let next = e.core.pump(upstream, env);
+                    return self.follow(now, next, env);
                 }
+                // The connect in flight: a readiness report on this
+                // upstream, the one the last dial made (a stage that
+                // dialled within this call has not been carried out yet,
+                // so it never gets here). A finished connect is writable,
+                // a failed one an error (with hang-up): no syscall tells
+                // them apart, and the error is read only to say why.
+                let input = if upstream.failed() {
+                    let why = upstream
+                        .connect_error()
+                        .unwrap_or_else(|| io::ErrorKind::ConnectionRefused.into());
+                    establish::Input::ConnectFailed(why)
+                } else if upstream.can_write() {
+                    establish::Input::Connected
+                } else {
+                    return Next::Working;
+                };
+                let next = e.core.handle(input, env);
+                self.follow(now, next, env)
             }
             Stage::Securing(s) => {
                 if let Some(upstream) = upstream {

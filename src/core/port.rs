@@ -28,6 +28,11 @@ pub(crate) trait Port: Wire {
     fn peer_finished(&self) -> bool;
     /// Ends our sending side (the TCP FIN).
     fn shutdown_write(&mut self);
+    /// Why a connect in flight failed, once [`Port::failed`] says it did
+    /// (the socket's pending error); `None` when there is nothing to say.
+    fn connect_error(&mut self) -> Option<std::io::Error> {
+        None
+    }
 }
 
 /// How far writing the proxy's own bytes to a side got.

@@ -77,6 +77,9 @@ impl Port for Endpoint {
     fn shutdown_write(&mut self) {
         Endpoint::shutdown_write(self)
     }
+    fn connect_error(&mut self) -> Option<std::io::Error> {
+        Endpoint::connect_error(self)
+    }
 }
 
 impl Channel {

@@ -131,27 +131,7 @@ impl Opening {
     pub(crate) fn drive(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
         let env = PolicyEnv { conn, ctx };
         let upstream = self.upstream.as_deref_mut();
-        let mut next = self.core.pump(ctx.now, &mut self.client, upstream, &env);
-        if let (Next::Working, Some(upstream)) = (&next, self.upstream.as_deref()) {
-            if self.core.connecting() {
-                // epoll reports a finished connect as writable, a failed one
-                // as an error (with hang-up): no syscall is needed to tell
-                // them apart, and SO_ERROR is read only to say why it failed.
-                if upstream.failed() {
-                    let e = upstream
-                        .connect_error()
-                        .unwrap_or_else(|| io::ErrorKind::ConnectionRefused.into());
-                    log::debug!("conn={} connect {:?}: {e}", conn.id, conn.log.dialled);
-                    // The failed socket closes here, before the next attempt.
-                    self.upstream = None;
-                    next = self.core.handle(ctx.now, Input::ConnectFailed(e), &env);
-                } else if upstream.can_write() {
-                    // Through a parent, the core goes on to ask it: through
-                    // the transition point, where the sub-stage is logged.
-                    next = self.core.handle(ctx.now, Input::Connected, &env);
-                }
-            }
-        }
+        let next = self.core.pump(ctx.now, &mut self.client, upstream, &env);
         self.carry_out(next, conn, ctx)
     }
 
@@ -224,17 +204,21 @@ impl Opening {
                     let env = PolicyEnv { conn, ctx };
                     next = self.core.handle(ctx.now, Input::Certified(configs), &env);
                 }
-                Action::Dial(addr, ip) => match self.dial(addr, conn, ctx) {
-                    Ok(upstream) => {
-                        self.upstream = Some(Box::new(upstream));
-                        conn.log.dialled = Some(ip);
+                Action::Dial(addr, ip) => {
+                    // A failed connect's socket closes before the next one.
+                    self.upstream = None;
+                    match self.dial(addr, conn, ctx) {
+                        Ok(upstream) => {
+                            self.upstream = Some(Box::new(upstream));
+                            conn.log.dialled = Some(ip);
+                        }
+                        Err(e) => {
+                            log::debug!("conn={} connect {addr}: {e}", conn.id);
+                            let env = PolicyEnv { conn, ctx };
+                            next = self.core.handle(ctx.now, Input::ConnectFailed(e), &env);
+                        }
                     }
-                    Err(e) => {
-                        log::debug!("conn={} connect {addr}: {e}", conn.id);
-                        let env = PolicyEnv { conn, ctx };
-                        next = self.core.handle(ctx.now, Input::ConnectFailed(e), &env);
-                    }
-                },
+                }
             }
         }
         let client = self.client;

@@ -20,6 +20,7 @@ use crate::config::ListenerProtocol;
 use crate::core::handshake::{self, Leave};
 use crate::core::mem::MemPort;
 use crate::core::opening::{Action, Env, Input, Next, Opened, OpeningCore, Refused, Request};
+use crate::core::port::Port;
 use crate::core::refusal::{Dialect, Refusal};
 use crate::core::route::After;
 use crate::lifecycle::{CloseReason, Phase};
@@ -149,7 +150,12 @@ impl Run {
                 Action::AwaitPins => "await pins".into(),
                 Action::Admitted { rule, .. } => format!("admitted {rule}"),
                 Action::Dial(addr, vetted) => {
-                    self.upstream = Some(MemPort::roomy());
+                    // As the shell dials: a connect completes (or fails)
+                    // with a writable edge, so writes are watched; in
+                    // flight, it takes nothing yet.
+                    let mut port = MemPort::default();
+                    port.want_write(true);
+                    self.upstream = Some(port);
                     format!("dial {addr} for {vetted}")
                 }
                 Action::Switched { why } => {
@@ -723,4 +729,68 @@ fn a_terminated_tunnel_reads_its_hello_and_ends_with_both_layers() {
         "{:?}",
         run.next
     );
+}
+
+/// A vetted tunnel switched to an address literal dials it within the same
+/// call; the first upstream, open and writable, must not count as that
+/// connect done: only the new socket's readiness does, and a failed one's
+/// error is the refusal.
+#[test]
+fn a_switch_to_an_address_waits_for_its_own_connect() {
+    let mut world = vetted_world();
+    world.policy = Policy::from_rules(&[
+        parse_cli_rule(RuleAction::Allow, "shop.test:443").unwrap(),
+        parse_cli_inspect("45.2.2.2:443").unwrap(),
+    ])
+    .unwrap();
+    let flight = b"GET / HTTP/1.1\r\nHost: 45.2.2.2\r\n\r\n";
+    let switched = |world| {
+        let mut run = Run::new(world);
+        run.send(CONNECT_SHOP);
+        run.resolved(&["45.1.1.1"]);
+        run.handle(Input::Connected);
+        run.client.take();
+        // The first upstream is open and could take writes.
+        run.upstream.as_mut().unwrap().want_write(true);
+        run.send(flight);
+        run
+    };
+    let mut run = switched(world);
+    assert!(
+        run.asked
+            .iter()
+            .any(|a| a == "dial 45.2.2.2:443 for 45.2.2.2"),
+        "{:?}",
+        run.asked
+    );
+    assert!(
+        matches!(run.next, Next::Working),
+        "open too soon: {:?}",
+        run.next
+    );
+    assert_eq!(run.label(), "Connecting(tcp)");
+    // The new socket's own readiness completes it.
+    run.upstream.as_mut().unwrap().room = usize::MAX;
+    run.pump();
+    let opened = run.opened();
+    assert_eq!(opened.target.to_string(), "45.2.2.2:443");
+    assert_eq!(opened.request.early, flight);
+
+    // Its error, read through the port, is the refusal.
+    let mut world = vetted_world();
+    world.policy = Policy::from_rules(&[
+        parse_cli_rule(RuleAction::Allow, "shop.test:443").unwrap(),
+        parse_cli_inspect("45.2.2.2:443").unwrap(),
+    ])
+    .unwrap();
+    let mut run = switched(world);
+    run.upstream.as_mut().unwrap().reset = true;
+    run.pump();
+    let refused = run.refused();
+    assert!(
+        matches!(refused.refusal, Refusal::Connect(_)),
+        "{:?}",
+        refused.refusal
+    );
+    assert!(refused.request.replied, "a close, not a second answer");
 }
