@@ -19,7 +19,6 @@ use support::*;
 /// the one dialled for it (nothing was dialled for 127.0.0.3), as a first
 /// request refused the same way does not.
 #[test]
-#[ignore = "attack: a second host's refusal records the first host's dialled address"]
 fn a_second_hosts_refusal_names_no_address_it_never_dialled() {
     let origin = Origin::echo_target();
     let port = origin.port();
