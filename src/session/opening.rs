@@ -166,7 +166,14 @@ impl Opening {
                         conn.log.user = user;
                     }
                 }
-                Action::Target(target) => conn.log.target = Some(target),
+                Action::Target(target) => {
+                    // A new target (a forward proxy's next host, a switched
+                    // tunnel's name): what was recorded for the last one
+                    // (its address, its rule) is not this one's.
+                    conn.log.target = Some(target);
+                    conn.log.dialled = None;
+                    conn.log.decision = Decision::Undecided;
+                }
                 Action::Verify(job) => ctx.verify(*job),
                 Action::Resolve(name) => ctx.resolve(name),
                 Action::AwaitPins => {

@@ -794,3 +794,133 @@ fn a_switch_to_an_address_waits_for_its_own_connect() {
     );
     assert!(refused.request.replied, "a close, not a second answer");
 }
+
+/// Random clients (CONNECT, SOCKS5, forward; alice, bob
+/// verified off the loop, nobody, a wrong password; whole or cut) and
+/// random reports in random order, with the clock moving: the machine's
+/// rules hold at every step.
+#[test]
+fn random_openings_keep_the_seams_rules() {
+    let mut rng = super::Rng(0x0be1_1a5e_5eed);
+    let socks_login = |u: &str, p: &str| {
+        let mut v = vec![5, 1, 2, 1, u.len() as u8];
+        v.extend_from_slice(u.as_bytes());
+        v.push(p.len() as u8);
+        v.extend_from_slice(p.as_bytes());
+        v.extend_from_slice(&[5, 1, 0, 3, 8]);
+        v.extend_from_slice(b"api.test");
+        v.extend_from_slice(&443u16.to_be_bytes());
+        v
+    };
+    let requests: Vec<(Option<&str>, Vec<u8>)> = vec![
+        (Some("alice"), connect_as("api.test:443", "alice", "pw-alice")),
+        (Some("bob"), connect_as("api.test:443", "bob", "pw-bob")),
+        (None, connect_as("api.test:443", "bob", "wrong")),
+        (None, b"CONNECT api.test:443 HTTP/1.1\r\n\r\n".to_vec()),
+        (Some("alice"), socks_login("alice", "pw-alice")),
+        (Some("bob"), socks_login("bob", "pw-bob")),
+        (
+            Some("alice"),
+            format!(
+                "GET http://api.test/ HTTP/1.1\r\nHost: api.test\r\nProxy-Authorization: {}\r\n\r\n",
+                basic("alice", "pw-alice")
+            )
+            .into_bytes(),
+        ),
+    ];
+    for case in 0..3000 {
+        let (who, bytes) = &requests[rng.below(requests.len())];
+        let mut run = Run::new(alice_and_bob());
+        let cut = rng.below(bytes.len() + 1);
+        let mut ended = false;
+        let mut dialled = false;
+        for step in 0..20 {
+            let before_end = ended;
+            match rng.below(13) {
+                0 | 9 => run.send(&bytes[..cut]),
+                1 | 10 => run.send(&bytes[cut..]),
+                2 | 11 => run.handle(Input::Verdict(match rng.below(6) {
+                    0 | 3 | 4 => Verdict::Accepted(who.unwrap_or("bob").into()),
+                    1 => Verdict::Rejected,
+                    _ => Verdict::Busy,
+                })),
+                3 | 12 => run.resolved(&["45.2.2.2"]),
+                4 => run.handle(Input::Resolved(Err(io::ErrorKind::NotFound.into()))),
+                5 => run.handle(Input::Connected),
+                6 => run.handle(Input::ConnectFailed(
+                    io::ErrorKind::ConnectionRefused.into(),
+                )),
+                7 => {
+                    let now = run.now + Duration::from_secs(rng.below(6) as u64);
+                    run.timer(now);
+                }
+                _ => {
+                    run.client.reset = rng.below(8) == 0;
+                    run.pump();
+                }
+            }
+            let terminal = !matches!(run.next, Next::Working);
+            assert!(
+                !(before_end && terminal),
+                "case {case} step {step}: a second end {:?} after {:?}",
+                run.next,
+                run.asked
+            );
+            if terminal {
+                ended = true;
+            }
+            if ended {
+                assert_eq!(
+                    run.core.poll_timeout(),
+                    None,
+                    "case {case}: ended, a deadline"
+                );
+                run.next = Next::Working;
+            } else {
+                assert!(
+                    run.core.poll_timeout().is_some(),
+                    "case {case} step {step}: working with no deadline: {}",
+                    run.label()
+                );
+            }
+            dialled |= run.asked.iter().any(|a| a.starts_with("dial"));
+        }
+        if dialled {
+            // Only alice is allowed api.test: whoever dialled logged in as her.
+            let identified = run
+                .asked
+                .iter()
+                .find(|a| a.starts_with("identified"))
+                .unwrap();
+            assert!(
+                identified.contains("Some(\"alice\")"),
+                "case {case}: {:?}",
+                run.asked
+            );
+            assert_eq!(*who, Some("alice"), "case {case}: {:?}", run.asked);
+        }
+        // The records in order: identified, target, admitted, dial.
+        let pos = |p: &str| run.asked.iter().position(|a| a.starts_with(p));
+        let order = [
+            pos("identified"),
+            pos("target"),
+            pos("admitted"),
+            pos("dial"),
+        ];
+        let seen: Vec<usize> = order.iter().flatten().copied().collect();
+        assert!(
+            seen.windows(2).all(|w| w[0] < w[1]),
+            "case {case}: {:?}",
+            run.asked
+        );
+        assert!(
+            run.asked
+                .iter()
+                .filter(|a| a.starts_with("identified"))
+                .count()
+                <= 1,
+            "case {case}: {:?}",
+            run.asked
+        );
+    }
+}
