@@ -83,9 +83,9 @@ pub(crate) enum Next {
 #[derive(Debug)]
 pub(crate) struct Exit {
     pub(crate) leave: Leave,
-    /// How the client spoke, for the events; `None` for a request refused
-    /// for its size before it was parsed (recorded as no protocol).
-    pub(crate) spoke: Option<Dialect>,
+    /// How the client spoke, for the events (a request refused for its size
+    /// before it was parsed: as far as the sniffing got).
+    pub(crate) spoke: Dialect,
     /// The user the client authenticated as.
     pub(crate) user: Option<Arc<str>>,
     /// A login was rejected (the shell counts it).
@@ -338,7 +338,7 @@ impl HandshakeCore {
         }
         Exit {
             leave,
-            spoke: Some(spoke),
+            spoke,
             user: self.user.take(),
             rejected: self.rejected,
         }

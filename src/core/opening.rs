@@ -84,11 +84,10 @@ pub(crate) enum Input {
 /// What the machine asks the shell to do, in order.
 #[derive(Debug)]
 pub(crate) enum Action {
-    /// The handshake is over: how the client spoke (`None`: refused for
-    /// its size before it was parsed) and as whom; `rejected`: a login was
-    /// refused on the way (count it).
+    /// The handshake is over: how the client spoke and as whom;
+    /// `rejected`: a login was refused on the way (count it).
     Identified {
-        spoke: Option<Dialect>,
+        spoke: Dialect,
         user: Option<Arc<str>>,
         rejected: bool,
     },

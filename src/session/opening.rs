@@ -161,10 +161,8 @@ impl Opening {
                     if rejected {
                         ctx.stats.login_rejected();
                     }
-                    if let Some(dialect) = spoke {
-                        conn.log.protocol = Some(dialect.into());
-                        conn.log.user = user;
-                    }
+                    conn.log.protocol = Some(spoke.into());
+                    conn.log.user = user;
                 }
                 Action::Target(target) => {
                     // A new target (a forward proxy's next host, a switched

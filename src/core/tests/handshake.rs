@@ -296,7 +296,7 @@ fn garbage_and_bad_hosts_are_refused_400_over_http() {
         let mut c = Client::new(ListenerProtocol::Http);
         let text = String::from_utf8_lossy(bytes).into_owned();
         let exit = left(c.send(bytes));
-        assert_eq!(exit.spoke, Some(Dialect::Http), "{text}");
+        assert_eq!(exit.spoke, Dialect::Http, "{text}");
         let Leave::Refuse(refusal, dialect) = exit.leave else {
             panic!("{text}: not refused")
         };
@@ -364,7 +364,7 @@ fn a_head_past_the_limit_is_refused_431() {
     let mut c = Client::new(ListenerProtocol::Http);
     c.max_head_bytes = 1024;
     let exit = left(c.send(&head));
-    assert_eq!(exit.spoke, Some(Dialect::Http), "the access line says HTTP");
+    assert_eq!(exit.spoke, Dialect::Http, "the access line says HTTP");
     let Leave::Refuse(refusal, dialect) = exit.leave else {
         panic!("not refused")
     };
@@ -391,7 +391,7 @@ fn a_socks5_message_past_a_tiny_limit_is_refused_unparsed() {
     let mut c = Client::new(ListenerProtocol::Socks5);
     c.max_head_bytes = 4;
     let exit = left(c.send(&[5, 8, 1, 2, 3, 4, 5, 6, 7, 8]));
-    assert_eq!(exit.spoke, Some(Dialect::Socks5));
+    assert_eq!(exit.spoke, Dialect::Socks5);
     assert!(matches!(
         exit.leave,
         Leave::Refuse(Refusal::HeadTooLarge, Dialect::Socks5)
@@ -473,7 +473,7 @@ fn a_udp_associate_leaves_for_an_association_from_its_port() {
     bytes.extend_from_slice(&[5, 3, 0, 1, 0, 0, 0, 0, 0x1f, 0x90]);
     at_every_split(ListenerProtocol::Socks5, &bytes, |c, next, when| {
         let exit = left(next);
-        assert_eq!(exit.spoke, Some(Dialect::Socks5), "{when}");
+        assert_eq!(exit.spoke, Dialect::Socks5, "{when}");
         assert!(
             matches!(exit.leave, Leave::Associate { port: 8080 }),
             "{when}: {:?}",
@@ -608,7 +608,7 @@ fn a_socks5_request_past_the_limit_after_a_login_is_refused_as_that_user() {
         exit.leave,
         Leave::Refuse(Refusal::HeadTooLarge, Dialect::Socks5)
     ));
-    assert_eq!(exit.spoke, Some(Dialect::Socks5));
+    assert_eq!(exit.spoke, Dialect::Socks5);
     assert_eq!(exit.user.as_deref(), Some("alice"));
 }
 
@@ -830,7 +830,7 @@ fn a_refusing_handshake_answers_in_the_clients_dialect() {
     let mut c = Client::with(ListenerProtocol::Auto, Some(LIMIT), None);
     assert!(c.core.is_refusing());
     let exit = left(c.send(b"C"));
-    assert_eq!(exit.spoke, Some(Dialect::Http));
+    assert_eq!(exit.spoke, Dialect::Http);
     let Leave::Refuse(refusal, dialect) = exit.leave else {
         panic!("not refused")
     };
@@ -871,7 +871,7 @@ fn a_malformed_start_the_gate_held_back_is_refused_400_at_the_deadline() {
         exit.leave,
         Leave::Refuse(Refusal::Malformed(_), Dialect::Http)
     ));
-    assert_eq!(exit.spoke, Some(Dialect::Http));
+    assert_eq!(exit.spoke, Dialect::Http);
     let mut c = Client::new(ListenerProtocol::Http);
     assert!(matches!(c.send(&head[..30]), Next::Stay));
     assert!(c.timed_out().is_none(), "a valid start is only slow");

@@ -231,7 +231,7 @@ fn a_connect_goes_from_its_first_byte_to_an_open_tunnel() {
     assert_eq!(
         run.asked,
         [
-            "identified Some(Http) as None, rejected false",
+            "identified Http as None, rejected false",
             "target shop.test:443",
             "resolve shop.test",
         ]
@@ -321,7 +321,7 @@ fn the_user_a_login_names_is_the_one_the_policy_judges() {
     assert_eq!(
         alice.asked,
         [
-            "identified Some(Http) as Some(\"alice\"), rejected false",
+            "identified Http as Some(\"alice\"), rejected false",
             "target api.test:443",
             "resolve api.test",
         ]
@@ -337,7 +337,7 @@ fn the_user_a_login_names_is_the_one_the_policy_judges() {
     assert_eq!(
         &bob.asked[1..],
         [
-            "identified Some(Http) as Some(\"bob\"), rejected false",
+            "identified Http as Some(\"bob\"), rejected false",
             "target api.test:443",
         ],
         "refused before any DNS"
@@ -361,7 +361,7 @@ fn a_rejected_login_is_counted_and_refused() {
         run.asked,
         [
             "verify Some(\"bob\")",
-            "identified Some(Http) as None, rejected true",
+            "identified Http as None, rejected true",
         ]
     );
     assert!(
@@ -439,7 +439,7 @@ fn a_refused_name_carries_its_request() {
     assert_eq!(
         run.asked,
         [
-            "identified Some(Http) as None, rejected false",
+            "identified Http as None, rejected false",
             "target evil.test:443",
         ]
     );
@@ -461,7 +461,7 @@ fn socks5_to_an_address_literal_dials_at_once() {
     assert_eq!(
         run.asked,
         [
-            "identified Some(Socks5) as None, rejected false",
+            "identified Socks5 as None, rejected false",
             "target 45.1.1.9:443",
             "admitted --allow 45.1.1.9:443",
             "dial 45.1.1.9:443 for 45.1.1.9",
