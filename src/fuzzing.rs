@@ -183,6 +183,7 @@ pub fn opening(data: &[u8]) -> &'static str {
     use crate::auth::Verdict;
     use crate::config::ListenerProtocol;
     use crate::core::clock::Deadline;
+    use crate::core::establish::Action as Establish;
     use crate::core::opening::{Action, Input, Next, OpeningCore};
     use crate::core::port::Port;
     use crate::target::Host;
@@ -438,9 +439,9 @@ pub fn opening(data: &[u8]) -> &'static str {
                         assert!(core.handshaking() && !awaiting_verdict);
                         awaiting_verdict = true;
                     }
-                    Action::Resolve(_) => resolving = true,
-                    Action::AwaitPins => awaiting_pins = true,
-                    Action::Admitted { rule, .. } => {
+                    Action::Establish(Establish::Resolve(_)) => resolving = true,
+                    Action::Establish(Establish::AwaitPins) => awaiting_pins = true,
+                    Action::Establish(Establish::Admitted { rule, .. }) => {
                         assert!(!admitted, "admitted twice");
                         admitted = true;
                         if rule.contains("bob.test") {
@@ -448,7 +449,7 @@ pub fn opening(data: &[u8]) -> &'static str {
                             assert_eq!(user.as_deref(), Some("bob"), "another user's rule");
                         }
                     }
-                    Action::Dial(addr, vetted) => {
+                    Action::Establish(Establish::Dial(addr, vetted)) => {
                         assert!(admitted, "a dial before the admission");
                         assert!(!in_flight, "a second connect in flight");
                         assert!(answer.contains(&vetted), "{vetted} was never resolved");

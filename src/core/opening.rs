@@ -20,7 +20,7 @@
 //! on a report:        handle(now, Verdict | Resolved | PinsSettled | Connected | ConnectFailed, env)
 //! at poll_timeout():  handle_timeout(now, env)
 //! after every call, first: poll_action() until None
-//!     -> Identified | Target | Verify | Resolve | AwaitPins | Admitted | Dial
+//!     -> Identified | Target | Verify | Establish(Resolve | AwaitPins | Admitted | Dial)
 //!        | Certify (report Certified) | Switched (drop the upstream) | Note
 //! each call:          -> Working | Closed(reason) | Left(leave) | Refused(..)
 //!                        | Fronting(..) | Open(..) | Secured(..)
@@ -28,9 +28,11 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use rustls::{ClientConfig, ServerConfig};
 
 use super::clock::Deadline;
 use super::establish::{self, EstablishCore};
@@ -44,10 +46,10 @@ use crate::auth::basic::SameLogin;
 use crate::auth::{Verdict, Verify};
 use crate::config::ListenerProtocol;
 use crate::lifecycle::{CloseReason, Phase};
-use crate::policy::{Denial, Fronting};
+use crate::policy::Fronting;
+use crate::protocol::first_flight::FirstFlight;
 use crate::target::{Host, Target};
 use crate::tls::layer::{LayerLimits, TlsLayer};
-use rustls::{ClientConfig, ServerConfig};
 
 /// What the machine is lent: the policy and the proxy's facts (as the
 /// establishing stage asks them), and the settings the handshake reads.
@@ -95,20 +97,11 @@ pub(crate) enum Action {
     Target(Target),
     /// Verify this login on the verifier pool; report with [`Input::Verdict`].
     Verify(Box<Verify>),
-    /// Resolve this name; report with [`Input::Resolved`].
-    Resolve(String),
-    /// Report [`Input::PinsSettled`] once the inspected names are resolved.
-    AwaitPins,
-    /// The policy allowed the target (count it, record the rule);
-    /// `audit_reasons`: what enforcement would have refused it for.
-    Admitted {
-        rule: Arc<str>,
-        audit_reasons: Vec<Denial>,
-    },
-    /// Connect to this address for this vetted one (the one the access log
-    /// names), and report how it went; a failed socket closes before the
-    /// next dial.
-    Dial(SocketAddr, IpAddr),
+    /// The establishing stage's: resolve (report with [`Input::Resolved`]),
+    /// await the pins ([`Input::PinsSettled`]), record the admission, dial
+    /// (the socket's readiness, or [`Input::ConnectFailed`], says how it
+    /// went).
+    Establish(establish::Action),
     /// A vetted tunnel's first flight named a host the policy treats more
     /// strictly (`why` says how): close the upstream now; the machine
     /// establishes that host instead, the client answered already.
@@ -121,23 +114,6 @@ pub(crate) enum Action {
     /// that timed out with a first flight that could still be a request; a
     /// terminated one's refused hello).
     Note(String),
-}
-
-impl From<establish::Action> for Action {
-    fn from(action: establish::Action) -> Action {
-        match action {
-            establish::Action::Resolve(name) => Action::Resolve(name),
-            establish::Action::AwaitPins => Action::AwaitPins,
-            establish::Action::Admitted {
-                rule,
-                audit_reasons,
-            } => Action::Admitted {
-                rule,
-                audit_reasons,
-            },
-            establish::Action::Dial(addr, ip) => Action::Dial(addr, ip),
-        }
-    }
 }
 
 /// What a request for a target carries besides it.
@@ -222,13 +198,14 @@ pub(crate) enum Next {
 
 /// How far the machine is.
 enum Stage {
-    Handshake(HandshakeCore),
-    /// Boxed: a session's slot is sized by its largest state, and the
-    /// handshake, which every client passes through, is the smaller.
+    /// Every stage is boxed: a session's slot is sized by its largest
+    /// state, and the opening one should not be larger than an idle
+    /// tunnel's (which most slots hold).
+    Handshake(Box<HandshakeCore>),
     Establishing(Box<Establishing>),
-    /// A terminated tunnel's reply out and ClientHello in. Boxed, as above.
+    /// A terminated tunnel's reply out and ClientHello in.
     Securing(Box<Securing>),
-    /// A raw tunnel's first flight read and judged. Boxed, as above.
+    /// A raw tunnel's first flight read and judged.
     Vetting(Box<Vetting>),
     /// Ended: said once.
     Done,
@@ -238,6 +215,18 @@ struct Establishing {
     core: EstablishCore,
     request: Request,
     user: Option<Arc<str>>,
+}
+
+impl Vetting {
+    /// The policy's verdict on a whole first flight, for this client.
+    fn judge(&self, flight: FirstFlight, env: &impl Env) -> Vetted {
+        let target = self.core.target();
+        let user = self.user.as_deref();
+        let upstream_spoke = !self.from_upstream.is_empty();
+        self.core.judge(flight, upstream_spoke, |named| {
+            env.fronting(target, user, named)
+        })
+    }
 }
 
 /// A terminated tunnel: the request's early bytes began the client's
@@ -263,11 +252,8 @@ struct Vetting {
 /// The machine; see the module docs.
 pub(crate) struct OpeningCore {
     stage: Stage,
-    /// The machine's own actions (the establishing core keeps its own),
-    /// kept off the slot until there are any: a session's slot is sized
-    /// by its largest state, and this saves 24 bytes in every one.
-    #[allow(clippy::box_collection)]
-    owed: Option<Box<VecDeque<Action>>>,
+    /// The machine's own actions (the establishing core keeps its own).
+    owed: VecDeque<Action>,
 }
 
 impl OpeningCore {
@@ -280,8 +266,8 @@ impl OpeningCore {
         deadline: Deadline,
     ) -> OpeningCore {
         OpeningCore {
-            stage: Stage::Handshake(HandshakeCore::new(protocol, refusing, deadline)),
-            owed: None,
+            stage: Stage::Handshake(Box::new(HandshakeCore::new(protocol, refusing, deadline))),
+            owed: VecDeque::new(),
         }
     }
 
@@ -296,7 +282,7 @@ impl OpeningCore {
     ) -> (OpeningCore, Next) {
         let mut core = OpeningCore {
             stage: Stage::Done,
-            owed: None,
+            owed: VecDeque::new(),
         };
         let next = core.begin(now, target, user, request, env);
         (core, next)
@@ -332,11 +318,11 @@ impl OpeningCore {
 
     /// The next thing the shell must do, if any.
     pub(crate) fn poll_action(&mut self) -> Option<Action> {
-        if let Some(action) = self.owed.as_mut().and_then(|q| q.pop_front()) {
+        if let Some(action) = self.owed.pop_front() {
             return Some(action);
         }
         match &mut self.stage {
-            Stage::Establishing(e) => e.core.poll_action().map(Action::from),
+            Stage::Establishing(e) => e.core.poll_action().map(Action::Establish),
             Stage::Handshake(_) | Stage::Securing(_) | Stage::Vetting(_) | Stage::Done => None,
         }
     }
@@ -439,12 +425,7 @@ impl OpeningCore {
                     vetting::Next::ClientGone => self.end(Next::Closed(CloseReason::ClientGone)),
                     vetting::Next::Relay => self.vetted(now, Vetted::Relay, env),
                     vetting::Next::Flight(flight) => {
-                        let target = v.core.target();
-                        let user = v.user.as_deref();
-                        let spoke = !v.from_upstream.is_empty();
-                        let verdict = v
-                            .core
-                            .judge(flight, spoke, |named| env.fronting(target, user, named));
+                        let verdict = v.judge(flight, env);
                         self.vetted(now, verdict, env)
                     }
                 }
@@ -514,12 +495,7 @@ impl OpeningCore {
                 None => Next::Working,
                 // What the gate held back is judged as it stands.
                 Some(TimedOut::Judge(flight)) => {
-                    let target = v.core.target();
-                    let user = v.user.as_deref();
-                    let spoke = !v.from_upstream.is_empty();
-                    let verdict = v
-                        .core
-                        .judge(flight, spoke, |named| env.fronting(target, user, named));
+                    let verdict = v.judge(flight, env);
                     self.vetted(now, verdict, env)
                 }
                 Some(TimedOut::Close { note }) => {
@@ -834,8 +810,6 @@ impl OpeningCore {
     }
 
     fn owe(&mut self, action: Action) {
-        self.owed
-            .get_or_insert_with(Default::default)
-            .push_back(action);
+        self.owed.push_back(action);
     }
 }

@@ -28,6 +28,7 @@ use super::endpoint::Endpoint;
 use super::state::State;
 use crate::config::ListenerProtocol;
 use crate::core::clock::Deadline;
+use crate::core::establish;
 use crate::core::handshake::Leave;
 use crate::core::opening::{Action, Input, Next, OpeningCore, Request};
 use crate::io::Stream;
@@ -173,8 +174,8 @@ impl Opening {
                     conn.log.decision = Decision::Undecided;
                 }
                 Action::Verify(job) => ctx.verify(*job),
-                Action::Resolve(name) => ctx.resolve(name),
-                Action::AwaitPins => {
+                Action::Establish(establish::Action::Resolve(name)) => ctx.resolve(name),
+                Action::Establish(establish::Action::AwaitPins) => {
                     if let Some(target) = &conn.log.target {
                         log::debug!(
                             "conn={} {target}: waiting for the inspected names' addresses",
@@ -183,10 +184,10 @@ impl Opening {
                     }
                     ctx.await_pins();
                 }
-                Action::Admitted {
+                Action::Establish(establish::Action::Admitted {
                     rule,
                     audit_reasons,
-                } => {
+                }) => {
                     ctx.stats.allowed();
                     if let Some(target) = &conn.log.target {
                         log::debug!("conn={} allow {target} by rule {rule}", conn.id);
@@ -209,7 +210,7 @@ impl Opening {
                     let env = PolicyEnv { conn, ctx };
                     next = self.core.handle(ctx.now, Input::Certified(configs), &env);
                 }
-                Action::Dial(addr, ip) => {
+                Action::Establish(establish::Action::Dial(addr, ip)) => {
                     // A failed connect's socket closes before the next one.
                     self.upstream = None;
                     match self.dial(addr, conn, ctx) {

@@ -17,6 +17,7 @@ use super::at;
 use super::establish::{ip, World};
 use crate::auth::{hash_password_with, Credentials, HashedUser, PhcHash, Users, Verdict};
 use crate::config::ListenerProtocol;
+use crate::core::establish::Action as Establish;
 use crate::core::handshake::{self, Leave};
 use crate::core::mem::MemPort;
 use crate::core::opening::{Action, Env, Input, Next, Opened, OpeningCore, Refused, Request};
@@ -146,10 +147,10 @@ impl Run {
                 } => format!("identified {spoke:?} as {user:?}, rejected {rejected}"),
                 Action::Target(target) => format!("target {target}"),
                 Action::Verify(job) => format!("verify {:?}", job.user),
-                Action::Resolve(name) => format!("resolve {name}"),
-                Action::AwaitPins => "await pins".into(),
-                Action::Admitted { rule, .. } => format!("admitted {rule}"),
-                Action::Dial(addr, vetted) => {
+                Action::Establish(Establish::Resolve(name)) => format!("resolve {name}"),
+                Action::Establish(Establish::AwaitPins) => "await pins".into(),
+                Action::Establish(Establish::Admitted { rule, .. }) => format!("admitted {rule}"),
+                Action::Establish(Establish::Dial(addr, vetted)) => {
                     // As the shell dials: a connect completes (or fails)
                     // with a writable edge, so writes are watched; in
                     // flight, it takes nothing yet.
