@@ -79,7 +79,6 @@ inspect = "http"
 /// time, and it never reads the client again, so it goes on after the
 /// client has gone. One switch is the most a tunnel gets.
 #[test]
-#[ignore = "attack: a vetted tunnel switches back and forth without end, dialling the front each time"]
 fn a_first_flight_naming_two_hosts_does_not_switch_without_end() {
     in_netns(&[A_ADDR, B_ADDR], || {
         let (front, port) = silent_front();
@@ -94,10 +93,15 @@ fn a_first_flight_naming_two_hosts_does_not_switch_without_end() {
         // The client is answered (or closed) rather than left waiting.
         let mut answer = Vec::new();
         let read = s.read_to_end(&mut answer);
+        let text = String::from_utf8_lossy(&answer);
         let switches = |p: &ChildProxy| {
             p.log()
                 .iter()
-                .filter(|l| l.contains("treated as a tunnel to"))
+                .filter(|l| {
+                    l.contains("event=log")
+                        && l.contains("treated as a tunnel to")
+                        && !l.contains("refused:")
+                })
                 .count()
         };
         assert!(
@@ -106,6 +110,10 @@ fn a_first_flight_naming_two_hosts_does_not_switch_without_end() {
              the front took {} connections",
             switches(&proxy),
             front.iter().map(Server::accepted).sum::<usize>()
+        );
+        assert!(
+            text.starts_with("HTTP/1.1 403") && text.contains("X-Proxy-Error: fronting"),
+            "{text}"
         );
         drop(s);
         // Once the client has gone, nothing of the session is left open.
@@ -121,10 +129,21 @@ fn a_first_flight_naming_two_hosts_does_not_switch_without_end() {
             switches(&proxy),
             front.iter().map(Server::accepted).sum::<usize>()
         );
-        assert!(
-            switches(&proxy) <= 2,
-            "{} switches logged",
-            switches(&proxy)
+        // One switch (a.cdn.test to b.cdn.test), the next refused: two dials.
+        assert_eq!(switches(&proxy), 1, "{:#?}", proxy.log());
+        proxy.wait_for_line("the second switch refused", |l| {
+            l.contains(&format!(
+                "fronting host=a.cdn.test target=b.cdn.test:{port}: rule cdn-inside inspects \
+                 a.cdn.test; treated as a tunnel to a.cdn.test:{port}; refused: the tunnel was \
+                 switched to b.cdn.test:{port} already"
+            ))
+        });
+        wait_for("both dials at the front", PROMPTLY, || {
+            front.iter().map(Server::accepted).sum::<usize>() >= 2
+        });
+        assert_eq!(
+            front.iter().map(Server::accepted).collect::<Vec<_>>(),
+            [1, 1]
         );
     });
 }

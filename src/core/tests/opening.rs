@@ -740,7 +740,6 @@ fn scoped_inspect_world() -> World {
 /// switch restarts the connect and handshake deadlines, so none bounds
 /// it): a tunnel is switched at most once.
 #[test]
-#[ignore = "attack: a vetted tunnel switches back and forth without end, dialling each time"]
 fn a_switched_tunnel_is_not_switched_again() {
     let mut run = Run::new(scoped_inspect_world());
     run.send(b"CONNECT a.cdn.test:80 HTTP/1.1\r\nHost: a.cdn.test:80\r\n\r\n");
@@ -777,4 +776,14 @@ fn a_switched_tunnel_is_not_switched_again() {
         run.label(),
         run.next
     );
+    // Refused in the first flight's own terms (a 403 to an HTTP request),
+    // inside the tunnel the client was answered for.
+    match &run.next {
+        Next::Fronting { answer, why, rule } => {
+            assert!(answer.starts_with(b"HTTP/1.1 403"), "{answer:?}");
+            assert!(why.contains("switched to b.cdn.test:80 already"), "{why}");
+            assert!(rule.is_none());
+        }
+        other => panic!("not refused: {other:?}"),
+    }
 }
