@@ -98,8 +98,10 @@ impl State {
             State::Opening(o) if o.is_refusing() => Some(Phase::Closing),
             State::Opening(o) if o.handshaking() => Some(Phase::Handshake),
             State::Opening(o) if o.vetting() => Some(Phase::Established),
-            State::Opening(o) if !o.dialling() => Some(Phase::Resolving),
-            State::Opening(_) => Some(Phase::Connecting),
+            // A terminated tunnel awaiting its ClientHello is connected,
+            // as Securing was before it became one of Opening's names.
+            State::Opening(o) if o.dialling() || o.securing() => Some(Phase::Connecting),
+            State::Opening(_) => Some(Phase::Resolving),
             State::Passthrough(_) | State::Inspect(_) | State::Associate(_) => {
                 Some(Phase::Established)
             }
