@@ -57,3 +57,80 @@ fn a_securing_session_is_not_counted_as_resolving() {
     assert_eq!(effects.closed, Some(CloseReason::HandshakeTimeout));
     assert_eq!(open(&h), [0; 5]);
 }
+
+/// Calls `f` on the session with a fresh context.
+fn call(h: &mut Harness, f: impl FnOnce(&mut Session, &mut Ctx) -> Effects) -> Effects {
+    let mut s = h.session.take().unwrap();
+    let effects = h.with_ctx(|ctx| f(&mut s, ctx));
+    h.session = Some(s);
+    effects
+}
+
+/// A raw tunnel being vetted was admitted raw: a reload that now inspects
+/// it (or refuses it) closes it, as it would a Passthrough; one that
+/// still allows it raw leaves it vetting. The gauges follow.
+#[test]
+fn a_reload_closes_a_vetted_tunnel_it_now_inspects_or_refuses() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let raw = || {
+        Policy::from_rules(&[
+            parse_cli_rule(Action::Allow, &format!("127.0.0.1:{port}")).unwrap(),
+            crate::policy::parse_cli_inspect(&format!("other.test:{port}")).unwrap(),
+        ])
+        .unwrap()
+    };
+    let vetting = || {
+        let (mut h, _) = Harness::new(raw(), ListenerProtocol::Auto);
+        let _ = h.client_sends(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes());
+        poll_until(&mut h, "Vetting");
+        assert_eq!(open(&h), [0, 0, 0, 1, 0]);
+        h
+    };
+    // Still raw: kept.
+    let mut h = vetting();
+    h.policy = raw();
+    let effects = call(&mut h, |s, ctx| s.on_reload(ctx));
+    assert_eq!(effects.closed, None);
+    assert!(h.state().starts_with("Vetting"), "{}", h.state());
+    // Now inspected: closed.
+    for now in [
+        crate::policy::parse_cli_inspect(&format!("127.0.0.1:{port}")).unwrap(),
+        parse_cli_terminate(&format!("127.0.0.1:{port}")).unwrap(),
+        parse_cli_rule(Action::Deny, "127.0.0.1").unwrap(),
+    ] {
+        let mut h = vetting();
+        h.policy = Policy::from_rules(&[now]).unwrap();
+        let effects = call(&mut h, |s, ctx| s.on_reload(ctx));
+        assert_eq!(effects.closed, Some(CloseReason::PolicyReload));
+        assert_eq!(open(&h), [0; 5]);
+    }
+}
+
+/// A terminated tunnel awaiting its ClientHello: a reload that refuses
+/// its target closes it; one that still terminates it keeps it.
+#[test]
+fn a_reload_closes_a_securing_tunnel_it_now_refuses() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let terminate = || {
+        Policy::from_rules(&[parse_cli_terminate(&format!("127.0.0.1:{port}")).unwrap()]).unwrap()
+    };
+    let securing = || {
+        let (mut h, _) = Harness::new(terminate(), ListenerProtocol::Auto);
+        let _ = h.client_sends(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes());
+        poll_until(&mut h, "Securing");
+        h
+    };
+    let mut h = securing();
+    h.policy = terminate();
+    let effects = call(&mut h, |s, ctx| s.on_reload(ctx));
+    assert_eq!(effects.closed, None);
+    assert!(h.state().starts_with("Securing"), "{}", h.state());
+
+    let mut h = securing();
+    h.policy = Policy::from_rules(&[parse_cli_rule(Action::Deny, "127.0.0.1").unwrap()]).unwrap();
+    let effects = call(&mut h, |s, ctx| s.on_reload(ctx));
+    assert_eq!(effects.closed, Some(CloseReason::PolicyReload));
+    assert_eq!(open(&h), [0; 5]);
+}
