@@ -134,3 +134,74 @@ fn a_reload_closes_a_securing_tunnel_it_now_refuses() {
     assert_eq!(effects.closed, Some(CloseReason::PolicyReload));
     assert_eq!(open(&h), [0; 5]);
 }
+
+/// A vetted tunnel's first flight names an inspected address (its `Host`),
+/// so the session drops its first upstream and dials that one; the first
+/// upstream is reset in the same poll batch as the client's first flight,
+/// its event dispatched after the switch. The new connect must not be
+/// taken as failed: the old socket's event carries the other token.
+#[test]
+fn a_reset_of_the_vetted_upstream_in_the_switch_batch_is_not_the_new_connects() {
+    use std::net::TcpListener;
+    let first = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = first.local_addr().unwrap().port();
+    let Ok(second) = TcpListener::bind(("127.0.0.2", port)) else {
+        eprintln!("127.0.0.2:{port} is taken: skipped");
+        return;
+    };
+    let policy = Policy::from_rules(&[
+        parse_cli_rule(Action::Allow, &format!("127.0.0.1:{port}")).unwrap(),
+        crate::policy::parse_cli_inspect(&format!("127.0.0.2:{port}")).unwrap(),
+    ])
+    .unwrap();
+    let (mut h, _) = Harness::new(policy, ListenerProtocol::Auto);
+    let _ = h.client_sends(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes());
+    poll_until(&mut h, "Vetting");
+    assert_eq!(
+        String::from_utf8(h.client_reads(12)).unwrap(),
+        "HTTP/1.1 200"
+    );
+    let _ = h.client_reads(27);
+    let (s1, _) = first.accept().unwrap();
+
+    // The first flight, naming the inspected address; then the first
+    // upstream's reset, both before the proxy polls.
+    h.peer
+        .write_all(format!("GET /x HTTP/1.1\r\nHost: 127.0.0.2:{port}\r\n\r\n").as_bytes())
+        .unwrap();
+    socket2::SockRef::from(&s1)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(s1);
+    let batch = h.poll_batch();
+    let owners: Vec<Owner> = batch.iter().map(|e| token::owner(e.token(), 0)).collect();
+    assert_eq!(
+        owners,
+        [
+            Owner::Session(0, Side::Client),
+            Owner::Session(0, Side::Upstream)
+        ],
+        "{batch:?}"
+    );
+    let _ = h.dispatch(&batch);
+    poll_until(&mut h, "Inspect");
+    let (mut s2, _) = second.accept().unwrap();
+    s2.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s2.read(&mut byte).unwrap(), 1, "{head:?}");
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"GET /x HTTP/1.1"), "{head:?}");
+    assert_eq!(
+        h.session()
+            .conn
+            .log
+            .target
+            .as_ref()
+            .map(ToString::to_string),
+        Some(format!("127.0.0.2:{port}"))
+    );
+    assert_eq!(h.session().conn.log.error, None);
+}
