@@ -47,7 +47,7 @@ use crate::auth::{Verdict, Verify};
 use crate::config::ListenerProtocol;
 use crate::lifecycle::{CloseReason, Phase};
 use crate::policy::Fronting;
-use crate::protocol::first_flight::FirstFlight;
+use crate::protocol::first_flight::{self, FirstFlight};
 use crate::target::{Host, Target};
 use crate::tls::layer::{LayerLimits, TlsLayer};
 
@@ -790,6 +790,30 @@ impl OpeningCore {
                 request,
             })),
             Vetted::Refuse { answer, why, rule } => Next::Fronting { answer, why, rule },
+            // A tunnel is switched once. Vetted again at the name it was
+            // switched to (established raw there: a scoped inspecting rule
+            // names it, but not its addresses), the same first flight can
+            // name the host it came from (a request naming two hosts), and
+            // switch back, and so on: a resolve and a dial each time, each
+            // with fresh deadlines, without end, and never reading the
+            // client again to see it gone. (Only a switch answers the
+            // client before establishing.)
+            Vetted::Switch { why, .. } if request.replied => {
+                let tls = request
+                    .early
+                    .first()
+                    .is_some_and(|b| first_flight::starts_tls(*b));
+                let why = format!(
+                    "{why}; refused: the tunnel was switched to {target} already, \
+                     and is switched once"
+                );
+                let answer = vetting::refusal_answer(&why, tls);
+                Next::Fronting {
+                    answer,
+                    why,
+                    rule: None,
+                }
+            }
             Vetted::Switch { to, why } => {
                 self.owe(Action::Switched { why });
                 let request = Request {

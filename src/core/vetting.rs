@@ -362,12 +362,19 @@ impl VettingCore {
 
 /// Refused: a TLS alert to a TLS client, a `403` to an HTTP one.
 fn refuse(why: String, rule: Option<Arc<str>>, tls: bool) -> Verdict {
-    let answer = if tls {
+    let answer = refusal_answer(&why, tls);
+    Verdict::Refuse { answer, why, rule }
+}
+
+/// What a refused first flight is answered with: an `access_denied` alert
+/// when it started TLS, else a `403` (`X-Proxy-Error: fronting`) saying
+/// `why`.
+pub(crate) fn refusal_answer(why: &str, tls: bool) -> Vec<u8> {
+    if tls {
         alert_record(rustls::AlertDescription::AccessDenied).to_vec()
     } else {
-        http::error_response(403, "fronting", &why, &[])
-    };
-    Verdict::Refuse { answer, why, rule }
+        http::error_response(403, "fronting", why, &[])
+    }
 }
 
 /// The target a first-flight name stands for on `port`: a `Host` may carry

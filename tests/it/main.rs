@@ -10,6 +10,7 @@ mod support;
 
 mod accept_exhaustion;
 mod admin;
+mod atk_fold;
 mod atk_opening;
 mod atk_pool;
 mod attack_https;

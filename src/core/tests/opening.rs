@@ -925,3 +925,75 @@ fn random_openings_keep_the_seams_rules() {
         );
     }
 }
+
+/// Every name under cdn.test allowed raw on port 80, and inspected only
+/// when it resolves into 10.20.0.0/16 (a scoped rule, `match = "both"`):
+/// the policy's fronting answer names the inspecting rule for any of them
+/// (it looks at names, not addresses), while each, resolving to a public
+/// address, is established raw on a vetted port.
+fn scoped_inspect_world() -> World {
+    let mut world = World::new();
+    world.policy = Policy::from_rules(&[
+        parse_cli_rule(RuleAction::Allow, "*.cdn.test:80").unwrap(),
+        parse_cli_inspect("*.cdn.test:80@10.20.0.0/16").unwrap(),
+    ])
+    .unwrap();
+    world.vets = true;
+    world
+}
+
+/// A first flight naming two hosts (an absolute-form target and a `Host`),
+/// each of which the policy's fronting check calls inspected but which
+/// establishes raw: the machine switches to one, vets the same flight
+/// again there, switches back to the other, and so on. One client
+/// connection must not make the proxy resolve and dial without end (each
+/// switch restarts the connect and handshake deadlines, so none bounds
+/// it): a tunnel is switched at most once.
+#[test]
+fn a_switched_tunnel_is_not_switched_again() {
+    let mut run = Run::new(scoped_inspect_world());
+    run.send(b"CONNECT a.cdn.test:80 HTTP/1.1\r\nHost: a.cdn.test:80\r\n\r\n");
+    run.resolved(&["45.1.1.1"]);
+    run.handle(Input::Connected);
+    assert_eq!(run.label(), "Vetting(first-flight)");
+    assert_eq!(run.client.take(), HTTP_REPLY);
+    run.send(b"GET http://b.cdn.test/ HTTP/1.1\r\nHost: a.cdn.test\r\n\r\n");
+    let mut dials = 1;
+    for _ in 0..10 {
+        if !matches!(run.next, Next::Working) || run.label() != "Resolving(dns)" {
+            break;
+        }
+        run.resolved(&["45.1.1.2"]);
+        if !run.core.connecting() {
+            break;
+        }
+        dials += 1;
+        run.handle(Input::Connected);
+    }
+    let switches = run
+        .asked
+        .iter()
+        .filter(|a| a.starts_with("switched: "))
+        .count();
+    assert!(
+        switches <= 1 && dials <= 2,
+        "{switches} switches, {dials} dials from one client connection: {:#?}",
+        run.asked
+    );
+    assert!(
+        !matches!(run.next, Next::Working),
+        "still going as {}: {:?}",
+        run.label(),
+        run.next
+    );
+    // Refused in the first flight's own terms (a 403 to an HTTP request),
+    // inside the tunnel the client was answered for.
+    match &run.next {
+        Next::Fronting { answer, why, rule } => {
+            assert!(answer.starts_with(b"HTTP/1.1 403"), "{answer:?}");
+            assert!(why.contains("switched to b.cdn.test:80 already"), "{why}");
+            assert!(rule.is_none());
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+}

@@ -10,6 +10,7 @@
 //! verified off the loop) and `switch.rs` (an upstream switch, and the old
 //! upstream's events in the same poll batch).
 
+mod atk_fold;
 mod auth;
 mod connect;
 mod handshake;
