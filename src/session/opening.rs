@@ -251,7 +251,8 @@ impl Opening {
             } => {
                 log::info!("conn={} {why}", conn.id);
                 ctx.stats.denied();
-                conn.log.decision = Decision::Denied(Reasoned::new(rule, why.clone()));
+                // Counted against the refusing rule too, as every denial is.
+                conn.decide(Decision::Denied(Reasoned::new(rule, why.clone())), ctx);
                 answer(&bytes, CloseReason::Denied, why, client, conn, ctx)
             }
             Next::Secured(secured) => match self.upstream {

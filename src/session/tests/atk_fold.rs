@@ -205,3 +205,36 @@ fn a_reset_of_the_vetted_upstream_in_the_switch_batch_is_not_the_new_connects() 
     );
     assert_eq!(h.session().conn.log.error, None);
 }
+
+/// A first flight naming a host a rule refuses is a denial like any other:
+/// counted against the refusing rule, not only in the total.
+#[test]
+fn a_fronting_refusal_counts_against_the_refusing_rule() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let policy = Policy::from_rules(&[
+        parse_cli_rule(Action::Allow, &format!("127.0.0.1:{port}")).unwrap(),
+        crate::policy::parse_cli_inspect(&format!("other.test:{port}")).unwrap(),
+        parse_cli_rule(Action::Deny, "evil.test").unwrap(),
+    ])
+    .unwrap();
+    let (mut h, _) = Harness::new(policy, ListenerProtocol::Auto);
+    let _ = h.client_sends(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes());
+    poll_until(&mut h, "Vetting(first-flight)");
+    let _ = h.client_sends(b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n");
+    for _ in 0..50 {
+        if !h.state().starts_with("Vetting") {
+            break;
+        }
+        let _ = h.poll_events();
+    }
+    let rules = h.stats.rules.snapshot();
+    let denied = |name: &str| {
+        rules
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, c)| c.denied)
+    };
+    assert_eq!(denied("--deny evil.test"), 1, "{rules:?}");
+    assert_eq!(h.stats.snapshot().denied, 1);
+}
