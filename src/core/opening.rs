@@ -4,10 +4,11 @@
 //! addresses, each connect, a parent proxy), then, for a terminated
 //! tunnel, the client's ClientHello read ([`SecuringCore`]) and both TLS
 //! layers set up, or, for a raw tunnel to a port some rule inspects, its
-//! first flight vetted ([`VettingCore`]) for a name it would front for. The handshake's exit to a target, and a
-//! vetted tunnel's switch to the stricter name its first flight carried,
-//! are transitions inside the machine; the user the handshake
-//! authenticated is the one the policy is asked about, each time.
+//! first flight vetted ([`VettingCore`]) for a name it would front for.
+//! The handshake's exit to a target, and a vetted tunnel's switch to the
+//! stricter name its first flight carried (once), are transitions inside
+//! the machine; the user the handshake authenticated is the one the policy
+//! is asked about, each time.
 //!
 //! The shell (`session/opening.rs`) owns the client's socket and the
 //! upstream connect in flight, lends them as [`Port`]s, carries out the
@@ -15,9 +16,10 @@
 //! each end names:
 //!
 //! ```text
-//! accept: OpeningCore::handshake(..)      a switch: OpeningCore::establish(..)
-//! on readiness:       pump(now, client, upstream, env)
-//! on a report:        handle(now, Verdict | Resolved | PinsSettled | Connected | ConnectFailed, env)
+//! accept: OpeningCore::handshake(..)   a forward proxy's next host: OpeningCore::establish(..)
+//! on readiness:       pump(now, client, upstream, env)   (a connect's end is read here)
+//! on a report:        handle(now, Verdict | Resolved | PinsSettled | Certified
+//!                                 | Connected | ConnectFailed, env)
 //! at poll_timeout():  handle_timeout(now, env)
 //! after every call, first: poll_action() until None
 //!     -> Identified | Target | Verify | Establish(Resolve | AwaitPins | Admitted | Dial)
@@ -196,12 +198,13 @@ pub(crate) enum Next {
     Secured(Box<Secured>),
 }
 
-/// How far the machine is.
+/// How far the machine is. Every stage is boxed: a session's slot is
+/// sized by its largest state, and the opening one should be no larger
+/// than an idle tunnel's (which most slots hold).
 enum Stage {
-    /// Every stage is boxed: a session's slot is sized by its largest
-    /// state, and the opening one should not be larger than an idle
-    /// tunnel's (which most slots hold).
+    /// Reading the client's request, checking its login.
     Handshake(Box<HandshakeCore>),
+    /// From the target to an open upstream.
     Establishing(Box<Establishing>),
     /// A terminated tunnel's reply out and ClientHello in.
     Securing(Box<Securing>),
@@ -215,18 +218,6 @@ struct Establishing {
     core: EstablishCore,
     request: Request,
     user: Option<Arc<str>>,
-}
-
-impl Vetting {
-    /// The policy's verdict on a whole first flight, for this client.
-    fn judge(&self, flight: FirstFlight, env: &impl Env) -> Vetted {
-        let target = self.core.target();
-        let user = self.user.as_deref();
-        let upstream_spoke = !self.from_upstream.is_empty();
-        self.core.judge(flight, upstream_spoke, |named| {
-            env.fronting(target, user, named)
-        })
-    }
 }
 
 /// A terminated tunnel: the request's early bytes began the client's
@@ -247,6 +238,18 @@ struct Vetting {
     request: Request,
     treatment: Treatment,
     user: Option<Arc<str>>,
+}
+
+impl Vetting {
+    /// The policy's verdict on a whole first flight, for this client.
+    fn judge(&self, flight: FirstFlight, env: &impl Env) -> Vetted {
+        let target = self.core.target();
+        let user = self.user.as_deref();
+        let upstream_spoke = !self.from_upstream.is_empty();
+        self.core.judge(flight, upstream_spoke, |named| {
+            env.fronting(target, user, named)
+        })
+    }
 }
 
 /// The machine; see the module docs.
