@@ -13,8 +13,9 @@
 //! deadline (a stage's core keeps its own: `State::poll_timeout`).
 //!
 //! Each state owns what it uses, sockets included: Opening owns the
-//! client and the pending upstream, Passthrough and Inspect own both ends, Closing owns the
-//! survivor. A socket closes when the state that owns it lets it go.
+//! client and the pending upstream, Passthrough and Inspect own both ends,
+//! Closing owns the survivor. A socket closes when the state that owns it
+//! lets it go.
 
 mod associate;
 mod channel;
