@@ -6,31 +6,6 @@ use super::*;
 
 use crate::policy::parse_cli_terminate;
 
-/// The open-sessions gauges: handshake, resolving, connecting,
-/// established, closing.
-fn open(h: &Harness) -> [u64; 5] {
-    let o = h.stats.snapshot().open;
-    [
-        o.handshake,
-        o.resolving,
-        o.connecting,
-        o.established,
-        o.closing,
-    ]
-}
-
-/// Polls until the session's state starts with `prefix` (a bounded number
-/// of times).
-fn poll_until(h: &mut Harness, prefix: &str) {
-    for _ in 0..50 {
-        if h.state().starts_with(prefix) {
-            return;
-        }
-        let _ = h.poll_events();
-    }
-    panic!("never {prefix}: {}", h.state());
-}
-
 /// A terminated tunnel waiting for its ClientHello has resolved and
 /// connected: it is not waiting for the resolver. Before the opening
 /// machine took securing in, Securing counted as connecting; as one of
@@ -43,27 +18,19 @@ fn a_securing_session_is_not_counted_as_resolving() {
         Policy::from_rules(&[parse_cli_terminate(&format!("127.0.0.1:{port}")).unwrap()]).unwrap();
     let (mut h, _) = Harness::new(policy, ListenerProtocol::Auto);
     let _ = h.client_sends(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes());
-    poll_until(&mut h, "Securing");
+    h.poll_until("Securing");
     assert_eq!(
         String::from_utf8(h.client_reads(12)).unwrap(),
         "HTTP/1.1 200"
     );
-    assert_eq!(open(&h), [0, 0, 1, 0, 0], "{}", h.state());
+    assert_eq!(h.open_gauges(), [0, 0, 1, 0, 0], "{}", h.state());
     // No hello within the handshake timeout: closed, the gauges back to 0.
     h.now += h.settings.timeouts.handshake;
     let mut s = h.session.take().unwrap();
     let effects = h.with_ctx(|ctx| s.on_timer(ctx));
     h.session = Some(s);
     assert_eq!(effects.closed, Some(CloseReason::HandshakeTimeout));
-    assert_eq!(open(&h), [0; 5]);
-}
-
-/// Calls `f` on the session with a fresh context.
-fn call(h: &mut Harness, f: impl FnOnce(&mut Session, &mut Ctx) -> Effects) -> Effects {
-    let mut s = h.session.take().unwrap();
-    let effects = h.with_ctx(|ctx| f(&mut s, ctx));
-    h.session = Some(s);
-    effects
+    assert_eq!(h.open_gauges(), [0; 5]);
 }
 
 /// A raw tunnel being vetted was admitted raw: a reload that now inspects
@@ -83,14 +50,14 @@ fn a_reload_closes_a_vetted_tunnel_it_now_inspects_or_refuses() {
     let vetting = || {
         let (mut h, _) = Harness::new(raw(), ListenerProtocol::Auto);
         let _ = h.client_sends(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes());
-        poll_until(&mut h, "Vetting");
-        assert_eq!(open(&h), [0, 0, 0, 1, 0]);
+        h.poll_until("Vetting");
+        assert_eq!(h.open_gauges(), [0, 0, 0, 1, 0]);
         h
     };
     // Still raw: kept.
     let mut h = vetting();
     h.policy = raw();
-    let effects = call(&mut h, |s, ctx| s.on_reload(ctx));
+    let effects = h.call(|s, ctx| s.on_reload(ctx));
     assert_eq!(effects.closed, None);
     assert!(h.state().starts_with("Vetting"), "{}", h.state());
     // Now inspected: closed.
@@ -101,9 +68,9 @@ fn a_reload_closes_a_vetted_tunnel_it_now_inspects_or_refuses() {
     ] {
         let mut h = vetting();
         h.policy = Policy::from_rules(&[now]).unwrap();
-        let effects = call(&mut h, |s, ctx| s.on_reload(ctx));
+        let effects = h.call(|s, ctx| s.on_reload(ctx));
         assert_eq!(effects.closed, Some(CloseReason::PolicyReload));
-        assert_eq!(open(&h), [0; 5]);
+        assert_eq!(h.open_gauges(), [0; 5]);
     }
 }
 
@@ -119,20 +86,20 @@ fn a_reload_closes_a_securing_tunnel_it_now_refuses() {
     let securing = || {
         let (mut h, _) = Harness::new(terminate(), ListenerProtocol::Auto);
         let _ = h.client_sends(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes());
-        poll_until(&mut h, "Securing");
+        h.poll_until("Securing");
         h
     };
     let mut h = securing();
     h.policy = terminate();
-    let effects = call(&mut h, |s, ctx| s.on_reload(ctx));
+    let effects = h.call(|s, ctx| s.on_reload(ctx));
     assert_eq!(effects.closed, None);
     assert!(h.state().starts_with("Securing"), "{}", h.state());
 
     let mut h = securing();
     h.policy = Policy::from_rules(&[parse_cli_rule(Action::Deny, "127.0.0.1").unwrap()]).unwrap();
-    let effects = call(&mut h, |s, ctx| s.on_reload(ctx));
+    let effects = h.call(|s, ctx| s.on_reload(ctx));
     assert_eq!(effects.closed, Some(CloseReason::PolicyReload));
-    assert_eq!(open(&h), [0; 5]);
+    assert_eq!(h.open_gauges(), [0; 5]);
 }
 
 /// A vetted tunnel's first flight names an inspected address (its `Host`),
@@ -156,7 +123,7 @@ fn a_reset_of_the_vetted_upstream_in_the_switch_batch_is_not_the_new_connects() 
     .unwrap();
     let (mut h, _) = Harness::new(policy, ListenerProtocol::Auto);
     let _ = h.client_sends(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes());
-    poll_until(&mut h, "Vetting");
+    h.poll_until("Vetting");
     assert_eq!(
         String::from_utf8(h.client_reads(12)).unwrap(),
         "HTTP/1.1 200"
@@ -173,18 +140,9 @@ fn a_reset_of_the_vetted_upstream_in_the_switch_batch_is_not_the_new_connects() 
         .set_linger(Some(Duration::ZERO))
         .unwrap();
     drop(s1);
-    let batch = h.poll_batch();
-    let owners: Vec<Owner> = batch.iter().map(|e| token::owner(e.token(), 0)).collect();
-    assert_eq!(
-        owners,
-        [
-            Owner::Session(0, Side::Client),
-            Owner::Session(0, Side::Upstream)
-        ],
-        "{batch:?}"
-    );
+    let batch = h.poll_client_then_upstream();
     let _ = h.dispatch(&batch);
-    poll_until(&mut h, "Inspect");
+    h.poll_until("Inspect");
     let (mut s2, _) = second.accept().unwrap();
     s2.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut head = Vec::new();
@@ -220,7 +178,7 @@ fn a_fronting_refusal_counts_against_the_refusing_rule() {
     .unwrap();
     let (mut h, _) = Harness::new(policy, ListenerProtocol::Auto);
     let _ = h.client_sends(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes());
-    poll_until(&mut h, "Vetting(first-flight)");
+    h.poll_until("Vetting(first-flight)");
     let _ = h.client_sends(b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n");
     for _ in 0..50 {
         if !h.state().starts_with("Vetting") {

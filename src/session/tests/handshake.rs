@@ -231,22 +231,6 @@ fn an_oversized_head_gets_431() {
 /// it moved come back to zero.
 #[test]
 fn the_phase_gauges_return_to_zero_from_either_stage() {
-    fn open(h: &Harness) -> [u64; 5] {
-        let o = h.stats.snapshot().open;
-        [
-            o.handshake,
-            o.resolving,
-            o.connecting,
-            o.established,
-            o.closing,
-        ]
-    }
-    fn call(h: &mut Harness, f: impl FnOnce(&mut Session, &mut Ctx) -> Effects) -> Effects {
-        let mut s = h.session.take().unwrap();
-        let effects = h.with_ctx(|ctx| f(&mut s, ctx));
-        h.session = Some(s);
-        effects
-    }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let policy = || {
@@ -263,36 +247,36 @@ fn the_phase_gauges_return_to_zero_from_either_stage() {
     // Refused while resolving, then aborted while closing.
     let (mut h, _) = Harness::new(policy(), ListenerProtocol::Auto);
     let _ = h.client_sends(connect.as_bytes());
-    assert_eq!(open(&h), [0, 1, 0, 0, 0]);
-    let _ = call(&mut h, |s, ctx| s.on_resolved(not_found(), ctx));
-    assert_eq!(open(&h), [0, 0, 0, 0, 1]);
-    let _ = call(&mut h, |s, ctx| s.abort(CloseReason::Shutdown, ctx));
-    assert_eq!(open(&h), [0; 5]);
+    assert_eq!(h.open_gauges(), [0, 1, 0, 0, 0]);
+    let _ = h.call(|s, ctx| s.on_resolved(not_found(), ctx));
+    assert_eq!(h.open_gauges(), [0, 0, 0, 0, 1]);
+    let _ = h.call(|s, ctx| s.abort(CloseReason::Shutdown, ctx));
+    assert_eq!(h.open_gauges(), [0; 5]);
 
     // Aborted while resolving.
     let (mut h, _) = Harness::new(policy(), ListenerProtocol::Auto);
     let _ = h.client_sends(connect.as_bytes());
-    let _ = call(&mut h, |s, ctx| s.abort(CloseReason::Shutdown, ctx));
-    assert_eq!(open(&h), [0; 5]);
+    let _ = h.call(|s, ctx| s.abort(CloseReason::Shutdown, ctx));
+    assert_eq!(h.open_gauges(), [0; 5]);
 
     // Closed by a reload while connecting.
     let (mut h, _) = Harness::new(policy(), ListenerProtocol::Auto);
     let _ = h.client_sends(connect.as_bytes());
-    let _ = call(&mut h, |s, ctx| s.on_resolved(loopback(), ctx));
+    let _ = h.call(|s, ctx| s.on_resolved(loopback(), ctx));
     assert_eq!(h.state(), "Connecting(tcp)");
-    assert_eq!(open(&h), [0, 0, 1, 0, 0]);
+    assert_eq!(h.open_gauges(), [0, 0, 1, 0, 0]);
     h.policy = Policy::default();
-    let effects = call(&mut h, |s, ctx| s.on_reload(ctx));
+    let effects = h.call(|s, ctx| s.on_reload(ctx));
     assert_eq!(effects.closed, Some(CloseReason::PolicyReload));
-    assert_eq!(open(&h), [0; 5]);
+    assert_eq!(h.open_gauges(), [0; 5]);
 
     // Timed out while connecting, then aborted while closing.
     let (mut h, _) = Harness::new(policy(), ListenerProtocol::Auto);
     let _ = h.client_sends(connect.as_bytes());
-    let _ = call(&mut h, |s, ctx| s.on_resolved(loopback(), ctx));
+    let _ = h.call(|s, ctx| s.on_resolved(loopback(), ctx));
     h.now += h.settings.timeouts.connect;
-    let _ = call(&mut h, |s, ctx| s.on_timer(ctx));
+    let _ = h.call(|s, ctx| s.on_timer(ctx));
     assert!(h.state().starts_with("Closing"), "{}", h.state());
-    let _ = call(&mut h, |s, ctx| s.abort(CloseReason::Shutdown, ctx));
-    assert_eq!(open(&h), [0; 5]);
+    let _ = h.call(|s, ctx| s.abort(CloseReason::Shutdown, ctx));
+    assert_eq!(h.open_gauges(), [0; 5]);
 }

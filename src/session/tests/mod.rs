@@ -184,6 +184,55 @@ impl Harness {
         self.session.as_mut().unwrap()
     }
 
+    /// Calls `f` on the session with a fresh context.
+    fn call(&mut self, f: impl FnOnce(&mut Session, &mut Ctx) -> Effects) -> Effects {
+        let mut s = self.session.take().unwrap();
+        let effects = self.with_ctx(|ctx| f(&mut s, ctx));
+        self.session = Some(s);
+        effects
+    }
+
+    /// The open-sessions gauges: handshake, resolving, connecting,
+    /// established, closing.
+    fn open_gauges(&self) -> [u64; 5] {
+        let o = self.stats.snapshot().open;
+        [
+            o.handshake,
+            o.resolving,
+            o.connecting,
+            o.established,
+            o.closing,
+        ]
+    }
+
+    /// Polls until the session's state starts with `prefix` (a bounded
+    /// number of times).
+    fn poll_until(&mut self, prefix: &str) {
+        for _ in 0..50 {
+            if self.state().starts_with(prefix) {
+                return;
+            }
+            let _ = self.poll_events();
+        }
+        panic!("never {prefix}: {}", self.state());
+    }
+
+    /// Polls one batch, which must hold the client's event, then the
+    /// upstream's (the old upstream's, in the switch tests), in that order.
+    fn poll_client_then_upstream(&mut self) -> Vec<mio::event::Event> {
+        let batch = self.poll_batch();
+        let owners: Vec<Owner> = batch.iter().map(|e| token::owner(e.token(), 0)).collect();
+        assert_eq!(
+            owners,
+            [
+                Owner::Session(0, Side::Client),
+                Owner::Session(0, Side::Upstream)
+            ],
+            "{batch:?}"
+        );
+        batch
+    }
+
     fn state(&self) -> String {
         self.session.as_ref().unwrap().state.to_string()
     }
