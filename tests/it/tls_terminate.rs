@@ -82,7 +82,13 @@ fn curl_through_a_terminated_tunnel_connect_and_socks5() {
     let out = text(&o);
     assert!(out.contains("HTTP/1.1 403"), "{out}");
     assert!(out.contains("X-Proxy-Error: denied; rule=api"), "{out}");
-    let st = proxy.stats();
+    // Counted once the call that wrote the 403 returns: the client may have
+    // read it (and SIGUSR1's stats line been printed) a moment before.
+    let mut st = proxy.stats();
+    wait_for("the denied request counted", PROMPTLY, || {
+        st = proxy.stats();
+        stat(&st, "requests_denied") >= 1
+    });
     assert_eq!(stat(&st, "requests_denied"), 1, "{st:?}");
     assert!(stat(&st, "requests_allowed") >= 2, "{st:?}");
     let log = proxy.log().join("\n");
