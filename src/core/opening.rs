@@ -808,7 +808,7 @@ impl OpeningCore {
                     .is_some_and(|b| first_flight::starts_tls(*b));
                 let why = format!(
                     "{why}; refused: the tunnel was switched to {target} already, \
-                     and is switched once"
+                     and is switched once: open a tunnel to each host the client needs"
                 );
                 let answer = vetting::refusal_answer(&why, tls);
                 Next::Fronting {
