@@ -115,7 +115,9 @@ impl Refusal {
                 Some(why) => format!("denied; rule={}; reason={why}", rule.name),
                 None => format!("denied; rule={}", rule.name),
             },
-            Refusal::Denied(Denial::NoRule) => "denied; no-matching-rule".into(),
+            Refusal::Denied(Denial::NoRule(fix)) => {
+                format!("denied; no-matching-rule; fix={}", fix.flag)
+            }
             Refusal::Denied(Denial::SpecialAddress(addr, range, None)) => {
                 format!("denied; {range}-address={addr}")
             }

@@ -21,8 +21,8 @@ use super::request::RequestRules;
 use super::rule::{HostPattern, Rule};
 use super::spec::TlsMode;
 use super::{
-    Action, Allowed, Denial, Fix, Fronting, Host, MatchMode, NameVerdict, PortMiss, RuleRef,
-    Target, Verdict,
+    Action, AllowFix, Allowed, Denial, Fix, Fronting, Host, MatchMode, NameVerdict, PortMiss,
+    RuleRef, Target, Verdict,
 };
 use crate::target::host::canonical_ip;
 
@@ -72,7 +72,7 @@ pub(crate) fn check_name(
         .find(|r| r.host_matches(&target.host));
     NameVerdict::Deny(match theirs {
         Some(r) => user_denial(user, r),
-        None => port_miss(rules, target, user, None).unwrap_or(Denial::NoRule),
+        None => port_miss(rules, target, user, None).unwrap_or_else(|| no_rule(target)),
     })
 }
 
@@ -129,6 +129,23 @@ fn port_miss(
         target: host,
         port: target.port,
     })))
+}
+
+/// No rule matched `target`: the allow rule that would.
+pub(crate) fn no_rule(target: &Target) -> Denial {
+    let port = target.port;
+    let file = match &target.host {
+        Host::Domain(d) => format!("hosts = [{d:?}], ports = [{port}]"),
+        Host::Ip(a) => {
+            let a = canonical_ip(*a);
+            let max = if a.is_ipv4() { 32 } else { 128 };
+            format!("cidrs = [\"{a}/{max}\"], ports = [{port}]")
+        }
+    };
+    Denial::NoRule(Arc::new(AllowFix {
+        flag: format!("--allow {}:{port}", host_text(&target.host)),
+        file,
+    }))
 }
 
 /// How to let `addr` through for this name alone (or, for a literal, this
@@ -314,7 +331,7 @@ fn near_miss(
             let fix = scoped_elsewhere().map(|r| fix(r, target, addr));
             Denial::SpecialAddress(addr, range, fix)
         }
-        _ => port_miss(rules, target, user, Some(addr)).unwrap_or(Denial::NoRule),
+        _ => port_miss(rules, target, user, Some(addr)).unwrap_or_else(|| no_rule(target)),
     }
 }
 
@@ -373,7 +390,11 @@ pub(crate) fn check_resolved(
             }
             (rule, reasons, d)
         } else {
-            return Verdict::Deny(rule_denial.or(first_denial).unwrap_or(Denial::NoRule));
+            return Verdict::Deny(
+                rule_denial
+                    .or(first_denial)
+                    .unwrap_or_else(|| no_rule(target)),
+            );
         };
     let mut inspecting: Vec<usize> = Vec::new();
     let mut vetted = Vec::with_capacity(dialled.len());

@@ -169,8 +169,9 @@ pub struct Policy {
 pub enum Denial {
     /// A deny rule matched (named, with its `reason` if it gives one).
     Rule(RuleRef),
-    /// No allow rule matched (deny by default).
-    NoRule,
+    /// No allow rule matched (deny by default); the [`AllowFix`] says how
+    /// to allow this destination (its host and port).
+    NoRule(Arc<AllowFix>),
     /// A resolved or literal address is private/loopback/link-local/CGNAT/
     /// multicast/unspecified and no rule names it. The `&str` names the
     /// range; the [`Fix`], when an allow rule matched the name (or the
@@ -223,6 +224,16 @@ pub struct Fix {
     /// The flag that allows it: `--allow pypi.org:443@203.0.113.80/32`.
     pub flag: String,
     /// The same as a rule's keys: `hosts = ["pypi.org"], cidrs = [...], match = "both"`.
+    pub file: String,
+}
+
+/// How to allow a destination no rule matched: a new allow rule for its
+/// host and port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowFix {
+    /// The flag: `--allow pypi.org:443`.
+    pub flag: String,
+    /// The same as a rule's keys: `hosts = ["pypi.org"], ports = [443]`.
     pub file: String,
 }
 
@@ -657,7 +668,11 @@ impl fmt::Display for Denial {
                     None => Ok(()),
                 }
             }
-            Denial::NoRule => f.write_str("no rule allows this destination"),
+            Denial::NoRule(fix) => write!(
+                f,
+                "no rule allows this destination: use {} (in a policy file: {})",
+                fix.flag, fix.file
+            ),
             Denial::SpecialAddress(a, range, None) => {
                 write!(f, "{a} is a {range} address and no rule names it")
             }
@@ -698,7 +713,7 @@ impl Denial {
             Denial::Rule(r) => Some(&r.name),
             Denial::SpecialAddress(_, _, Some(fix)) => Some(&fix.rule),
             Denial::Port(m) => Some(&m.rule),
-            Denial::NoRule | Denial::SpecialAddress(_, _, None) | Denial::User { .. } => None,
+            Denial::NoRule(_) | Denial::SpecialAddress(_, _, None) | Denial::User { .. } => None,
         }
     }
 }

@@ -9,6 +9,10 @@ use std::path::Path;
 const TOP: usize = 5;
 /// A reason longer than this is cut in the summary (the log has it whole).
 const REASON_CHARS: usize = 90;
+/// Where a refusal's fix gives its policy-file form, after its flag.
+const FILE_FORM: &str = " (in a policy file: ";
+/// What precedes a fix's flag in a refusal's reason.
+const FIX: &str = "use --";
 /// Distinct destinations (and names) remembered: CMD chooses them, so past
 /// this they are only counted, and memory stays bounded.
 const MAX_DISTINCT: usize = 1024;
@@ -127,12 +131,30 @@ fn top(items: impl ExactSizeIterator<Item = String>, beyond: u64) -> String {
 }
 
 fn cut(reason: &str) -> String {
-    let line: String = reason.chars().filter(|c| !c.is_control()).collect();
+    let mut line: String = reason.chars().filter(|c| !c.is_control()).collect();
+    // `run` takes flags: a fix's policy-file form only crowds out the rest.
+    if let Some(start) = line.find(FILE_FORM) {
+        let end = line[start..]
+            .find(')')
+            .map_or(line.len(), |e| start + e + 1);
+        line.replace_range(start..end, "");
+    }
     if line.chars().count() <= REASON_CHARS {
         return line;
     }
     let mut s: String = line.chars().take(REASON_CHARS).collect();
     s.push_str("...");
+    // The fix is what the reader needs most: never cut it off.
+    if let Some(at) = line.find(FIX) {
+        // The flag and its value: `--allow pypi.org:443@203.0.113.80/32`.
+        let mut words = line[at + FIX.len()..].split(' ');
+        if let (Some(flag), Some(value)) = (words.next(), words.next()) {
+            let value = value.trim_end_matches([',', ';', ')']);
+            if !s.contains(&format!("{FIX}{flag} {value}")) {
+                s.push_str(&format!(" fix: --{flag} {value}"));
+            }
+        }
+    }
     s
 }
 
@@ -178,6 +200,37 @@ mod tests {
             t.summary(Some(Path::new("/tmp/x.log"))).unwrap(),
             "refused 3 connections: pypi.org:443 x2 (no rule allows this destination), \
              10.0.0.5:22 x1 (10.0.0.5 is a private address); log: /tmp/x.log"
+        );
+    }
+
+    #[test]
+    fn a_fix_is_given_as_its_flag() {
+        let mut t = Tally::default();
+        t.refused(
+            "files.example:443",
+            Some(
+                "no rule allows this destination: use --allow files.example:443 \
+                 (in a policy file: hosts = [\"files.example\"], ports = [443])",
+            ),
+            false,
+        );
+        t.refused(
+            "pypi.org:443",
+            Some(
+                "203.0.113.80 is a documentation address and rule \"--allow pypi.org:443\" \
+                 does not name it: to allow it for this destination alone, use \
+                 --allow pypi.org:443@203.0.113.80/32 (in a policy file: hosts = \
+                 [\"pypi.org\"], cidrs = [\"203.0.113.80/32\"], match = \"both\", ports = \
+                 [443]); rule \"--allow pypi.org:443\": mirrors only",
+            ),
+            false,
+        );
+        assert_eq!(
+            t.summary(None).unwrap(),
+            "refused 2 connections: files.example:443 x1 (no rule allows this destination: \
+             use --allow files.example:443), pypi.org:443 x1 (203.0.113.80 is a documentation \
+             address and rule \"--allow pypi.org:443\" does not name it: ... fix: \
+             --allow pypi.org:443@203.0.113.80/32); details: rerun with --log-file FILE"
         );
     }
 

@@ -853,8 +853,8 @@ fn without_a_log_file_only_warnings_and_the_summary_reach_stderr() {
     assert_eq!(
         out.stderr,
         format!(
-            "cmd-says\nportcullis: refused 1 connection: 127.0.0.1:{} x1 (no rule allows this \
-             destination); details: rerun with --log-file FILE",
+            "cmd-says\nportcullis: refused 1 connection: 127.0.0.1:{0} x1 (no rule allows this \
+             destination: use --allow 127.0.0.1:{0}); details: rerun with --log-file FILE",
             origin.port()
         )
     );

@@ -208,12 +208,19 @@ fn a_name_is_checked_before_dns_refused_or_resolved() {
         Start::Deny(Denial::Rule(rule)) => assert_eq!(&*rule.name, "--deny evil.test"),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(check("nowhere.test"), Start::Deny(Denial::NoRule)));
+    assert!(matches!(
+        check("nowhere.test"),
+        Start::Deny(Denial::NoRule(_))
+    ));
     assert!(matches!(check("raw.test"), Start::Resolve(n) if n == "raw.test"));
     // What the name check said is carried out as it stands.
     let host = Host::Domain("x.test".into());
-    let denied = start(&host, || NameVerdict::Deny(Denial::NoRule));
-    assert!(matches!(denied, Start::Deny(Denial::NoRule)));
+    let fix = Arc::new(crate::policy::AllowFix {
+        flag: "--allow x.test:443".into(),
+        file: "hosts = [\"x.test\"], ports = [443]".into(),
+    });
+    let denied = start(&host, || NameVerdict::Deny(Denial::NoRule(fix.clone())));
+    assert!(matches!(denied, Start::Deny(Denial::NoRule(f)) if f == fix));
 }
 
 // ---- ResolvingCore ----

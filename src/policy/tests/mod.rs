@@ -6,6 +6,7 @@ mod compose;
 mod fronting;
 mod host;
 mod memory;
+mod no_rule;
 mod parse;
 mod path;
 mod request;

@@ -68,7 +68,13 @@ fn a_denied_address_is_answered_403_and_counted() {
     assert_eq!(e.target.as_deref(), Some("127.0.0.2:443"));
     assert_eq!(e.decision, Some(events::Decision::Deny));
     assert_eq!(e.rule, None, "no rule denied it: deny by default");
-    assert_eq!(e.reason.as_deref(), Some("no rule allows this destination"));
+    assert_eq!(
+        e.reason.as_deref(),
+        Some(
+            "no rule allows this destination: use --allow 127.0.0.2:443 \
+             (in a policy file: cidrs = [\"127.0.0.2/32\"], ports = [443])"
+        )
+    );
     assert_eq!(e.close, Some(CloseReason::Denied));
     assert_eq!((e.bytes_up, e.bytes_down), (Some(0), Some(0)));
     // Counted under no rule.
