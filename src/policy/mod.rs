@@ -697,10 +697,15 @@ impl fmt::Display for Denial {
             Denial::User {
                 user: Some(user),
                 rule,
-            } => write!(f, "user {user:?} not in rule {rule:?}"),
-            Denial::User { user: None, rule } => {
-                write!(f, "rule {rule:?} names users and the client gave none")
-            }
+            } => write!(
+                f,
+                "user {user:?} not in rule {rule:?}: add it to that rule's users"
+            ),
+            Denial::User { user: None, rule } => write!(
+                f,
+                "rule {rule:?} names users and the client gave none: log in as one \
+                 (Proxy-Authorization, or SOCKS5's username and password)"
+            ),
         }
     }
 }

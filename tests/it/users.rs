@@ -158,7 +158,7 @@ fn a_user_past_users_is_refused() {
         .unwrap();
     assert_eq!(
         bob.reason.as_deref(),
-        Some("user \"bob\" not in rule \"alice-echo\"")
+        Some("user \"bob\" not in rule \"alice-echo\": add it to that rule's users")
     );
     // Refused logins name no user.
     assert_eq!(sessions.iter().filter(|e| e.user.is_none()).count(), 3);

@@ -43,7 +43,7 @@ fn only_named_users_match_the_rule() {
     );
     assert_eq!(
         bob.to_string(),
-        "user \"bob\" not in rule \"--allow api.test:443\""
+        "user \"bob\" not in rule \"--allow api.test:443\": add it to that rule's users"
     );
     // Anonymous: never matches a rule that names users.
     let anon = as_user(&p, None, "api.test", 443, &addrs);
