@@ -184,7 +184,7 @@ pub fn opening(data: &[u8]) -> &'static str {
     use crate::config::ListenerProtocol;
     use crate::core::clock::Deadline;
     use crate::core::establish::Action as Establish;
-    use crate::core::opening::{Action, Input, Next, OpeningCore};
+    use crate::core::opening::{Action, Input, Next, OpeningCore, Refusing};
     use crate::core::port::Port;
     use crate::target::Host;
 
@@ -239,6 +239,9 @@ pub fn opening(data: &[u8]) -> &'static str {
     let mut in_flight = false;
     let mut ended = false;
     let mut end = "working";
+    // The machine refused the client (the end, as the records name it);
+    // its answer and close may still be on the way.
+    let mut refused: Option<&'static str> = None;
     let mut switches = 0;
     let mut identified: Option<Option<Arc<str>>> = None;
     let mut target: Option<crate::target::Target> = None;
@@ -298,10 +301,11 @@ pub fn opening(data: &[u8]) -> &'static str {
                     env.now.set(now);
                     let due = core.poll_timeout();
                     let before = (core.name(), core.stage());
-                    let next = core.handle_timeout(now, &env);
+                    let next = core.handle_timeout(now, &mut client, &env);
                     match due {
+                        // An end, or a refusal (its answer on the way out).
                         Some(due) if due <= now => assert!(
-                            !matches!(next, Next::Working),
+                            !matches!(next, Next::Working) || core.closing(),
                             "its deadline passed in {before:?} without an end"
                         ),
                         _ => assert!(
@@ -405,7 +409,21 @@ pub fn opening(data: &[u8]) -> &'static str {
             };
             while let Some(action) = core.poll_action() {
                 assert!(!ended, "an action after the end: {action:?}");
+                assert!(refused.is_none(), "an action after the refusal: {action:?}");
                 match action {
+                    Action::Refusing(why) => {
+                        // The shell closes the upstream; the answer is the
+                        // machine's to write.
+                        upstream = None;
+                        in_flight = false;
+                        let label = match why {
+                            Refusing::Answered { .. } => "left",
+                            Refusing::Target(_) => "refused",
+                            Refusing::Fronting { .. } => "fronting",
+                        };
+                        refused = Some(label);
+                        end = label;
+                    }
                     Action::Identified { user, .. } => {
                         assert!(identified.is_none(), "identified twice");
                         identified = Some(user);
@@ -472,16 +490,20 @@ pub fn opening(data: &[u8]) -> &'static str {
                     }
                 }
             }
-            if !matches!(n, Next::Working) {
+            if !matches!(n, Next::Working | Next::Again) {
                 assert!(!ended, "ended twice: {n:?}");
                 ended = true;
                 end = match n {
                     Next::Open(_) => "open",
-                    Next::Refused(_) => "refused",
-                    Next::Fronting { .. } => "fronting",
-                    Next::Left(_) => "left",
+                    Next::Associate { .. } => "left",
+                    Next::Closed(_) | Next::Reset(_) => refused.unwrap_or("closed"),
                     _ => "closed",
                 };
+                if let Next::Reset(reason) = n {
+                    // Only a refused client's answer cut off by the close
+                    // deadline is reset.
+                    assert!(refused.is_some(), "a reset without a refusal: {reason:?}");
+                }
                 assert_eq!(core.poll_timeout(), None, "a deadline after the end");
                 settled = true;
                 break;
@@ -511,6 +533,10 @@ pub fn opening(data: &[u8]) -> &'static str {
                 "waits in {} for nothing",
                 core.stage()
             );
+        } else if core.closing() {
+            // The answer's write, or the linger's read for the EOF.
+            let (read, write) = client.wants();
+            assert!(read || write, "closing waits for nothing");
         } else {
             assert_eq!(
                 client.wants(),
@@ -603,6 +629,9 @@ impl crate::core::opening::Env for OpeningEnv {
     }
     fn handshake_timeout(&self) -> Duration {
         Duration::from_secs(10)
+    }
+    fn close_timeout(&self) -> Duration {
+        Duration::from_secs(3)
     }
     fn fronting(
         &self,

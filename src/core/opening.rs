@@ -8,7 +8,10 @@
 //! The handshake's exit to a target, and a vetted tunnel's switch to the
 //! stricter name its first flight carried (once), are transitions inside
 //! the machine; the user the handshake authenticated is the one the policy
-//! is asked about, each time.
+//! is asked about, each time. A refusal at any stage is one too: the
+//! machine says why ([`Action::Refusing`], for the records), then writes
+//! the client its answer, sends a FIN and lingers until the client's EOF
+//! ([`ClosingCore`]), all within the close timeout.
 //!
 //! The shell (`session/opening.rs`) owns the client's socket and the
 //! upstream connect in flight, lends them as [`Port`]s, carries out the
@@ -20,12 +23,13 @@
 //! on readiness:       pump(now, client, upstream, env)   (a connect's end is read here)
 //! on a report:        handle(now, Verdict | Resolved | PinsSettled | Certified
 //!                                 | Connected | ConnectFailed, env)
-//! at poll_timeout():  handle_timeout(now, env)
+//! at poll_timeout():  handle_timeout(now, client, env)
 //! after every call, first: poll_action() until None
 //!     -> Identified | Target | Verify | Establish(Resolve | AwaitPins | Admitted | Dial)
 //!        | Certify (report Certified) | Switched (drop the upstream) | Note
-//! each call:          -> Working | Closed(reason) | Left(leave) | Refused(..)
-//!                        | Fronting(..) | Open(..) | Secured(..)
+//!        | Refusing (record it, drop the upstream; the answer is the machine's)
+//! each call:          -> Working | Again | Closed(reason) | Reset(reason)
+//!                        | Associate(port) | Open(..) | Secured(..)
 //! ```
 
 use std::collections::VecDeque;
@@ -37,8 +41,10 @@ use std::time::{Duration, Instant};
 use rustls::{ClientConfig, ServerConfig};
 
 use super::clock::Deadline;
+use super::closing::{self, ClosingCore};
 use super::establish::{self, EstablishCore};
 use super::handshake::{self, Exit, HandshakeCore, Leave};
+use super::link::Link;
 use super::port::Port;
 use super::refusal::{Dialect, Refusal};
 use super::route::{After, Treatment};
@@ -46,6 +52,7 @@ use super::securing::{self, SecuringCore};
 use super::vetting::{self, TimedOut, Verdict as Vetted, VettingCore};
 use crate::auth::basic::SameLogin;
 use crate::auth::{Verdict, Verify};
+use crate::buffer::ByteBuf;
 use crate::config::ListenerProtocol;
 use crate::lifecycle::{CloseReason, Phase};
 use crate::policy::Fronting;
@@ -62,6 +69,8 @@ pub(crate) trait Env: establish::Env {
     fn connect_timeout(&self) -> Duration;
     /// How long a vetted tunnel's client has for its first flight.
     fn handshake_timeout(&self) -> Duration;
+    /// How long a refused client has to read its answer and close.
+    fn close_timeout(&self) -> Duration;
     /// The policy's answer for a name a vetted tunnel's first flight
     /// carries (none: nothing stricter than the tunnel's own rule).
     fn fronting(&self, target: &Target, user: Option<&str>, named: &Target) -> Option<Fronting>;
@@ -116,6 +125,26 @@ pub(crate) enum Action {
     /// that timed out with a first flight that could still be a request; a
     /// terminated one's refused hello).
     Note(String),
+    /// The client is refused (or answered and let go): record why, and
+    /// close the upstream now. The machine writes the answer itself, then
+    /// closes ([`Next::Closed`]).
+    Refusing(Refusing),
+}
+
+/// Why the client is answered and let go, for the records.
+#[derive(Debug)]
+pub(crate) enum Refusing {
+    /// Before any target: the handshake refused the request or answered
+    /// it (a SOCKS5 method or login failure), or a terminated tunnel's
+    /// hello was refused (its alert). `why` goes in the access record.
+    Answered { why: String },
+    /// Refused once a target was known (count, log and record it as its
+    /// kind says). A client answered already (a switched tunnel) hears
+    /// nothing more: only the close.
+    Target(Box<Refused>),
+    /// A vetted tunnel's first flight names what the policy refuses; the
+    /// refusing rule, if a rule refused.
+    Fronting { why: String, rule: Option<Arc<str>> },
 }
 
 /// What a request for a target carries besides it.
@@ -175,23 +204,18 @@ pub(crate) enum Next {
     /// report or the deadline. (Also after a new sub-stage, which the
     /// shell logs, then pumps again.)
     Working,
-    /// Over with nothing to answer: the client left, or the handshake ran
-    /// out of time.
+    /// This call's share is spent with work left (a lingering client
+    /// still sending): run again next iteration.
+    Again,
+    /// Over: the client left, a stage ran out of time, or a refused
+    /// client's answer is out and it closed (or was let go).
     Closed(CloseReason),
-    /// The handshake ended without a target: a refusal or an answer owed
-    /// the client, or a UDP association. (Never [`Leave::To`].)
-    Left(Leave),
-    /// Refused once the target was known: answered, or closed if the
-    /// client was answered already.
-    Refused(Box<Refused>),
-    /// A vetted tunnel's first flight names what the policy refuses:
-    /// `answer` (a TLS alert or an HTTP `403`), then the close; the
-    /// refusing rule, if a rule refused.
-    Fronting {
-        answer: Vec<u8>,
-        why: String,
-        rule: Option<Arc<str>>,
-    },
+    /// Over, abortively: a refused client's answer was still owed at the
+    /// close deadline (a FIN would make it look whole): reset the client.
+    Reset(CloseReason),
+    /// The handshake asked for a SOCKS5 UDP association, from this source
+    /// port (0: as its first datagram says).
+    Associate { port: u16 },
     /// The upstream is open.
     Open(Box<Opened>),
     /// A terminated tunnel is ready for the exchange.
@@ -210,8 +234,18 @@ enum Stage {
     Securing(Box<Securing>),
     /// A raw tunnel's first flight read and judged.
     Vetting(Box<Vetting>),
+    /// Refused: the answer out, then a FIN and a linger.
+    Closing(Box<Closing>),
     /// Ended: said once.
     Done,
+}
+
+/// A refused client: its answer (the proxy's own bytes) on the way out.
+struct Closing {
+    core: ClosingCore<ByteBuf>,
+    /// The client's plaintext (a terminated tunnel is refused before its
+    /// TLS starts: an alert is written as it stands).
+    link: Link,
 }
 
 struct Establishing {
@@ -326,7 +360,11 @@ impl OpeningCore {
         }
         match &mut self.stage {
             Stage::Establishing(e) => e.core.poll_action().map(Action::Establish),
-            Stage::Handshake(_) | Stage::Securing(_) | Stage::Vetting(_) | Stage::Done => None,
+            Stage::Handshake(_)
+            | Stage::Securing(_)
+            | Stage::Vetting(_)
+            | Stage::Closing(_)
+            | Stage::Done => None,
         }
     }
 
@@ -405,11 +443,7 @@ impl OpeningCore {
                         if let Some(note) = note {
                             self.owe(Action::Note(note));
                         }
-                        self.end(Next::Left(Leave::Answer {
-                            bytes: answer,
-                            reason,
-                            why,
-                        }))
+                        self.refuse(now, Refusing::Answered { why }, answer, reason, env)
                     }
                     securing::Next::Hello { name } => {
                         s.certifying = true;
@@ -433,6 +467,11 @@ impl OpeningCore {
                     }
                 }
             }
+            Stage::Closing(c) => match c.core.pump(&mut c.link, client) {
+                closing::Next::Wait => Next::Working,
+                closing::Next::Again => Next::Again,
+                closing::Next::Close { reason, abort } => self.closed(reason, abort),
+            },
             Stage::Done => Next::Working,
         }
     }
@@ -461,7 +500,7 @@ impl OpeningCore {
                 let Stage::Securing(s) = std::mem::replace(&mut self.stage, Stage::Done) else {
                     return Next::Working;
                 };
-                self.secured(*s, configs)
+                self.secured(now, *s, configs, env)
             }
             _ => Next::Working,
         }
@@ -475,12 +514,20 @@ impl OpeningCore {
             Stage::Establishing(e) => Some(e.core.poll_timeout()),
             Stage::Securing(s) => Some(s.core.poll_timeout()),
             Stage::Vetting(v) => Some(v.core.poll_timeout()),
+            Stage::Closing(c) => Some(c.core.poll_timeout()),
             Stage::Done => None,
         }
     }
 
     /// The time is `now`: [`Next::Working`] until the deadline has passed.
-    pub(crate) fn handle_timeout(&mut self, now: Instant, env: &impl Env) -> Next {
+    /// (A refused client's input still queued is read away before the
+    /// close, so that the close does not reset away its answer.)
+    pub(crate) fn handle_timeout(
+        &mut self,
+        now: Instant,
+        client: &mut impl Port,
+        env: &impl Env,
+    ) -> Next {
         match &mut self.stage {
             Stage::Handshake(h) => match h.handle_timeout(now, env.handshake()) {
                 Some(next) => self.after_handshake(now, next, env),
@@ -508,6 +555,10 @@ impl OpeningCore {
                     self.end(Next::Closed(CloseReason::HandshakeTimeout))
                 }
             },
+            Stage::Closing(c) => match c.core.handle_timeout(now, &mut c.link, client) {
+                Some(closing::TimedOut { reason, abort }) => self.closed(reason, abort),
+                None => Next::Working,
+            },
             Stage::Done => Next::Working,
         }
     }
@@ -519,6 +570,7 @@ impl OpeningCore {
             Stage::Establishing(e) => e.core.name(),
             Stage::Securing(_) => "Securing",
             Stage::Vetting(_) => "Vetting",
+            Stage::Closing(_) => "Closing",
             Stage::Done => "Done",
         }
     }
@@ -533,6 +585,7 @@ impl OpeningCore {
             Stage::Establishing(e) => e.core.stage(),
             Stage::Securing(s) => s.core.stage(),
             Stage::Vetting(v) => v.core.stage(),
+            Stage::Closing(c) => c.core.stage(),
             Stage::Done => "done",
         }
     }
@@ -553,7 +606,7 @@ impl OpeningCore {
             Stage::Establishing(_) => Phase::Resolving,
             Stage::Securing(_) => Phase::Connecting,
             Stage::Vetting(_) => Phase::Established,
-            Stage::Done => Phase::Closing,
+            Stage::Closing(_) | Stage::Done => Phase::Closing,
         }
     }
 
@@ -573,6 +626,11 @@ impl OpeningCore {
     /// allowed it, and a reload must look again.
     pub(crate) fn securing(&self) -> bool {
         matches!(self.stage, Stage::Securing(_))
+    }
+
+    /// Refused: the client's answer going out, or the linger after it.
+    pub(crate) fn closing(&self) -> bool {
+        matches!(self.stage, Stage::Closing(_))
     }
 
     /// A TCP connect is in flight: the shell waits for it to complete or
@@ -643,7 +701,15 @@ impl OpeningCore {
                 };
                 self.begin(now, target, user, request, env)
             }
-            leave => self.end(Next::Left(leave)),
+            Leave::Associate { port } => self.end(Next::Associate { port }),
+            Leave::Refuse(refusal, dialect) => {
+                let why = refusal.describe();
+                let (answer, reason) = (refusal.answer(dialect), refusal.close_reason());
+                self.refuse(now, Refusing::Answered { why }, answer, reason, env)
+            }
+            Leave::Answer { bytes, reason, why } => {
+                self.refuse(now, Refusing::Answered { why }, bytes, reason, env)
+            }
         }
     }
 
@@ -670,11 +736,20 @@ impl OpeningCore {
             // Refused (or, impossibly, open without a dial's treatment).
             let refusal = refusal
                 .unwrap_or_else(|| Refusal::Connect(io::Error::other("opened without a dial")));
-            return Next::Refused(Box::new(Refused {
+            // A client answered already (a switched tunnel) is only closed:
+            // a second answer inside its tunnel would be taken for the
+            // destination's.
+            let answer = match request.replied {
+                true => Vec::new(),
+                false => refusal.answer(request.dialect),
+            };
+            let reason = refusal.close_reason();
+            let refused = Refusing::Target(Box::new(Refused {
                 refusal,
                 target,
                 request,
             }));
+            return self.refuse(now, refused, answer, reason, env);
         };
         match after {
             After::Securing { reply } => {
@@ -722,33 +797,22 @@ impl OpeningCore {
     /// answer (an alert, or nothing) and the close.
     fn secured(
         &mut self,
+        now: Instant,
         securing: Securing,
         configs: Result<(Arc<ServerConfig>, Arc<ClientConfig>), String>,
+        env: &impl Env,
     ) -> Next {
         let Securing {
             core, treatment, ..
         } = securing;
-        let failed = |why: String| {
-            Next::Left(Leave::Answer {
-                bytes: Vec::new(),
-                reason: CloseReason::TlsFailed,
-                why,
-            })
-        };
         let (server, client) = match configs {
             Ok(configs) => configs,
-            Err(why) => return failed(why),
+            Err(why) => return self.tls_failed(now, why, Vec::new(), env),
         };
         let target = core.target().clone();
         let client_layer = match core.complete(server) {
             Ok(layer) => layer,
-            Err((alert, why)) => {
-                return Next::Left(Leave::Answer {
-                    bytes: alert,
-                    reason: CloseReason::TlsFailed,
-                    why,
-                })
-            }
+            Err((alert, why)) => return self.tls_failed(now, why, alert, env),
         };
         match TlsLayer::client(client, &target.host, LayerLimits::default()) {
             Ok(upstream) => Next::Secured(Box::new(Secured {
@@ -757,8 +821,18 @@ impl OpeningCore {
                 target,
                 treatment,
             })),
-            Err(f) => failed(format!("TLS to the upstream: {}", f.reason())),
+            Err(f) => {
+                let why = format!("TLS to the upstream: {}", f.reason());
+                self.tls_failed(now, why, Vec::new(), env)
+            }
         }
+    }
+
+    /// A terminated tunnel failed before its TLS started: `alert` (if
+    /// any), then the close.
+    fn tls_failed(&mut self, now: Instant, why: String, alert: Vec<u8>, env: &impl Env) -> Next {
+        let reason = CloseReason::TlsFailed;
+        self.refuse(now, Refusing::Answered { why }, alert, reason, env)
     }
 
     /// A vetted tunnel's verdict, as the machine's: relay or hold it (the
@@ -792,7 +866,10 @@ impl OpeningCore {
                 treatment,
                 request,
             })),
-            Vetted::Refuse { answer, why, rule } => Next::Fronting { answer, why, rule },
+            Vetted::Refuse { answer, why, rule } => {
+                let refusing = Refusing::Fronting { why, rule };
+                self.refuse(now, refusing, answer, CloseReason::Denied, env)
+            }
             // A tunnel is switched once. Vetted again at the name it was
             // switched to (established raw there: a scoped inspecting rule
             // names it, but not its addresses), the same first flight can
@@ -811,11 +888,8 @@ impl OpeningCore {
                      and is switched once: open a tunnel to each host the client needs"
                 );
                 let answer = vetting::refusal_answer(&why, tls);
-                Next::Fronting {
-                    answer,
-                    why,
-                    rule: None,
-                }
+                let refusing = Refusing::Fronting { why, rule: None };
+                self.refuse(now, refusing, answer, CloseReason::Denied, env)
             }
             Vetted::Switch { to, why } => {
                 self.owe(Action::Switched { why });
@@ -828,6 +902,41 @@ impl OpeningCore {
                 self.begin(now, to, user, request, env)
             }
         }
+    }
+
+    /// The client is refused for `reason`: `refusing` for the records,
+    /// then `answer` written (nothing: closed at once), a FIN, and a linger
+    /// until its EOF, within the close timeout from `now`.
+    fn refuse(
+        &mut self,
+        now: Instant,
+        refusing: Refusing,
+        answer: Vec<u8>,
+        reason: CloseReason,
+        env: &impl Env,
+    ) -> Next {
+        self.owe(Action::Refusing(refusing));
+        if answer.is_empty() {
+            return self.end(Next::Closed(reason));
+        }
+        let own = answer.len();
+        let mut owed = ByteBuf::with_capacity(own);
+        owed.extend(&answer);
+        let deadline = Deadline::after(now, env.close_timeout());
+        self.stage = Stage::Closing(Box::new(Closing {
+            core: ClosingCore::graceful(Some(owed), reason, own, deadline),
+            link: Link::Plain,
+        }));
+        // A new stage: the shell logs it and pumps, which writes the answer.
+        Next::Working
+    }
+
+    /// The refused client's close: a reset when `abort`.
+    fn closed(&mut self, reason: CloseReason, abort: bool) -> Next {
+        self.end(match abort {
+            true => Next::Reset(reason),
+            false => Next::Closed(reason),
+        })
     }
 
     /// Ends the machine with `next`.

@@ -1,7 +1,8 @@
 //! What the opening machine leads to, and what it is lent: the policy as
-//! this client sees it ([`PolicyEnv`]), the refusals it ends in (counted,
-//! logged, recorded, answered), and the state an open upstream goes on in
-//! ([`established`], as [`crate::core::route::After`] names it). And the
+//! this client sees it ([`PolicyEnv`]), the refusals it makes (counted,
+//! logged, recorded; the core answers them), and the state an open
+//! upstream goes on in ([`established`], as [`crate::core::route::After`]
+//! names it). And the
 //! proxy's own addresses, which no session may dial.
 
 use std::net::{IpAddr, SocketAddr};
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::channel::Channel;
-use super::closing::{answer, refuse};
+use super::closing::refuse;
 use super::conn::{Conn, Decision, Reasoned};
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
@@ -19,7 +20,7 @@ use super::passthrough::{Passthrough, Preload};
 use super::refusal::{Dialect, Refusal};
 use super::state::State;
 use crate::config::ListenAddr;
-use crate::core::opening::{Opened, Refused, Request, Secured};
+use crate::core::opening::{Opened, Refused, Refusing, Request, Secured};
 use crate::core::route::{self, After};
 use crate::core::{establish, handshake, opening};
 use crate::lifecycle::CloseReason;
@@ -50,6 +51,10 @@ impl opening::Env for PolicyEnv<'_, '_> {
 
     fn handshake_timeout(&self) -> Duration {
         self.ctx.settings.timeouts.handshake
+    }
+
+    fn close_timeout(&self) -> Duration {
+        self.ctx.settings.timeouts.close
     }
 
     fn fronting(&self, target: &Target, user: Option<&str>, named: &Target) -> Option<Fronting> {
@@ -110,39 +115,9 @@ fn take_handshake(conn: &Conn, ctx: &Ctx) -> bool {
     rates.take(conn.log.peer.key(), budget, ctx.now)
 }
 
-/// Refuses `request` before an upstream answered it. A forward-proxy
-/// request gets its `request` event here: no exchange ever saw it.
-fn refuse_request(
-    refusal: Refusal,
-    request: &Request,
-    target: &Target,
-    client: Endpoint,
-    conn: &mut Conn,
-    ctx: &mut Ctx,
-) -> State {
-    if request.replied {
-        return close_replied(refusal, target, client, conn, ctx);
-    }
-    refuse_early(refusal, request.dialect, &request.early, client, conn, ctx)
-}
-
-/// Refuses a request whose client heard its success reply already (a
-/// switched tunnel): only a close is left, never a second answer inside the
-/// tunnel.
-fn close_replied(
-    refusal: Refusal,
-    target: &Target,
-    client: Endpoint,
-    conn: &mut Conn,
-    ctx: &mut Ctx,
-) -> State {
-    let why = refusal.describe();
-    log::info!("conn={} {target}: {why}", conn.id);
-    answer(&[], refusal.close_reason(), why, client, conn, ctx)
-}
-
-/// [`refuse_request`], for a request taken apart: `early` holds a forward
-/// request's head.
+/// Refuses a forward-proxy request (whose `early` holds its head) before
+/// an upstream answered it: it gets its `request` event here, since no
+/// exchange ever saw it.
 fn refuse_early(
     refusal: Refusal,
     dialect: Dialect,
@@ -151,10 +126,15 @@ fn refuse_early(
     conn: &mut Conn,
     ctx: &mut Ctx,
 ) -> State {
+    forward_refused(&refusal, dialect, early, conn, ctx);
+    refuse(refusal, dialect, client, conn, ctx)
+}
+
+/// A forward-proxy request's `request` event, for a refusal.
+fn forward_refused(refusal: &Refusal, dialect: Dialect, early: &[u8], conn: &mut Conn, ctx: &Ctx) {
     if matches!(dialect, Dialect::Forward | Dialect::ForwardTls) {
         conn.forward_refused(early, refusal.status(), refusal.describe(), ctx);
     }
-    refuse(refusal, dialect, client, conn, ctx)
 }
 
 /// The proxy's own TCP addresses (its listeners and its admin endpoint),
@@ -257,9 +237,26 @@ fn is_local(ip: IpAddr) -> bool {
     }
 }
 
-/// Refused before an upstream opened: counted, logged and recorded as its
-/// kind says, then answered.
-pub(crate) fn refused(refused: Refused, client: Endpoint, conn: &mut Conn, ctx: &mut Ctx) -> State {
+/// The opening machine refuses the client (it writes the answer itself):
+/// counted, logged and recorded as the refusal's kind says.
+pub(crate) fn refusing(refusing: Refusing, conn: &mut Conn, ctx: &mut Ctx) {
+    let why = match refusing {
+        Refusing::Answered { why } => why,
+        Refusing::Target(refused) => target_refused(*refused, conn, ctx),
+        Refusing::Fronting { why, rule } => {
+            log::info!("conn={} {why}", conn.id);
+            ctx.stats.denied();
+            // Counted against the refusing rule too, as every denial is.
+            conn.decide(Decision::Denied(Reasoned::new(rule, why.clone())), ctx);
+            why
+        }
+    };
+    conn.log.error = Some(why.into());
+}
+
+/// Refused once the target was known: counted and logged as its kind
+/// says; a forward-proxy request gets its `request` event. Returns why.
+fn target_refused(refused: Refused, conn: &mut Conn, ctx: &mut Ctx) -> String {
     let Refused {
         refusal,
         target,
@@ -289,7 +286,15 @@ pub(crate) fn refused(refused: Refused, client: Endpoint, conn: &mut Conn, ctx: 
         Refusal::Parent(why) => log::info!("conn={} {why}", conn.id),
         _ => {}
     }
-    refuse_request(refusal, &request, &target, client, conn, ctx)
+    let why = refusal.describe();
+    if request.replied {
+        // A switched tunnel's client heard its success reply already: it
+        // is only closed, never answered a second time inside the tunnel.
+        log::info!("conn={} {target}: {why}", conn.id);
+    } else {
+        forward_refused(&refusal, request.dialect, &request.early, conn, ctx);
+    }
+    why
 }
 
 /// The upstream is open, and the session goes on as `opened.after` says.

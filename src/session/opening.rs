@@ -1,15 +1,16 @@
 //! Opening (the session states `Handshake`, `Resolving`, `Connecting`,
-//! `Securing` and `Vetting`): the shell around the sans-IO
-//! [`OpeningCore`], which reads the client's request, checks its login,
-//! establishes its target, then reads a terminated tunnel's ClientHello or
-//! vets a raw tunnel's first flight where some rule inspects the port.
+//! `Securing` and `Vetting`, and `Closing` for a refused client): the shell
+//! around the sans-IO [`OpeningCore`], which reads the client's request,
+//! checks its login, establishes its target, then reads a terminated
+//! tunnel's ClientHello or vets a raw tunnel's first flight where some
+//! rule inspects the port, or answers a refusal and closes.
 //!
 //! The shell owns the client's socket and the upstream connect in flight,
 //! lends them to the core with the reactor's clock, and carries out what it
 //! asks: a login to the verifier pool, a name to the resolver, a wait for
 //! the inspected names, a connect (registered with the reactor), and the
-//! records (who the client is, what it asked for, which rule allowed it).
-//! It tells the core how a connect went, from the socket's readiness, and
+//! records (who the client is, what it asked for, which rule allowed or
+//! refused it; a refused client's answer and close are the core's). It
 //! builds the state each end names (`connect.rs`).
 
 use std::io;
@@ -20,8 +21,7 @@ use std::time::Instant;
 use rustls::{ClientConfig, ServerConfig};
 
 use super::associate;
-use super::closing::{answer, refuse};
-use super::conn::{Conn, Decision, Reasoned};
+use super::conn::{Conn, Decision};
 use super::connect::{self, PolicyEnv};
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
@@ -29,7 +29,6 @@ use super::state::State;
 use crate::config::ListenerProtocol;
 use crate::core::clock::Deadline;
 use crate::core::establish;
-use crate::core::handshake::Leave;
 use crate::core::opening::{Action, Input, Next, OpeningCore, Request};
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
@@ -145,7 +144,8 @@ impl Opening {
 
     /// The session's timer fired: the core says whether its deadline passed.
     pub(crate) fn on_timeout(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
-        let next = self.core.handle_timeout(ctx.now, &PolicyEnv { conn, ctx });
+        let env = PolicyEnv { conn, ctx };
+        let next = self.core.handle_timeout(ctx.now, &mut self.client, &env);
         self.carry_out(next, conn, ctx)
     }
 
@@ -205,6 +205,11 @@ impl Opening {
                     self.upstream = None;
                 }
                 Action::Note(note) => log::info!("conn={} {note}", conn.id),
+                Action::Refusing(refusing) => {
+                    // The core answers the client; the upstream closes now.
+                    self.upstream = None;
+                    connect::refusing(refusing, conn, ctx);
+                }
                 Action::Certify(name) => {
                     let configs = certify(&name, conn, ctx);
                     let env = PolicyEnv { conn, ctx };
@@ -230,31 +235,16 @@ impl Opening {
         let client = self.client;
         match next {
             Next::Working => State::Opening(Opening { client, ..self }),
+            Next::Again => {
+                ctx.again();
+                State::Opening(Opening { client, ..self })
+            }
             Next::Closed(reason) => State::Done(reason),
-            Next::Left(Leave::Refuse(refusal, dialect)) => {
-                refuse(refusal, dialect, client, conn, ctx)
+            Next::Reset(reason) => {
+                client.abort_on_close();
+                State::Done(reason)
             }
-            Next::Left(Leave::Answer { bytes, reason, why }) => {
-                answer(&bytes, reason, why, client, conn, ctx)
-            }
-            Next::Left(Leave::Associate { port }) => associate::start(client, port, conn, ctx),
-            Next::Left(Leave::To { .. }) => {
-                // The core establishes a target itself; it never leaves to one.
-                debug_assert!(false, "the opening core left to a target");
-                State::Done(CloseReason::ClientGone)
-            }
-            Next::Refused(refused) => connect::refused(*refused, client, conn, ctx),
-            Next::Fronting {
-                answer: bytes,
-                why,
-                rule,
-            } => {
-                log::info!("conn={} {why}", conn.id);
-                ctx.stats.denied();
-                // Counted against the refusing rule too, as every denial is.
-                conn.decide(Decision::Denied(Reasoned::new(rule, why.clone())), ctx);
-                answer(&bytes, CloseReason::Denied, why, client, conn, ctx)
-            }
+            Next::Associate { port } => associate::start(client, port, conn, ctx),
             Next::Secured(secured) => match self.upstream {
                 Some(upstream) => connect::secured(*secured, client, *upstream, conn, ctx),
                 None => {

@@ -10,8 +10,9 @@
 //!                                                         └─(raw, on a port an inspecting rule covers)─> Vetting ──> Passthrough
 //!                                                                  (its first flight names an inspected host) └──> Resolving
 //! (Handshake, Resolving, Connecting, Securing and Vetting are the names
-//! of one variant, `Opening`, run by one core.)
-//! refusal, error, timeout (any state) ──> Closing ──> Done
+//! of one variant, `Opening`, run by one core, which answers a refusal
+//! and closes too, named `Closing`.)
+//! error, timeout, an upstream gone (Passthrough, Inspect) ──> Closing ──> Done
 //! a tunnel finished, the client gone (any state) ───> Done
 //! ```
 //!
@@ -45,7 +46,8 @@ pub(crate) enum State {
     /// connect in flight (`Connecting`), then, for a raw tunnel to a port
     /// an inspecting rule covers, the reply out and the client's first
     /// flight in and checked for a name it fronts for (`Vetting`), or, for
-    /// a terminated one, the reply out and the ClientHello in (`Securing`):
+    /// a terminated one, the reply out and the ClientHello in (`Securing`);
+    /// or a refusal's answer out, then the FIN and the linger (`Closing`):
     /// one core runs them.
     Opening(Opening),
     /// Raw relaying both ways (spliced on Linux).
@@ -56,7 +58,8 @@ pub(crate) enum State {
     /// A SOCKS5 UDP association: relaying datagrams while its TCP
     /// control connection lasts. Boxed: its tables would size every slot.
     Associate(Box<Associate>),
-    /// Flushing what is owed to the surviving side, then closing.
+    /// Flushing what is owed to the surviving side of a relay, then
+    /// closing (a refusal before relaying is the opening core's).
     Closing(Closing),
     /// Torn down; the reactor reaps the slot at the end of this iteration.
     Done(CloseReason),

@@ -18,9 +18,11 @@ use super::establish::{ip, World};
 use crate::auth::{hash_password_with, Credentials, HashedUser, PhcHash, Users, Verdict};
 use crate::config::ListenerProtocol;
 use crate::core::establish::Action as Establish;
-use crate::core::handshake::{self, Leave};
+use crate::core::handshake;
 use crate::core::mem::MemPort;
-use crate::core::opening::{Action, Env, Input, Next, Opened, OpeningCore, Refused, Request};
+use crate::core::opening::{
+    Action, Env, Input, Next, Opened, OpeningCore, Refused, Refusing, Request,
+};
 use crate::core::port::Port;
 use crate::core::refusal::{Dialect, Refusal};
 use crate::core::route::After;
@@ -50,6 +52,10 @@ impl Env for World {
         Duration::from_secs(5)
     }
 
+    fn close_timeout(&self) -> Duration {
+        Duration::from_secs(2)
+    }
+
     fn fronting(&self, target: &Target, user: Option<&str>, named: &Target) -> Option<Fronting> {
         self.policy.fronting(target, user, named, at(0, 0))
     }
@@ -68,6 +74,8 @@ struct Run {
     /// Every label seen, in order, without repeats.
     labels: Vec<String>,
     next: Next,
+    /// Why the machine refused the client, once it did.
+    refusing: Option<Refusing>,
 }
 
 impl Run {
@@ -82,6 +90,7 @@ impl Run {
             asked: Vec::new(),
             labels: Vec::new(),
             next: Next::Working,
+            refusing: None,
         };
         run.note_label();
         run
@@ -133,8 +142,14 @@ impl Run {
 
     fn timer(&mut self, now: Instant) {
         self.now = now;
-        self.next = self.core.handle_timeout(now, &self.world);
+        let before = self.label();
+        self.next = self.core.handle_timeout(now, &mut self.client, &self.world);
         self.carry_out();
+        self.note_label();
+        if matches!(self.next, Next::Working) && self.label() != before {
+            // A new stage (a refusal's answer) acts at once, as the session's does.
+            self.pump();
+        }
     }
 
     fn carry_out(&mut self) {
@@ -165,6 +180,14 @@ impl Run {
                 }
                 Action::Note(note) => format!("note: {note}"),
                 Action::Certify(name) => format!("certify {name:?}"),
+                Action::Refusing(refusing) => {
+                    // Kept apart from what was asked: the shell records it
+                    // and closes the upstream; the answer is the machine's.
+                    assert!(self.refusing.is_none(), "refused twice");
+                    self.upstream = None;
+                    self.refusing = Some(refusing);
+                    continue;
+                }
             });
         }
     }
@@ -182,9 +205,27 @@ impl Run {
     }
 
     fn refused(self) -> Refused {
-        match self.next {
-            Next::Refused(refused) => *refused,
+        match self.refusing {
+            Some(Refusing::Target(refused)) => *refused,
             other => panic!("not refused: {other:?} after {:?}", self.asked),
+        }
+    }
+
+    /// Why the client was answered and let go before any target, and what
+    /// it was told.
+    fn answered(&mut self) -> (String, Vec<u8>) {
+        match self.refusing.take() {
+            Some(Refusing::Answered { why }) => (why, self.client.take()),
+            other => panic!("not answered: {other:?} after {:?}", self.asked),
+        }
+    }
+
+    /// What a vetted tunnel's refusal said, to the log and to the client,
+    /// and the refusing rule.
+    fn fronting(&mut self) -> (String, Vec<u8>, Option<std::sync::Arc<str>>) {
+        match self.refusing.take() {
+            Some(Refusing::Fronting { why, rule }) => (why, self.client.take(), rule),
+            other => panic!("not refused as fronting: {other:?} after {:?}", self.asked),
         }
     }
 }
@@ -365,14 +406,11 @@ fn a_rejected_login_is_counted_and_refused() {
             "identified Http as None, rejected true",
         ]
     );
-    assert!(
-        matches!(
-            run.next,
-            Next::Left(Leave::Refuse(Refusal::AuthRequired, Dialect::Http))
-        ),
-        "{:?}",
-        run.next
-    );
+    let (why, answer) = run.answered();
+    assert_eq!(why, Refusal::AuthRequired.describe());
+    assert!(answer.starts_with(b"HTTP/1.1 407"), "{answer:?}");
+    assert_eq!(run.label(), "Closing(linger)", "answered, then a FIN");
+    assert!(run.client.shut);
 }
 
 /// Reports meant for the other stage change nothing: a resolve, pins or a
@@ -492,12 +530,14 @@ fn a_next_host_starts_establishing() {
     let target = Target::new("evil.test", 80).unwrap();
     let (mut core, next) =
         OpeningCore::establish(at(0, 0), target, None, request(b"GET /"), &world);
-    let Next::Refused(refused) = next else {
-        panic!("not refused: {next:?}");
+    assert!(matches!(next, Next::Working), "{next:?}");
+    assert!(matches!(core.poll_action(), Some(Action::Target(_))));
+    let Some(Action::Refusing(Refusing::Target(refused))) = core.poll_action() else {
+        panic!("not refused");
     };
     assert_eq!(refused.request.early, b"GET /");
-    assert!(matches!(core.poll_action(), Some(Action::Target(_))));
     assert!(core.poll_action().is_none());
+    assert!(core.closing(), "its 403 is owed");
 
     let target = Target::new("shop.test", 443).unwrap();
     let (core, next) = OpeningCore::establish(at(3, 0), target, None, request(b""), &world);
@@ -601,20 +641,15 @@ fn a_vetted_first_flight_is_refused_relayed_or_timed_out() {
     };
     let mut run = open_vetted();
     run.send(b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n");
-    match &run.next {
-        Next::Fronting { answer, why, .. } => {
-            assert!(answer.starts_with(b"HTTP/1.1 403"), "{answer:?}");
-            assert!(why.contains("evil.test"), "{why}");
-        }
-        other => panic!("not refused: {other:?}"),
-    }
+    let (why, answer, _) = run.fronting();
+    assert!(answer.starts_with(b"HTTP/1.1 403"), "{answer:?}");
+    assert!(why.contains("evil.test"), "{why}");
 
     let mut run = open_vetted();
     run.send(b"\x00\x01 neither TLS nor HTTP");
     let opened = match run.next {
         Next::Open(o) => *o,
-        Next::Fronting { why, .. } => panic!("refused: {why}"),
-        other => panic!("{other:?}"),
+        other => panic!("{other:?}: {:?}", run.refusing),
     };
     assert!(matches!(opened.after, After::Passthrough { own: 0, .. }));
     assert_eq!(opened.request.early, b"\x00\x01 neither TLS nor HTTP");
@@ -716,19 +751,22 @@ fn a_terminated_tunnel_reads_its_hello_and_ends_with_both_layers() {
         "{:?}",
         run.asked
     );
-    assert!(
-        matches!(&run.next, Next::Left(Leave::Answer { bytes, reason: CloseReason::Denied, .. }) if bytes[0] == 21),
-        "an alert: {:?}",
-        run.next
-    );
+    let (_, alert) = run.answered();
+    assert_eq!(alert.first(), Some(&21), "an alert: {alert:?}");
+    assert_eq!(run.label(), "Closing(linger)");
 
     let mut run = open_terminated();
     run.send(&hello("shop.test"));
     run.handle(Input::Certified(Err("could not mint".into())));
     assert!(
-        matches!(&run.next, Next::Left(Leave::Answer { bytes, reason: CloseReason::TlsFailed, why }) if bytes.is_empty() && why == "could not mint"),
-        "{:?}",
+        matches!(run.next, Next::Closed(CloseReason::TlsFailed)),
+        "nothing to answer: {:?}",
         run.next
+    );
+    let (why, answer) = run.answered();
+    assert_eq!(
+        (why.as_str(), answer.as_slice()),
+        ("could not mint", &b""[..])
     );
 }
 
@@ -981,19 +1019,145 @@ fn a_switched_tunnel_is_not_switched_again() {
         run.asked
     );
     assert!(
-        !matches!(run.next, Next::Working),
+        run.core.closing(),
         "still going as {}: {:?}",
         run.label(),
         run.next
     );
     // Refused in the first flight's own terms (a 403 to an HTTP request),
     // inside the tunnel the client was answered for.
-    match &run.next {
-        Next::Fronting { answer, why, rule } => {
-            assert!(answer.starts_with(b"HTTP/1.1 403"), "{answer:?}");
-            assert!(why.contains("switched to b.cdn.test:80 already"), "{why}");
-            assert!(rule.is_none());
+    let (why, answer, rule) = run.fronting();
+    assert!(answer.starts_with(b"HTTP/1.1 403"), "{answer:?}");
+    assert!(why.contains("switched to b.cdn.test:80 already"), "{why}");
+    assert!(rule.is_none());
+}
+
+/// A refusal is the machine's to the end: the answer written (a byte at a
+/// time when the transport takes no more), a FIN, the linger reading away
+/// what the client still sends, and the close at its EOF, all in the
+/// `Closing` phase, with the upstream let go at the refusal.
+#[test]
+fn a_refused_client_is_answered_then_closed_at_its_eof() {
+    const EVIL: &[u8] = b"CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n";
+    let mut run = Run::new(World::new());
+    run.client.room = 0;
+    run.send(EVIL);
+    let want = match run.refusing.take() {
+        Some(Refusing::Target(r)) if matches!(r.refusal, Refusal::Denied(_)) => {
+            r.refusal.answer(r.request.dialect)
         }
-        other => panic!("not refused: {other:?}"),
+        other => panic!("not denied: {other:?}"),
+    };
+    assert_eq!(run.label(), "Closing(flush)");
+    assert_eq!(run.core.phase(), Phase::Closing);
+    assert_eq!(run.client.wants(), (false, true), "nothing read while owed");
+    assert_eq!(run.core.poll_timeout(), Some(at(2, 0)), "the close timeout");
+    let mut answer = Vec::new();
+    for _ in 0..10_000 {
+        if run.label() != "Closing(flush)" {
+            break;
+        }
+        run.client.room = 1;
+        run.pump();
+        answer.extend(run.client.take());
     }
+    assert!(answer.starts_with(b"HTTP/1.1 403"), "{answer:?}");
+    assert_eq!(answer, want, "the whole answer, a byte at a time");
+    assert_eq!(run.label(), "Closing(linger)");
+    assert!(run.client.shut, "a FIN after the answer");
+    assert!(matches!(run.next, Next::Working), "{:?}", run.next);
+    // What the client still sends is read away (16 reads a call, then
+    // again), never answered.
+    run.client.max_io = 1;
+    run.client.deliver(&[b'x'; 40]);
+    run.pump();
+    assert!(matches!(run.next, Next::Again), "{:?}", run.next);
+    run.client.fin = true;
+    for _ in 0..5 {
+        run.pump();
+        if !matches!(run.next, Next::Again) {
+            break;
+        }
+    }
+    assert!(
+        matches!(run.next, Next::Closed(CloseReason::Denied)),
+        "{:?}",
+        run.next
+    );
+    assert_eq!(run.core.poll_timeout(), None, "ended, no deadline");
+    assert!(run.client.take().is_empty(), "nothing after the answer");
+}
+
+/// The close is bounded: an answer the client never reads is cut off at
+/// the close deadline with a reset (a FIN would make it look whole); a
+/// client that read it and never closes is let go with a FIN. Nothing
+/// before the deadline.
+#[test]
+fn a_refused_clients_close_is_bounded_by_the_close_timeout() {
+    const EVIL: &[u8] = b"CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n";
+    let mut run = Run::new(World::new());
+    run.client.room = 10;
+    run.send(EVIL);
+    assert_eq!(run.label(), "Closing(flush)");
+    run.timer(at(1, 999));
+    assert!(matches!(run.next, Next::Working), "{:?}", run.next);
+    run.timer(at(2, 0));
+    assert!(
+        matches!(run.next, Next::Reset(CloseReason::CloseTimeout)),
+        "{:?}",
+        run.next
+    );
+
+    let mut run = Run::new(World::new());
+    run.now = at(1, 0);
+    run.send(EVIL);
+    assert_eq!(run.label(), "Closing(linger)");
+    assert_eq!(run.core.poll_timeout(), Some(at(3, 0)), "from the refusal");
+    run.client.deliver(b"unread");
+    run.timer(at(3, 0));
+    assert!(
+        matches!(run.next, Next::Closed(CloseReason::Denied)),
+        "{:?}",
+        run.next
+    );
+    assert_eq!(
+        run.client.inbox.len(),
+        0,
+        "queued input read away first: closing over it would reset the answer"
+    );
+}
+
+/// A SOCKS5 client refused by the policy hears its reply code, then the
+/// close; one refused before any target (no acceptable method) hears the
+/// method selection's refusal.
+#[test]
+fn a_socks5_refusal_is_its_reply_then_the_close() {
+    let mut run = Run::new(World::new());
+    run.send(b"\x05\x01\x00");
+    assert_eq!(run.client.take(), b"\x05\x00");
+    let mut request = b"\x05\x01\x00\x03\x09evil.test".to_vec();
+    request.extend_from_slice(&443u16.to_be_bytes());
+    run.send(&request);
+    let refused = run.refusing.take();
+    assert!(matches!(refused, Some(Refusing::Target(_))), "{refused:?}");
+    let reply = run.client.take();
+    assert_eq!(
+        reply.get(..2),
+        Some(&b"\x05\x02"[..]),
+        "not allowed by ruleset"
+    );
+    assert_eq!(run.label(), "Closing(linger)");
+    run.client.fin = true;
+    run.pump();
+    assert!(
+        matches!(run.next, Next::Closed(CloseReason::Denied)),
+        "{:?}",
+        run.next
+    );
+
+    let mut run = Run::new(World::new());
+    run.send(b"\x05\x01\x02");
+    let (_, answer) = run.answered();
+    assert_eq!(answer, b"\x05\xff", "no acceptable method");
+    assert_eq!(run.core.phase(), Phase::Closing);
 }
