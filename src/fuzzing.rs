@@ -439,6 +439,14 @@ pub fn opening(data: &[u8]) -> &'static str {
                         upstream = None;
                     }
                     Action::Note(_) => {}
+                    // The session machine's, after the opening.
+                    Action::Trust
+                    | Action::CloseUpstream
+                    | Action::Failed { .. }
+                    | Action::Request(_)
+                    | Action::Relayed { .. } => {
+                        panic!("the opening asked for {action:?}")
+                    }
                     // No leaf is minted here: the terminated tunnel ends
                     // as a TLS failure.
                     Action::Certify(_) => {

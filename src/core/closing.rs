@@ -262,3 +262,78 @@ impl<O> ClosingCore<O> {
         })
     }
 }
+
+/// A close a core runs itself, to the client: what is owed (the proxy's
+/// answer, the tail of a response) through the client's link, plaintext
+/// or TLS (a close_notify goes out before the FIN).
+pub(crate) struct Closer {
+    core: ClosingCore<ByteBuf>,
+    link: Link,
+}
+
+impl Closer {
+    /// Writes `answer` (the proxy's own bytes) to the client over `link`,
+    /// then a FIN and the linger, within `deadline`. `None`: nothing to
+    /// say, close at once.
+    pub(crate) fn answer(
+        answer: &[u8],
+        link: Link,
+        reason: CloseReason,
+        deadline: Deadline,
+    ) -> Option<Box<Closer>> {
+        if answer.is_empty() {
+            return None;
+        }
+        let mut owed = ByteBuf::with_capacity(answer.len());
+        owed.extend(answer);
+        let core = ClosingCore::graceful(Some(owed), reason, answer.len(), deadline);
+        Some(Box::new(Closer { core, link }))
+    }
+
+    /// What is left of a conversation: `owed` to the client over `link`
+    /// (its first `own` bytes the proxy's, the rest payload), then a FIN
+    /// and the linger, or a reset when `abort` (a response cut short must
+    /// not look whole).
+    pub(crate) fn rest(
+        owed: ByteBuf,
+        own: usize,
+        link: Link,
+        reason: CloseReason,
+        abort: bool,
+        deadline: Deadline,
+    ) -> Box<Closer> {
+        let owed = (!owed.is_empty()).then_some(owed);
+        let core = match abort {
+            true => ClosingCore::abort(owed, reason, own, deadline),
+            false => ClosingCore::graceful(owed, reason, own, deadline),
+        };
+        Box::new(Closer { core, link })
+    }
+
+    /// Moves what the client's readiness allows.
+    pub(crate) fn pump<P: Port>(&mut self, port: &mut P) -> Next {
+        self.core.pump(&mut self.link, port)
+    }
+
+    /// See [`ClosingCore::handle_timeout`].
+    pub(crate) fn handle_timeout<P: Port>(
+        &mut self,
+        now: Instant,
+        port: &mut P,
+    ) -> Option<TimedOut> {
+        self.core.handle_timeout(now, &mut self.link, port)
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Instant {
+        self.core.poll_timeout()
+    }
+
+    pub(crate) fn stage(&self) -> &'static str {
+        self.core.stage()
+    }
+
+    /// Payload written since the last call.
+    pub(crate) fn take_relayed(&mut self) -> usize {
+        self.core.take_relayed()
+    }
+}

@@ -110,6 +110,20 @@ pub(crate) struct Parts {
     pub(crate) own: usize,
 }
 
+impl std::fmt::Debug for Parts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Parts(to client {} + {}, to upstream {} + {}, eof {:?})",
+            self.cout.len(),
+            self.uin.len(),
+            self.uout.len(),
+            self.cin.len(),
+            self.eof
+        )
+    }
+}
+
 /// The clocks of one inspected session, each for what it waits on.
 #[derive(Debug)]
 struct Clocks {

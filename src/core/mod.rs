@@ -22,6 +22,7 @@ pub(crate) mod port;
 pub(crate) mod refusal;
 pub(crate) mod route;
 pub(crate) mod securing;
+pub(crate) mod session;
 pub(crate) mod verdicts;
 pub(crate) mod vetting;
 

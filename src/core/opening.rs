@@ -11,7 +11,7 @@
 //! is asked about, each time. A refusal at any stage is one too: the
 //! machine says why ([`Action::Refusing`], for the records), then writes
 //! the client its answer, sends a FIN and lingers until the client's EOF
-//! ([`ClosingCore`]), all within the close timeout.
+//! ([`Closer`]), all within the close timeout.
 //!
 //! The shell (`session/opening.rs`) owns the client's socket and the
 //! upstream connect in flight, lends them as [`Port`]s, carries out the
@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use rustls::{ClientConfig, ServerConfig};
 
 use super::clock::Deadline;
-use super::closing::{self, ClosingCore};
+use super::closing::{self, Closer};
 use super::establish::{self, EstablishCore};
 use super::handshake::{self, Exit, HandshakeCore, Leave};
 use super::link::Link;
@@ -52,7 +52,6 @@ use super::securing::{self, SecuringCore};
 use super::vetting::{self, TimedOut, Verdict as Vetted, VettingCore};
 use crate::auth::basic::SameLogin;
 use crate::auth::{Verdict, Verify};
-use crate::buffer::ByteBuf;
 use crate::config::ListenerProtocol;
 use crate::lifecycle::{CloseReason, Phase};
 use crate::policy::Fronting;
@@ -92,6 +91,9 @@ pub(crate) enum Input {
     /// The configs [`Action::Certify`] asked for: the leaf for the name
     /// and the upstream's trust; or why there are none (said to the log).
     Certified(Result<(Arc<ServerConfig>, Arc<ClientConfig>), String>),
+    /// The trust [`Action::Trust`] asked for (the session machine's), or
+    /// why there is none.
+    Trusted(Result<Arc<ClientConfig>, String>),
 }
 
 /// What the machine asks the shell to do, in order.
@@ -129,6 +131,22 @@ pub(crate) enum Action {
     /// close the upstream now. The machine writes the answer itself, then
     /// closes ([`Next::Closed`]).
     Refusing(Refusing),
+    /// (The session machine's, after the opening.) The config to verify a
+    /// forward-proxy `https` upstream with; report with [`Input::Trusted`].
+    Trust,
+    /// (The session machine's.) Close the upstream now: the exchange is
+    /// over, or the forward proxy goes on to another host.
+    CloseUpstream,
+    /// (The session machine's.) Record `why` as the session's error; if
+    /// `first`, only when none is recorded yet (a TLS failure behind a
+    /// client gone).
+    Failed { why: String, first: bool },
+    /// (The session machine's.) The exchange ended: its last requests, for
+    /// counting and logging as [`crate::core::session::SessionCore::take_records`]'s.
+    Request(Box<crate::protocol::http1::exchange::Record>),
+    /// (The session machine's.) The exchange ended: the payload its last
+    /// call wrote, as [`crate::core::session::SessionCore::take_relayed`]'s.
+    Relayed { up: usize, down: usize },
 }
 
 /// Why the client is answered and let go, for the records.
@@ -235,17 +253,9 @@ enum Stage {
     /// A raw tunnel's first flight read and judged.
     Vetting(Box<Vetting>),
     /// Refused: the answer out, then a FIN and a linger.
-    Closing(Box<Closing>),
+    Closing(Box<Closer>),
     /// Ended: said once.
     Done,
-}
-
-/// A refused client: its answer (the proxy's own bytes) on the way out.
-struct Closing {
-    core: ClosingCore<ByteBuf>,
-    /// The client's plaintext (a terminated tunnel is refused before its
-    /// TLS starts: an alert is written as it stands).
-    link: Link,
 }
 
 struct Establishing {
@@ -467,7 +477,7 @@ impl OpeningCore {
                     }
                 }
             }
-            Stage::Closing(c) => match c.core.pump(&mut c.link, client) {
+            Stage::Closing(c) => match c.pump(client) {
                 closing::Next::Wait => Next::Working,
                 closing::Next::Again => Next::Again,
                 closing::Next::Close { reason, abort } => self.closed(reason, abort),
@@ -491,7 +501,9 @@ impl OpeningCore {
                     Input::PinsSettled => establish::Input::PinsSettled,
                     Input::Connected => establish::Input::Connected,
                     Input::ConnectFailed(e) => establish::Input::ConnectFailed(e),
-                    Input::Verdict(_) | Input::Certified(_) => return Next::Working,
+                    Input::Verdict(_) | Input::Certified(_) | Input::Trusted(_) => {
+                        return Next::Working
+                    }
                 };
                 let next = e.core.handle(input, env);
                 self.follow(now, next, env)
@@ -514,7 +526,7 @@ impl OpeningCore {
             Stage::Establishing(e) => Some(e.core.poll_timeout()),
             Stage::Securing(s) => Some(s.core.poll_timeout()),
             Stage::Vetting(v) => Some(v.core.poll_timeout()),
-            Stage::Closing(c) => Some(c.core.poll_timeout()),
+            Stage::Closing(c) => Some(c.poll_timeout()),
             Stage::Done => None,
         }
     }
@@ -555,7 +567,7 @@ impl OpeningCore {
                     self.end(Next::Closed(CloseReason::HandshakeTimeout))
                 }
             },
-            Stage::Closing(c) => match c.core.handle_timeout(now, &mut c.link, client) {
+            Stage::Closing(c) => match c.handle_timeout(now, client) {
                 Some(closing::TimedOut { reason, abort }) => self.closed(reason, abort),
                 None => Next::Working,
             },
@@ -585,7 +597,7 @@ impl OpeningCore {
             Stage::Establishing(e) => e.core.stage(),
             Stage::Securing(s) => s.core.stage(),
             Stage::Vetting(v) => v.core.stage(),
-            Stage::Closing(c) => c.core.stage(),
+            Stage::Closing(c) => c.stage(),
             Stage::Done => "done",
         }
     }
@@ -916,17 +928,13 @@ impl OpeningCore {
         env: &impl Env,
     ) -> Next {
         self.owe(Action::Refusing(refusing));
-        if answer.is_empty() {
-            return self.end(Next::Closed(reason));
-        }
-        let own = answer.len();
-        let mut owed = ByteBuf::with_capacity(own);
-        owed.extend(&answer);
         let deadline = Deadline::after(now, env.close_timeout());
-        self.stage = Stage::Closing(Box::new(Closing {
-            core: ClosingCore::graceful(Some(owed), reason, own, deadline),
-            link: Link::Plain,
-        }));
+        // The client's plaintext: a terminated tunnel is refused before its
+        // TLS starts (an alert is written as it stands).
+        let Some(closer) = Closer::answer(&answer, Link::Plain, reason, deadline) else {
+            return self.end(Next::Closed(reason));
+        };
+        self.stage = Stage::Closing(closer);
         // A new stage: the shell logs it and pumps, which writes the answer.
         Next::Working
     }

@@ -9,7 +9,6 @@ use super::endpoint::Endpoint;
 use crate::core::link::Link;
 use crate::core::port::Port;
 use crate::io::Io;
-use crate::tls::layer::TlsLayer;
 use crate::tls::wire::Wire;
 
 /// A socket, and plaintext or TLS over it. A plain socket is held as it
@@ -88,24 +87,11 @@ impl Channel {
         Channel::Plain(ep)
     }
 
-    /// TLS over `ep`, through `layer`.
-    pub(crate) fn tls(ep: Endpoint, layer: TlsLayer) -> Channel {
-        Channel::Tls(Box::new((ep, Link::tls(layer))))
-    }
-
     /// A socket and the link above it, together again.
     pub(crate) fn from_parts(ep: Endpoint, link: Link) -> Channel {
         match link {
             Link::Plain => Channel::Plain(ep),
             tls @ Link::Tls(_) => Channel::Tls(Box::new((ep, tls))),
-        }
-    }
-
-    /// The socket and the link above it, apart (for the core).
-    pub(crate) fn into_parts(self) -> (Endpoint, Link) {
-        match self {
-            Channel::Plain(ep) => (ep, Link::Plain),
-            Channel::Tls(b) => *b,
         }
     }
 

@@ -10,7 +10,6 @@ use super::conn::Conn;
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
 use super::passthrough::Carrier;
-use super::refusal::{Dialect, Refusal};
 use super::state::State;
 use crate::core::clock::Deadline;
 use crate::core::closing::{ClosingCore, Next};
@@ -21,25 +20,6 @@ pub(crate) struct Closing {
     /// Which side the survivor is.
     side: Side,
     core: ClosingCore<Carrier>,
-}
-
-/// Refuses the session: the client gets `refusal`'s answer in its dialect.
-pub(crate) fn refuse(
-    refusal: Refusal,
-    dialect: Dialect,
-    client: Endpoint,
-    conn: &mut Conn,
-    ctx: &mut Ctx,
-) -> State {
-    let why = refusal.describe();
-    answer(
-        &refusal.answer(dialect),
-        refusal.close_reason(),
-        why,
-        client,
-        conn,
-        ctx,
-    )
 }
 
 /// Sends `bytes` to the client and closes for `reason`; `why` goes in the
@@ -87,23 +67,6 @@ impl Closing {
             survivor,
             side,
             core: ClosingCore::abort(owed, reason, own, deadline(ctx)),
-        }
-    }
-
-    /// Flush what is owed to the client, send FIN, then linger until its EOF
-    /// (or the close timer), so our last bytes are read, not reset away.
-    /// `own`: leading bytes of `owed` that are the proxy's own reply.
-    pub(crate) fn to_client(
-        client: Channel,
-        owed: Option<Carrier>,
-        reason: CloseReason,
-        own: usize,
-        ctx: &Ctx,
-    ) -> Closing {
-        Closing {
-            survivor: client,
-            side: Side::Client,
-            core: ClosingCore::graceful(owed, reason, own, deadline(ctx)),
         }
     }
 

@@ -1,33 +1,29 @@
-//! What the opening machine leads to, and what it is lent: the policy as
-//! this client sees it ([`PolicyEnv`]), the refusals it makes (counted,
-//! logged, recorded; the core answers them), and the state an open
-//! upstream goes on in ([`established`], as [`crate::core::route::After`]
-//! names it). And the
-//! proxy's own addresses, which no session may dial.
+//! What the session machine is lent and leads to: the policy as this
+//! client sees it and the settings ([`PolicyEnv`]), the refusals it makes
+//! (counted, logged, recorded; the core answers them), and a raw tunnel
+//! relayed as it opens ([`relay`]). And the proxy's own addresses, which
+//! no session may dial.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::channel::Channel;
-use super::closing::refuse;
 use super::conn::{Conn, Decision, Reasoned};
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
 use super::handshake_rate::Budget;
-use super::inspect::Inspect;
 use super::passthrough::{Passthrough, Preload};
 use super::refusal::{Dialect, Refusal};
 use super::state::State;
-use crate::config::ListenAddr;
-use crate::core::opening::{Opened, Refused, Refusing, Request, Secured};
+use crate::config::{ListenAddr, Timeouts};
+use crate::core::opening::{Opened, Refused, Refusing};
 use crate::core::route::{self, After};
-use crate::core::{establish, handshake, opening};
-use crate::lifecycle::CloseReason;
+use crate::core::{establish, handshake, opening, session};
+use crate::policy::secret::Secrets;
 use crate::policy::{Fronting, NameVerdict, Target, Verdict};
 use crate::protocol::parent::ParentProxy;
 use crate::target::Host;
-use crate::tls::layer::{LayerLimits, TlsLayer};
 
 /// What the opening core is lent: the policy, the proxy's own facts, and
 /// the settings the handshake reads.
@@ -59,6 +55,27 @@ impl opening::Env for PolicyEnv<'_, '_> {
 
     fn fronting(&self, target: &Target, user: Option<&str>, named: &Target) -> Option<Fronting> {
         self.ctx.policy.fronting(target, user, named, self.ctx.now)
+    }
+}
+
+impl session::Env for PolicyEnv<'_, '_> {
+    fn id(&self) -> u64 {
+        self.conn.id
+    }
+
+    fn timeouts(&self) -> Timeouts {
+        self.ctx.settings.timeouts
+    }
+
+    fn secrets(&self) -> Option<Arc<Secrets>> {
+        self.ctx.policy.secrets().cloned()
+    }
+
+    /// A whole head must fit, with room for what the forward proxy adds
+    /// when it rewrites one (`Via`, `Host`, `Connection`).
+    fn inspect_buffer(&self) -> usize {
+        let limits = &self.ctx.settings.limits;
+        limits.buffer_size.max(limits.max_head_bytes + 1024)
     }
 }
 
@@ -113,21 +130,6 @@ fn take_handshake(conn: &Conn, ctx: &Ctx) -> bool {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     rates.take(conn.log.peer.key(), budget, ctx.now)
-}
-
-/// Refuses a forward-proxy request (whose `early` holds its head) before
-/// an upstream answered it: it gets its `request` event here, since no
-/// exchange ever saw it.
-fn refuse_early(
-    refusal: Refusal,
-    dialect: Dialect,
-    early: &[u8],
-    client: Endpoint,
-    conn: &mut Conn,
-    ctx: &mut Ctx,
-) -> State {
-    forward_refused(&refusal, dialect, early, conn, ctx);
-    refuse(refusal, dialect, client, conn, ctx)
 }
 
 /// A forward-proxy request's `request` event, for a refusal.
@@ -297,135 +299,31 @@ fn target_refused(refused: Refused, conn: &mut Conn, ctx: &mut Ctx) -> String {
     why
 }
 
-/// The upstream is open, and the session goes on as `opened.after` says.
-pub(crate) fn established(
-    opened: Opened,
-    client: Endpoint,
-    upstream: Endpoint,
-    conn: &mut Conn,
-    ctx: &mut Ctx,
-) -> State {
+/// A raw tunnel is open: relayed both ways, the reply and what the
+/// destination sent already to the client first, and the client's early
+/// bytes to the upstream.
+pub(crate) fn relay(opened: Opened, client: Endpoint, upstream: Endpoint, ctx: &mut Ctx) -> State {
     let Opened {
         after,
-        target,
         treatment,
         request,
+        ..
     } = opened;
     let idle = treatment.idle.or(ctx.settings.timeouts.idle);
-    let Request {
-        dialect,
-        early,
-        login,
-        ..
-    } = request;
-    match after {
-        after @ (After::Forward | After::ForwardTls) => {
-            // `GET https://...`: the proxy speaks TLS to the upstream
-            // (and verifies it) on the client's behalf.
-            let upstream = if matches!(after, After::ForwardTls) {
-                match upstream_layer(&target, ctx) {
-                    Ok(layer) => Channel::tls(upstream, layer),
-                    Err(why) => {
-                        let refusal = Refusal::Connect(std::io::Error::other(why));
-                        return refuse_early(refusal, dialect, &early, client, conn, ctx);
-                    }
-                }
-            } else {
-                Channel::plain(upstream)
-            };
-            State::Inspect(Box::new(Inspect::forward(
-                client,
-                upstream,
-                target,
-                &early,
-                treatment.inspect,
-                login,
-                idle,
-                conn,
-                ctx,
-            )))
+    let (to_client, own) = match after {
+        After::Passthrough { to_client, own } => (to_client, own),
+        _ => {
+            debug_assert!(false, "only a raw tunnel is relayed as it opens");
+            (Vec::new(), 0)
         }
-        After::Vetting { .. } | After::Securing { .. } => {
-            // The opening core vets a tunnel and reads a terminated one's
-            // hello itself; it never hands one on.
-            debug_assert!(false, "a tunnel to vet or secure left the opening core");
-            State::Done(CloseReason::Denied)
-        }
-        After::Inspect { reply } => State::Inspect(Box::new(Inspect::tunnel(
-            Channel::plain(client),
-            Channel::plain(upstream),
-            target,
-            &reply,
-            &early,
-            treatment.inspect,
-            idle,
-            conn,
-            ctx,
-        ))),
-        After::HoldToHost { host } => {
-            let inspect = Inspect::tunnel(
-                Channel::plain(client),
-                Channel::plain(upstream),
-                target,
-                &[],
-                &early,
-                None,
-                idle,
-                conn,
-                ctx,
-            );
-            State::Inspect(Box::new(inspect.vetted_host(host)))
-        }
-        After::Passthrough { to_client, own } => {
-            let mut preload = Preload::reply(&to_client, &early, ctx);
-            preload.own = own;
-            State::Passthrough(Passthrough::new(
-                Channel::plain(client),
-                Channel::plain(upstream),
-                preload,
-                idle,
-                ctx,
-            ))
-        }
-    }
-}
-
-/// A terminated tunnel, both TLS layers set up: the exchange between the
-/// two plaintexts, where both handshakes complete.
-pub(crate) fn secured(
-    secured: Secured,
-    client: Endpoint,
-    upstream: Endpoint,
-    conn: &mut Conn,
-    ctx: &mut Ctx,
-) -> State {
-    let Secured {
-        client: client_layer,
-        upstream: upstream_layer,
-        target,
-        treatment,
-    } = secured;
-    let idle = treatment.idle.or(ctx.settings.timeouts.idle);
-    State::Inspect(Box::new(Inspect::tunnel(
-        Channel::tls(client, client_layer),
-        Channel::tls(upstream, upstream_layer),
-        target,
-        &[],
-        &[],
-        treatment.inspect,
+    };
+    let mut preload = Preload::reply(&to_client, &request.early, ctx);
+    preload.own = own;
+    State::Passthrough(Passthrough::new(
+        Channel::plain(client),
+        Channel::plain(upstream),
+        preload,
         idle,
-        conn,
         ctx,
-    )))
-}
-
-/// A TLS client layer to `target` (SNI its name; an address is checked
-/// against the certificate's IP SAN), for a forward proxy's `https` request.
-fn upstream_layer(target: &Target, ctx: &mut Ctx) -> Result<TlsLayer, String> {
-    let config = ctx
-        .tls
-        .client_config()
-        .map_err(|e| format!("TLS to the upstream: {e}"))?;
-    TlsLayer::client(config, &target.host, LayerLimits::default())
-        .map_err(|f| format!("TLS to the upstream: {}", f.reason()))
+    ))
 }

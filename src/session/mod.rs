@@ -12,10 +12,10 @@
 //! there, and the session's timer is armed there on the new state's
 //! deadline (a stage's core keeps its own: `State::poll_timeout`).
 //!
-//! Each state owns what it uses, sockets included: Opening owns the
-//! client and the pending upstream, Passthrough and Inspect own both ends,
-//! Closing owns the survivor. A socket closes when the state that owns it
-//! lets it go.
+//! Each state owns what it uses, sockets included: Machine owns the
+//! client and the upstream (pending, then open, then let go when its core
+//! says), Passthrough owns both ends, Closing owns the survivor. A socket
+//! closes when the state that owns it lets it go.
 
 mod associate;
 mod channel;
@@ -25,8 +25,7 @@ mod connect;
 mod ctx;
 mod endpoint;
 pub(crate) mod handshake_rate;
-mod inspect;
-mod opening;
+mod machine;
 mod passthrough;
 mod state;
 #[cfg(test)]
@@ -82,7 +81,7 @@ impl Session {
         let client = Endpoint::accepted(stream, ctx.tokens.client, ctx.registry)?;
         let mut conn = Conn::new(id, peer, ctx.now);
         let deadline = Deadline::after(ctx.now, ctx.settings.timeouts.handshake);
-        let state = State::Opening(opening::Opening::accept(
+        let state = State::Machine(machine::Machine::accept(
             client, protocol, refusing, deadline,
         ));
         conn.deadline = state.poll_timeout();
@@ -178,7 +177,7 @@ impl Session {
         ctx: &mut Ctx,
     ) -> Effects {
         let changed = self.step(ctx, |state, conn, ctx| match state {
-            State::Opening(o) => o.on_input(Input::Resolved(result), conn, ctx),
+            State::Machine(m) => m.on_input(Input::Resolved(result), conn, ctx),
             State::Associate(a) => a.on_resolved(result, conn, ctx),
             other => other,
         });
@@ -192,7 +191,7 @@ impl Session {
     /// The policy's inspected names are resolved (it asked to wait for them).
     pub(crate) fn on_pins(&mut self, ctx: &mut Ctx) -> Effects {
         let changed = self.step(ctx, |state, conn, ctx| match state {
-            State::Opening(o) => o.on_input(Input::PinsSettled, conn, ctx),
+            State::Machine(m) => m.on_input(Input::PinsSettled, conn, ctx),
             other => other,
         });
         if changed {
@@ -205,7 +204,7 @@ impl Session {
     /// The verifier pool answered this session's login.
     pub(crate) fn on_verified(&mut self, verdict: crate::auth::Verdict, ctx: &mut Ctx) -> Effects {
         let changed = self.step(ctx, |state, conn, ctx| match state {
-            State::Opening(o) => o.on_input(Input::Verdict(verdict), conn, ctx),
+            State::Machine(m) => m.on_input(Input::Verdict(verdict), conn, ctx),
             other => other,
         });
         if changed {
@@ -226,8 +225,8 @@ impl Session {
         // Only what the policy admitted already is looked at again (a
         // session still resolving is decided under the new policy anyway).
         let admitted = match &self.state {
-            State::Opening(o) => o.dialling() || o.vetting() || o.securing(),
-            State::Passthrough(_) | State::Inspect(_) => true,
+            State::Machine(m) => m.admitted(),
+            State::Passthrough(_) => true,
             _ => false,
         };
         if !admitted {
@@ -236,7 +235,7 @@ impl Session {
         let (Some(target), Some(ip)) = (&self.conn.log.target, self.conn.log.dialled) else {
             return self.report(ctx);
         };
-        let raw = matches!(&self.state, State::Opening(o) if o.vetting())
+        let raw = matches!(&self.state, State::Machine(m) if m.vetting())
             || (matches!(self.state, State::Passthrough(_)) && !self.conn.log.upgraded);
         let user = self.conn.log.user.as_deref();
         match ctx.policy.recheck_as(target, user, ip, raw, ctx.now) {
@@ -262,14 +261,10 @@ impl Session {
             }
             Recheck::Keep(allowed) => {
                 let kept = match &mut self.state {
-                    State::Inspect(inspect) => {
-                        inspect.set_rules(allowed.inspect.clone());
-                        inspect.set_secrets(ctx.policy.secrets().cloned());
-                        true
-                    }
-                    State::Opening(o) => {
+                    State::Machine(m) => {
                         let (policy, now) = (&ctx.policy, ctx.now);
-                        o.reload(&allowed, |a| {
+                        let secrets = policy.secrets().cloned();
+                        m.reload(&allowed, secrets, |a| {
                             match policy.recheck_as(target, user, a, false, now) {
                                 Recheck::Keep(b) => {
                                     b.is_inspected() == allowed.is_inspected()
@@ -368,15 +363,14 @@ impl Session {
         let timeouts = &ctx.settings.timeouts;
         match &next {
             // Their cores keep their deadlines (the resolve's and the
-            // connect's is one).
-            State::Opening(_) | State::Closing(_) => self.conn.deadline = next.poll_timeout(),
+            // connect's is one; an inspected session's clocks are set as
+            // it goes).
+            State::Machine(_) | State::Closing(_) => self.conn.deadline = next.poll_timeout(),
             State::Passthrough(p) => {
                 self.conn.deadline = p
                     .idle_timeout(timeouts.half_close)
                     .map(|idle| ctx.now + idle);
             }
-            // Inspect keeps its own deadline (response, idle) as it goes.
-            State::Inspect(_) => self.conn.deadline = None,
             // Its idle deadline was set as it started.
             State::Associate(_) => {}
             State::Done(reason) => {

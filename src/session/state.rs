@@ -9,10 +9,12 @@
 //!                                                         ├─(tls = terminate)─> Securing ──> Inspect
 //!                                                         └─(raw, on a port an inspecting rule covers)─> Vetting ──> Passthrough
 //!                                                                  (its first flight names an inspected host) └──> Resolving
-//! (Handshake, Resolving, Connecting, Securing and Vetting are the names
-//! of one variant, `Opening`, run by one core, which answers a refusal
-//! and closes too, named `Closing`.)
-//! error, timeout, an upstream gone (Passthrough, Inspect) ──> Closing ──> Done
+//! (Handshake, Resolving, Connecting, Securing, Vetting and Inspect are
+//! the names of one variant, `Machine`, run by one core, which also
+//! answers each refusal and closes the client after an exchange, named
+//! `Closing` then; a raw tunnel, from the start or after a 101, leaves it
+//! for Passthrough.)
+//! a raw tunnel's side gone (Passthrough) ──> Closing ──> Done
 //! a tunnel finished, the client gone (any state) ───> Done
 //! ```
 //!
@@ -35,31 +37,29 @@ use super::associate::Associate;
 use super::closing::Closing;
 use super::conn::Conn;
 use super::ctx::Ctx;
-use super::inspect::Inspect;
-use super::opening::Opening;
+use super::machine::Machine;
 use super::passthrough::Passthrough;
 use crate::lifecycle::{CloseReason, Phase, Side};
 
 pub(crate) enum State {
-    /// Reading the client's CONNECT, SOCKS5 or forward-proxy request
-    /// (named `Handshake`), waiting for DNS (`Resolving`), a non-blocking
-    /// connect in flight (`Connecting`), then, for a raw tunnel to a port
-    /// an inspecting rule covers, the reply out and the client's first
-    /// flight in and checked for a name it fronts for (`Vetting`), or, for
-    /// a terminated one, the reply out and the ClientHello in (`Securing`);
-    /// or a refusal's answer out, then the FIN and the linger (`Closing`):
-    /// one core runs them.
-    Opening(Opening),
+    /// The session machine: reading the client's CONNECT, SOCKS5 or
+    /// forward-proxy request (named `Handshake`), waiting for DNS
+    /// (`Resolving`), a non-blocking connect in flight (`Connecting`), then,
+    /// for a raw tunnel to a port an inspecting rule covers, the reply out
+    /// and the client's first flight in and checked for a name it fronts
+    /// for (`Vetting`), or, for a terminated one, the reply out and the
+    /// ClientHello in (`Securing`); relaying HTTP/1.1 message by message
+    /// (`Inspect`: inspection, the forward proxy); a refusal's or an
+    /// exchange's last bytes out, then the FIN and the linger (`Closing`).
+    /// One core runs them.
+    Machine(Machine),
     /// Raw relaying both ways (spliced on Linux).
     Passthrough(Passthrough),
-    /// Relaying HTTP/1.1 message by message (inspection, forward proxy).
-    /// Boxed: its buffers would otherwise size every slab slot.
-    Inspect(Box<Inspect>),
     /// A SOCKS5 UDP association: relaying datagrams while its TCP
     /// control connection lasts. Boxed: its tables would size every slot.
     Associate(Box<Associate>),
-    /// Flushing what is owed to the surviving side of a relay, then
-    /// closing (a refusal before relaying is the opening core's).
+    /// Flushing what is owed to the surviving side of a raw tunnel, then
+    /// closing (the session machine closes its own).
     Closing(Closing),
     /// Torn down; the reactor reaps the slot at the end of this iteration.
     Done(CloseReason),
@@ -68,9 +68,8 @@ pub(crate) enum State {
 impl State {
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            State::Opening(o) => o.name(),
+            State::Machine(m) => m.name(),
             State::Passthrough(_) => "Passthrough",
-            State::Inspect(_) => "Inspect",
             State::Associate(_) => "Associate",
             State::Closing(_) => "Closing",
             State::Done(_) => "Done",
@@ -80,9 +79,8 @@ impl State {
     /// The sub-stage within the state, where it has one.
     pub(crate) fn stage(&self) -> Option<&'static str> {
         match self {
-            State::Opening(o) => Some(o.stage()),
+            State::Machine(m) => Some(m.stage()),
             State::Closing(c) => Some(c.stage()),
-            State::Inspect(i) => Some(i.stage()),
             State::Passthrough(p) => Some(p.stage()),
             State::Done(reason) => Some(reason.as_str()),
             State::Associate(a) => Some(a.stage()),
@@ -98,10 +96,8 @@ impl State {
     pub(crate) fn phase(&self) -> Option<Phase> {
         match self {
             // A client past a limit is on its way out, not a pending handshake.
-            State::Opening(o) => Some(o.phase()),
-            State::Passthrough(_) | State::Inspect(_) | State::Associate(_) => {
-                Some(Phase::Established)
-            }
+            State::Machine(m) => Some(m.phase()),
+            State::Passthrough(_) | State::Associate(_) => Some(Phase::Established),
             State::Closing(_) => Some(Phase::Closing),
             State::Done(_) => None,
         }
@@ -110,9 +106,8 @@ impl State {
     /// The socket of `side`, if this state owns one.
     pub(crate) fn endpoint(&mut self, side: Side) -> Option<&mut super::endpoint::Endpoint> {
         match self {
-            State::Opening(o) => o.endpoint(side),
+            State::Machine(m) => m.endpoint(side),
             State::Passthrough(p) => Some(p.endpoint(side)),
-            State::Inspect(i) => Some(i.endpoint(side)),
             State::Closing(c) => c.endpoint(side),
             State::Associate(a) => (side == Side::Client).then(|| a.control()),
             State::Done(_) => None,
@@ -124,7 +119,7 @@ impl State {
     /// clock, an inspected session's, an association's).
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         match self {
-            State::Opening(o) => o.poll_timeout(),
+            State::Machine(m) => m.poll_timeout(),
             State::Closing(c) => Some(c.poll_timeout()),
             _ => None,
         }
@@ -148,9 +143,8 @@ impl State {
     /// Acts on the readiness the session's sockets have reported.
     pub(crate) fn drive(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
         match self {
-            State::Opening(o) => o.drive(conn, ctx),
+            State::Machine(m) => m.drive(conn, ctx),
             State::Passthrough(p) => p.drive(conn, ctx),
-            State::Inspect(i) => i.drive(conn, ctx),
             State::Closing(c) => c.drive(conn, ctx),
             State::Associate(a) => a.drive(conn, ctx),
             done @ State::Done(_) => done,
@@ -160,9 +154,8 @@ impl State {
     /// The state's deadline passed.
     pub(crate) fn on_timer(self, conn: &mut Conn, ctx: &mut Ctx) -> State {
         match self {
-            State::Opening(o) => o.on_timeout(conn, ctx),
+            State::Machine(m) => m.on_timeout(conn, ctx),
             State::Passthrough(p) => p.on_timer(conn, ctx),
-            State::Inspect(i) => i.on_timer(conn, ctx),
             State::Closing(c) => c.on_timeout(ctx),
             State::Associate(a) => a.on_timer(conn, ctx),
             done @ State::Done(_) => done,

@@ -15,6 +15,7 @@ mod exchange_sim;
 mod exchange_upstream;
 mod fuzz_smoke;
 mod handshake;
+mod machine;
 mod opening;
 mod route;
 mod securing;

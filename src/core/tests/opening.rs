@@ -180,6 +180,13 @@ impl Run {
                 }
                 Action::Note(note) => format!("note: {note}"),
                 Action::Certify(name) => format!("certify {name:?}"),
+                Action::Trust
+                | Action::CloseUpstream
+                | Action::Failed { .. }
+                | Action::Request(_)
+                | Action::Relayed { .. } => {
+                    panic!("the session machine's action from the opening: {action:?}")
+                }
                 Action::Refusing(refusing) => {
                     // Kept apart from what was asked: the shell records it
                     // and closes the upstream; the answer is the machine's.

@@ -1,17 +1,21 @@
-//! Opening (the session states `Handshake`, `Resolving`, `Connecting`,
-//! `Securing` and `Vetting`, and `Closing` for a refused client): the shell
-//! around the sans-IO [`OpeningCore`], which reads the client's request,
-//! checks its login, establishes its target, then reads a terminated
-//! tunnel's ClientHello or vets a raw tunnel's first flight where some
-//! rule inspects the port, or answers a refusal and closes.
+//! The session machine's shell: the session state `Machine`, named
+//! `Handshake`, `Resolving`, `Connecting`, `Securing`, `Vetting`,
+//! `Inspect` or `Closing` as the sans-IO [`SessionCore`] stands. The core
+//! reads the client's request, checks its login, establishes its target,
+//! reads a terminated tunnel's ClientHello or vets a raw tunnel's first
+//! flight, relays HTTP message by message where a rule inspects (the
+//! forward proxy's next host included), and answers and closes the client
+//! at every end; what leaves it is a raw tunnel, which this turns into
+//! [`Passthrough`] (the zero-copy relay).
 //!
-//! The shell owns the client's socket and the upstream connect in flight,
-//! lends them to the core with the reactor's clock, and carries out what it
-//! asks: a login to the verifier pool, a name to the resolver, a wait for
-//! the inspected names, a connect (registered with the reactor), and the
-//! records (who the client is, what it asked for, which rule allowed or
-//! refused it; a refused client's answer and close are the core's). It
-//! builds the state each end names (`connect.rs`).
+//! The shell owns the client's socket and the upstream's (a connect in
+//! flight, or open), lends them to the core with the reactor's clock, and
+//! carries out what it asks: a login to the verifier pool, a name to the
+//! resolver, a wait for the inspected names, a connect (registered with
+//! the reactor), a leaf or the upstream trust from the TLS environment,
+//! the upstream closed, and the records (who the client is, what it asked
+//! for, which rule allowed or refused it, each request). It keeps the
+//! session's one deadline on the core's.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -21,61 +25,51 @@ use std::time::Instant;
 use rustls::{ClientConfig, ServerConfig};
 
 use super::associate;
+use super::channel::Channel;
 use super::conn::{Conn, Decision};
 use super::connect::{self, PolicyEnv};
 use super::ctx::Ctx;
 use super::endpoint::Endpoint;
+use super::passthrough::{Passthrough, Preload};
 use super::state::State;
+use crate::buffer::ByteBuf;
 use crate::config::ListenerProtocol;
 use crate::core::clock::Deadline;
 use crate::core::establish;
-use crate::core::opening::{Action, Input, Next, OpeningCore, Request};
+use crate::core::inspect::Parts;
+use crate::core::opening::{Action, Input};
+use crate::core::session::{Next, SessionCore};
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
 use crate::policy::Allowed;
-use crate::target::{Host, Target};
+use crate::protocol::http1::exchange::{Decision as Verdict, Record};
+use crate::target::Host;
 
-pub(crate) struct Opening {
+pub(crate) struct Machine {
     client: Endpoint,
     /// The connect in flight (to the destination or its parent), or open.
     /// Boxed: the slot is sized by its largest state.
     upstream: Option<Box<Endpoint>>,
-    core: OpeningCore,
+    core: SessionCore,
+    /// The session's deadline was set from an inspected core since the
+    /// timer last fired: a later due time can wait for the early wakeup.
+    armed: bool,
 }
 
-impl Opening {
-    /// An accepted client's handshake; see [`OpeningCore::handshake`].
+impl Machine {
+    /// An accepted client's handshake; see [`SessionCore::accept`].
     pub(crate) fn accept(
         client: Endpoint,
         protocol: ListenerProtocol,
         refusing: Option<&'static str>,
         deadline: Deadline,
-    ) -> Opening {
-        Opening {
+    ) -> Machine {
+        Machine {
             client,
             upstream: None,
-            core: OpeningCore::handshake(protocol, refusing, deadline),
+            core: SessionCore::accept(protocol, refusing, deadline),
+            armed: false,
         }
-    }
-
-    /// Straight to establishing `target` for the client the session
-    /// authenticated (a forward proxy's next host on the connection).
-    pub(crate) fn establish(
-        client: Endpoint,
-        target: Target,
-        request: Request,
-        conn: &mut Conn,
-        ctx: &mut Ctx,
-    ) -> State {
-        let user = conn.log.user.clone();
-        let env = PolicyEnv { conn, ctx };
-        let (core, next) = OpeningCore::establish(ctx.now, target, user, request, &env);
-        let this = Opening {
-            client,
-            upstream: None,
-            core,
-        };
-        this.carry_out(next, conn, ctx)
     }
 
     pub(crate) fn endpoint(&mut self, side: Side) -> Option<&mut Endpoint> {
@@ -85,7 +79,7 @@ impl Opening {
         }
     }
 
-    /// `Handshake`, `Resolving` or `Connecting`, as the session's state
+    /// `Handshake`, `Resolving`, `Inspect`, ..., as the session's state
     /// names it.
     pub(crate) fn name(&self) -> &'static str {
         self.core.name()
@@ -99,9 +93,14 @@ impl Opening {
         self.core.phase()
     }
 
-    /// The policy allowed the target and an address is being dialled.
-    pub(crate) fn dialling(&self) -> bool {
+    /// The policy admitted what this session does: an address is being
+    /// dialled, a tunnel vetted or secured, or HTTP relayed; a reload must
+    /// look again.
+    pub(crate) fn admitted(&self) -> bool {
         self.core.dialling()
+            || self.core.vetting()
+            || self.core.securing()
+            || self.core.inspecting()
     }
 
     /// A raw tunnel, open, its first flight being read.
@@ -109,26 +108,29 @@ impl Opening {
         self.core.vetting()
     }
 
-    /// A terminated tunnel, open, its ClientHello being read.
-    pub(crate) fn securing(&self) -> bool {
-        self.core.securing()
-    }
-
+    /// The core's deadline, where the session arms its timer on it as it
+    /// changes stage; `None` while HTTP is relayed (its clocks move with
+    /// every byte, and the shell keeps the timer on them as it goes).
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        self.core.poll_timeout()
+        match self.core.inspecting() {
+            true => None,
+            false => self.core.poll_timeout(&self.client),
+        }
     }
 
     /// A reloaded policy still allows the target: see
-    /// [`OpeningCore::reload`]. Returns false when the session must close.
+    /// [`SessionCore::reload`]. Returns false when the session must close.
     pub(crate) fn reload(
         &mut self,
         allowed: &Allowed,
+        secrets: Option<Arc<crate::policy::secret::Secrets>>,
         same_treatment: impl FnMut(IpAddr) -> bool,
     ) -> bool {
-        self.core.reload(allowed, same_treatment)
+        self.core.reload(allowed, secrets, same_treatment)
     }
 
     pub(crate) fn drive(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        self.core.unpark(ctx.pool);
         let env = PolicyEnv { conn, ctx };
         let upstream = self.upstream.as_deref_mut();
         let next = self.core.pump(ctx.now, &mut self.client, upstream, &env);
@@ -138,19 +140,25 @@ impl Opening {
     /// A report for the core: a login's verdict, the resolver's answer,
     /// the inspected names resolved.
     pub(crate) fn on_input(mut self, input: Input, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        self.core.unpark(ctx.pool);
         let next = self.core.handle(ctx.now, input, &PolicyEnv { conn, ctx });
         self.carry_out(next, conn, ctx)
     }
 
-    /// The session's timer fired: the core says whether its deadline passed.
+    /// The session's timer fired: the core says what ran out.
     pub(crate) fn on_timeout(mut self, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        self.core.unpark(ctx.pool);
+        self.armed = false;
         let env = PolicyEnv { conn, ctx };
-        let next = self.core.handle_timeout(ctx.now, &mut self.client, &env);
+        let upstream = self.upstream.as_deref_mut();
+        let next = self
+            .core
+            .handle_timeout(ctx.now, &mut self.client, upstream, &env);
         self.carry_out(next, conn, ctx)
     }
 
-    /// Carries out what the core asks, in order, then moves on as `next`
-    /// says.
+    /// Carries out what the core asks, in order, accounts for what the
+    /// call moved, then moves on as `next` says.
     fn carry_out(mut self, mut next: Next, conn: &mut Conn, ctx: &mut Ctx) -> State {
         while let Some(action) = self.core.poll_action() {
             match action {
@@ -210,10 +218,30 @@ impl Opening {
                     self.upstream = None;
                     connect::refusing(refusing, conn, ctx);
                 }
+                Action::CloseUpstream => self.upstream = None,
+                Action::Relayed { up, down } => {
+                    conn.count(Side::Client, up, ctx);
+                    conn.count(Side::Upstream, down, ctx);
+                }
+                Action::Request(record) => request(*record, conn, ctx),
+                Action::Failed { why, first } => match first {
+                    true => {
+                        conn.log.error.get_or_insert(why.into());
+                    }
+                    false => conn.log.error = Some(why.into()),
+                },
                 Action::Certify(name) => {
                     let configs = certify(&name, conn, ctx);
                     let env = PolicyEnv { conn, ctx };
                     next = self.core.handle(ctx.now, Input::Certified(configs), &env);
+                }
+                Action::Trust => {
+                    let trust = ctx
+                        .tls
+                        .client_config()
+                        .map_err(|e| format!("TLS to the upstream: {e}"));
+                    let env = PolicyEnv { conn, ctx };
+                    next = self.core.handle(ctx.now, Input::Trusted(trust), &env);
                 }
                 Action::Establish(establish::Action::Dial(addr, ip)) => {
                     // A failed connect's socket closes before the next one.
@@ -232,35 +260,59 @@ impl Opening {
                 }
             }
         }
-        let client = self.client;
+        let (up, down) = self.core.take_relayed();
+        conn.count(Side::Client, up, ctx);
+        conn.count(Side::Upstream, down, ctx);
+        records(&mut self.core, conn, ctx);
         match next {
-            Next::Working => State::Opening(Opening { client, ..self }),
-            Next::Again => {
-                ctx.again();
-                State::Opening(Opening { client, ..self })
+            Next::Working | Next::Again => {
+                if matches!(next, Next::Again) {
+                    ctx.again();
+                }
+                if self.core.inspecting() {
+                    self.rearm(conn);
+                    self.core.park(ctx.pool);
+                } else {
+                    self.armed = false;
+                }
+                State::Machine(self)
             }
             Next::Closed(reason) => State::Done(reason),
             Next::Reset(reason) => {
-                client.abort_on_close();
+                self.client.abort_on_close();
                 State::Done(reason)
             }
-            Next::Associate { port } => associate::start(client, port, conn, ctx),
-            Next::Secured(secured) => match self.upstream {
-                Some(upstream) => connect::secured(*secured, client, *upstream, conn, ctx),
-                None => {
-                    debug_assert!(false, "secured without an upstream");
-                    State::Done(CloseReason::ConnectFailed)
-                }
-            },
-            Next::Open(opened) => match self.upstream {
-                Some(upstream) => connect::established(*opened, client, *upstream, conn, ctx),
+            Next::Associate { port } => associate::start(self.client, port, conn, ctx),
+            Next::Relay(opened) => match self.upstream {
+                Some(upstream) => connect::relay(*opened, self.client, *upstream, ctx),
                 None => {
                     // Only a connect that completed (and its parent's answer) opens.
                     debug_assert!(false, "open without an upstream");
                     State::Done(CloseReason::ConnectFailed)
                 }
             },
+            Next::Upgraded(parts) => match self.upstream {
+                Some(upstream) => upgrade(self.client, *upstream, *parts, conn, ctx),
+                None => {
+                    debug_assert!(false, "upgraded without an upstream");
+                    State::Done(CloseReason::UpstreamGone)
+                }
+            },
         }
+    }
+
+    /// Keeps the session's one deadline on an inspected core's next
+    /// timeout. A due time that moved later (new traffic) keeps the earlier
+    /// deadline: the timer fires early, and `on_timeout` sets it again for
+    /// what is left, which saves moving the timer on every byte.
+    fn rearm(&mut self, conn: &mut Conn) {
+        let due = self.core.poll_timeout(&self.client);
+        let keep =
+            self.armed && matches!((conn.deadline, due), (Some(set), Some(due)) if set <= due);
+        if !keep {
+            conn.deadline = due;
+        }
+        self.armed = true;
     }
 
     /// Starts a non-blocking connect to `addr`, registered with the reactor
@@ -305,4 +357,89 @@ fn certify(
         .client_config()
         .map_err(|e| format!("TLS to the upstream: {e}"))?;
     Ok((server, client))
+}
+
+/// Counts and logs each finished request.
+fn records(core: &mut SessionCore, conn: &mut Conn, ctx: &Ctx) {
+    for record in core.take_records() {
+        request(record, conn, ctx);
+    }
+}
+
+/// Counts and logs a finished request.
+fn request(record: Record, conn: &mut Conn, ctx: &Ctx) {
+    if let Verdict::Refused { cause, reason, .. } = &record.decision {
+        if cause == "secret-not-allowed" {
+            // The reason names the secret and where it was bound, never
+            // its value.
+            log::warn!(
+                "conn={} secret exfiltration attempt refused: {reason}",
+                conn.id
+            );
+        }
+    }
+    conn.log.requests += 1;
+    conn.request(&record, ctx);
+    ctx.stats.request(matches!(
+        record.decision,
+        Verdict::Allowed(_) | Verdict::WouldDeny(_) | Verdict::Failed { .. }
+    ));
+}
+
+/// The 101 is out: every buffered byte goes on raw, both ways.
+fn upgrade(
+    client: Endpoint,
+    upstream: Endpoint,
+    parts: Parts,
+    conn: &mut Conn,
+    ctx: &mut Ctx,
+) -> State {
+    ctx.stats.upgraded();
+    conn.log.upgraded = true;
+    log::debug!("conn={} upgraded: raw passthrough from here", conn.id);
+    let Parts {
+        client: client_link,
+        upstream: upstream_link,
+        cin,
+        uout,
+        uin,
+        cout,
+        eof,
+        idle,
+        own,
+        ..
+    } = parts;
+    let preload = Preload {
+        to_client: join(cout, uin, ctx),
+        own,
+        to_upstream: join(uout, cin, ctx),
+        // An EOF already read raises no new edge: the tunnel must know of it.
+        eof,
+    };
+    State::Passthrough(Passthrough::new(
+        Channel::from_parts(client, client_link),
+        Channel::from_parts(upstream, upstream_link),
+        preload,
+        idle,
+        ctx,
+    ))
+}
+
+/// `a` then `b` in one buffer (`None` when both are empty).
+fn join(mut a: ByteBuf, b: ByteBuf, ctx: &mut Ctx) -> Option<ByteBuf> {
+    match (a.is_empty(), b.is_empty()) {
+        (true, true) => None,
+        (false, true) => Some(a),
+        (true, false) => Some(b),
+        (false, false) if a.room() >= b.len() => {
+            a.extend(b.data());
+            Some(a)
+        }
+        (false, false) => {
+            let mut joined = ctx.pool.take_at_least(a.len() + b.len());
+            joined.extend(a.data());
+            joined.extend(b.data());
+            Some(joined)
+        }
+    }
 }
