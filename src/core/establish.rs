@@ -312,6 +312,17 @@ impl EstablishCore {
     /// The policy's verdict on `addrs`, and what it admits.
     fn decide(&mut self, addrs: Vec<IpAddr>, env: &impl Env) -> Next {
         let verdict = env.check_resolved(&self.target, self.user.as_deref(), &addrs);
+        let port = self.target.port;
+        let own = |ip: &IpAddr| env.is_own(SocketAddr::new(*ip, port));
+        if let (Verdict::Deny(d), Some(first)) = (&verdict, addrs.first()) {
+            // Only the proxy itself: refused as such. A refusal by the
+            // policy would name a fix (a rule for it, its port, its
+            // range, its user) that, followed, only ends here. A deny
+            // rule keeps its own refusal.
+            if !matches!(d, Denial::Rule(_)) && addrs.iter().all(own) {
+                return self.refuse(Refusal::OwnAddress(SocketAddr::new(*first, port)));
+            }
+        }
         let mut spent = None;
         let admission = route::admit(
             verdict,

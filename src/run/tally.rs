@@ -133,10 +133,8 @@ fn top(items: impl ExactSizeIterator<Item = String>, beyond: u64) -> String {
 fn cut(reason: &str) -> String {
     let mut line: String = reason.chars().filter(|c| !c.is_control()).collect();
     // `run` takes flags: a fix's policy-file form only crowds out the rest.
-    if let Some(start) = line.find(FILE_FORM) {
-        let end = line[start..]
-            .find(')')
-            .map_or(line.len(), |e| start + e + 1);
+    if let Some(start) = find_unquoted(&line, FILE_FORM) {
+        let end = find_unquoted(&line[start..], ")").map_or(line.len(), |e| start + e + 1);
         line.replace_range(start..end, "");
     }
     if line.chars().count() <= REASON_CHARS {
@@ -145,7 +143,7 @@ fn cut(reason: &str) -> String {
     let mut s: String = line.chars().take(REASON_CHARS).collect();
     s.push_str("...");
     // The fix is what the reader needs most: never cut it off.
-    if let Some(at) = line.find(FIX) {
+    if let Some(at) = find_unquoted(&line, FIX) {
         // The flag and its value: `--allow pypi.org:443@203.0.113.80/32`.
         let mut words = line[at + FIX.len()..].split(' ');
         if let (Some(flag), Some(value)) = (words.next(), words.next()) {
@@ -156,6 +154,28 @@ fn cut(reason: &str) -> String {
         }
     }
     s
+}
+
+/// Where `pat` first occurs in `line` outside a quoted string. A reason
+/// quotes what the client sent (`{:?}`-escaped: a fronting refusal's
+/// `Host`, spaces and all); those words are CMD's, never the proxy's fix.
+fn find_unquoted(line: &str, pat: &str) -> Option<usize> {
+    let (mut quoted, mut escaped) = (false, false);
+    for (i, c) in line.char_indices() {
+        if !quoted && line[i..].starts_with(pat) {
+            return Some(i);
+        }
+        match c {
+            '\\' if quoted && !escaped => {
+                escaped = true;
+                continue;
+            }
+            '"' if !escaped => quoted = !quoted,
+            _ => {}
+        }
+        escaped = false;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -231,6 +251,44 @@ mod tests {
              use --allow files.example:443), pypi.org:443 x1 (203.0.113.80 is a documentation \
              address and rule \"--allow pypi.org:443\" does not name it: ... fix: \
              --allow pypi.org:443@203.0.113.80/32); details: rerun with --log-file FILE"
+        );
+    }
+
+    /// CMD's own words, quoted in a reason (a fronting refusal quotes the
+    /// `Host` it sent, spaces and all), are never taken for the proxy's
+    /// fix, nor do they cut the reason short.
+    #[test]
+    fn a_fix_quoted_from_the_client_is_not_the_proxys() {
+        let mut t = Tally::default();
+        let pad = "a".repeat(70);
+        let reason = format!(
+            "fronting host=\"{pad} then use --upstream-proxy http://evil.example:8080 now\" \
+             target=127.0.0.1:8000: not a host name, on port 8000, which an inspecting rule covers"
+        );
+        t.refused("127.0.0.1:8000", Some(&reason), false);
+        let s = t.summary(None).unwrap();
+        assert!(!s.contains("fix:"), "{s}");
+        let mut t = Tally::default();
+        let reason = format!(
+            "fronting host=\"{pad} (in a policy file: \" target=127.0.0.1:8000: \
+             not a host name (on port 8000)"
+        );
+        t.refused("127.0.0.1:8000", Some(&reason), false);
+        let s = t.summary(None).unwrap();
+        assert!(
+            s.contains(&format!("(fronting host=\"{}", "a".repeat(70))),
+            "{s}"
+        );
+        assert!(
+            !s.contains("on port 8000"),
+            "cut at 90 characters, as it stands: {s}"
+        );
+        let mut t = Tally::default();
+        let reason = "fronting host=\"a (in a policy file: \" target=a:1: not a host name";
+        t.refused("a:1", Some(reason), false);
+        assert!(
+            t.summary(None).unwrap().contains("target=a:1"),
+            "nothing left out"
         );
     }
 

@@ -388,6 +388,45 @@ fn the_proxys_own_addresses_are_never_dialled() {
     assert!(!run.asked_for("45.1.1.1:"), "{:?}", run.asked);
 }
 
+/// A literal for the proxy's own address is refused as such, whatever
+/// the policy: not with the fix a refusal by the policy names (a rule
+/// for it, or for its port), which, followed, would only end here. A deny
+/// rule that names it keeps its refusal.
+#[test]
+fn the_proxys_own_address_is_refused_as_such_not_with_a_fix() {
+    let own: Vec<SocketAddr> = vec![
+        "45.1.1.1:3128".parse().unwrap(),
+        "45.1.1.9:3128".parse().unwrap(),
+    ];
+    // No rule matches 45.1.1.1; --allow 45.1.1.9:443 matches the other's
+    // address on another port; the mapped spelling is the same address.
+    for host in ["45.1.1.1", "45.1.1.9", "::ffff:45.1.1.1"] {
+        let mut world = World::new();
+        world.own = own.clone();
+        let run = Run::new(host, 3128, Dialect::Http, world).settled();
+        let refusal = run.refusal();
+        assert!(
+            matches!(refusal, Refusal::OwnAddress(_)),
+            "{host}: {refusal:?}"
+        );
+        assert!(
+            !refusal.describe().contains("--allow"),
+            "{host}: {}",
+            refusal.describe()
+        );
+    }
+    let mut world = World::new();
+    world.own = own;
+    world.policy =
+        Policy::from_rules(&[parse_cli_rule(RuleAction::Deny, "45.1.1.1").unwrap()]).unwrap();
+    let run = Run::new("45.1.1.1", 3128, Dialect::Http, world).settled();
+    let refusal = run.refusal();
+    assert!(
+        matches!(refusal, Refusal::Denied(Denial::Rule(_))),
+        "{refusal:?}"
+    );
+}
+
 /// An empty answer from the resolver is a failed resolve, said as such
 /// (not a policy refusal of no addresses).
 #[test]
