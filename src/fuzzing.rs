@@ -153,8 +153,9 @@ fn fuzz_rules() -> Arc<RequestRules> {
     )
 }
 
-/// Runs one client from its first byte to an open upstream, through the
-/// opening core production runs, from `data`. Its first byte chooses the
+/// Runs one client session from its first byte, through the session
+/// machine production runs (the opening, the exchange where a rule
+/// inspects, the close it owns, or a raw tunnel's hand-off), from `data`. Its first byte chooses the
 /// listener's protocol, whether users must log in (a plaintext user, or a
 /// hashed one the verifier checks), the head limit, whether every dial
 /// goes through a parent proxy, and whether one address is the proxy's
@@ -163,7 +164,8 @@ fn fuzz_rules() -> Arc<RequestRules> {
 /// verifier answers; time passes; the resolver answers (addresses from a
 /// pool of public, private, loopback, link-local and documentation ones,
 /// none, or an error); the inspected names settle; a connect completes or
-/// fails; the parent answers or resets.
+/// fails; the parent, or once open the destination, answers (bytes from
+/// the script: a response to an inspected request) or resets.
 ///
 /// Panics when the machine breaks a rule: a stage that never settles; a
 /// handshake or a vetted tunnel that waits while the client's transport
@@ -175,17 +177,20 @@ fn fuzz_rules() -> Arc<RequestRules> {
 /// loopback, link-local), or that is the proxy's own; a rule for other
 /// users admitting this one; a deadline answered early, or passed without
 /// an end; anything but silence after the end. Returns how it ended
-/// (`open`, `refused`, `left`, `closed`; `working` when the script ran out
-/// first), so a test can see what its scripts reach.
-pub fn opening(data: &[u8]) -> &'static str {
+/// (`open` for a raw tunnel relayed, `upgraded`, `refused`, `fronting`,
+/// `left`, `closed`; `working` when the script ran out first; `inspected`
+/// for a session that reached the exchange and closed or ran out there),
+/// so a test can see what its scripts reach.
+pub fn session(data: &[u8]) -> &'static str {
     use std::net::{IpAddr, SocketAddr};
 
     use crate::auth::Verdict;
     use crate::config::ListenerProtocol;
     use crate::core::clock::Deadline;
     use crate::core::establish::Action as Establish;
-    use crate::core::opening::{Action, Input, Next, OpeningCore, Refusing};
+    use crate::core::opening::{Action, Input, Refusing};
     use crate::core::port::Port;
+    use crate::core::session::{Next, SessionCore};
     use crate::target::Host;
 
     let Some((&flags, mut script)) = data.split_first() else {
@@ -229,7 +234,10 @@ pub fn opening(data: &[u8]) -> &'static str {
     ];
     let start = env.now.get();
     let limit = Duration::from_secs(10);
-    let mut core = OpeningCore::handshake(protocol, refusing, Deadline::after(start, limit));
+    let mut core = SessionCore::accept(protocol, refusing, Deadline::after(start, limit));
+    // The session reached the exchange; some target was admitted.
+    let mut inspected = false;
+    let mut ever_admitted = false;
     let mut client = MemPort::roomy();
     let mut upstream: Option<MemPort> = None;
     // What the machine has asked for and been told, to check it by.
@@ -299,9 +307,9 @@ pub fn opening(data: &[u8]) -> &'static str {
                 5 | 6 => {
                     let now = now + Duration::from_secs(arg as u64 % 16);
                     env.now.set(now);
-                    let due = core.poll_timeout();
+                    let due = core.poll_timeout(&client);
                     let before = (core.name(), core.stage());
-                    let next = core.handle_timeout(now, &mut client, &env);
+                    let next = core.handle_timeout(now, &mut client, upstream.as_mut(), &env);
                     match due {
                         // An end, or a refusal (its answer on the way out).
                         Some(due) if due <= now => assert!(
@@ -403,9 +411,13 @@ pub fn opening(data: &[u8]) -> &'static str {
         let mut settled = false;
         for _ in 0..64 {
             let now = env.now.get();
+            // A report's answer, unless it only says "working": then the
+            // machine is pumped (a new stage acts at once, as the session's
+            // does, even when it came from a report answered in the middle
+            // of the last call's actions).
             let n = match next.take() {
-                Some(n) => n,
-                None => core.pump(now, &mut client, upstream.as_mut(), &env),
+                Some(n) if !matches!(n, Next::Working | Next::Again) => n,
+                _ => core.pump(now, &mut client, upstream.as_mut(), &env),
             };
             while let Some(action) = core.poll_action() {
                 assert!(!ended, "an action after the end: {action:?}");
@@ -439,13 +451,27 @@ pub fn opening(data: &[u8]) -> &'static str {
                         upstream = None;
                     }
                     Action::Note(_) => {}
-                    // The session machine's, after the opening.
-                    Action::Trust
-                    | Action::CloseUpstream
-                    | Action::Failed { .. }
-                    | Action::Request(_)
-                    | Action::Relayed { .. } => {
-                        panic!("the opening asked for {action:?}")
+                    // The exchange's (it may have started and ended within
+                    // one call): only after an admission.
+                    Action::Failed { .. } | Action::Request(_) | Action::Relayed { .. } => {
+                        assert!(ever_admitted, "an exchange's record before any admission");
+                        inspected = true;
+                    }
+                    // No trust here: the https request is refused.
+                    Action::Trust => {
+                        assert!(admitted, "trust asked before a tunnel");
+                        let no = Err("no trust in the fuzz world".to_string());
+                        next = Some(core.handle(now, Input::Trusted(no), &env));
+                    }
+                    Action::CloseUpstream => {
+                        // The exchange ended, or the forward proxy goes on
+                        // to another host (a second target, admitted afresh).
+                        assert!(ever_admitted, "an upstream let go before any admission");
+                        inspected = true;
+                        target = None;
+                        admitted = false;
+                        in_flight = false;
+                        upstream = None;
                     }
                     // No leaf is minted here: the terminated tunnel ends
                     // as a TLS failure.
@@ -470,6 +496,7 @@ pub fn opening(data: &[u8]) -> &'static str {
                     Action::Establish(Establish::Admitted { rule, .. }) => {
                         assert!(!admitted, "admitted twice");
                         admitted = true;
+                        ever_admitted = true;
                         if rule.contains("bob.test") {
                             let user = identified.clone().flatten();
                             assert_eq!(user.as_deref(), Some("bob"), "another user's rule");
@@ -498,21 +525,35 @@ pub fn opening(data: &[u8]) -> &'static str {
                     }
                 }
             }
+            if core.name() == "Inspect" {
+                inspected = true;
+            }
             if !matches!(n, Next::Working | Next::Again) {
                 assert!(!ended, "ended twice: {n:?}");
                 ended = true;
                 end = match n {
-                    Next::Open(_) => "open",
+                    Next::Relay(_) => "open",
+                    Next::Upgraded(_) => "upgraded",
                     Next::Associate { .. } => "left",
                     Next::Closed(_) | Next::Reset(_) => refused.unwrap_or("closed"),
-                    _ => "closed",
+                    Next::Working | Next::Again => unreachable!(),
                 };
+                if matches!(n, Next::Relay(_) | Next::Upgraded(_)) {
+                    assert!(
+                        upstream.is_some(),
+                        "a tunnel handed on without its upstream"
+                    );
+                }
                 if let Next::Reset(reason) = n {
                     // Only a refused client's answer cut off by the close
-                    // deadline is reset.
-                    assert!(refused.is_some(), "a reset without a refusal: {reason:?}");
+                    // deadline is reset, or an exchange's client whose
+                    // response was cut short.
+                    assert!(
+                        refused.is_some() || inspected,
+                        "a reset without a refusal or an exchange: {reason:?}"
+                    );
                 }
-                assert_eq!(core.poll_timeout(), None, "a deadline after the end");
+                assert_eq!(core.poll_timeout(&client), None, "a deadline after the end");
                 settled = true;
                 break;
             }
@@ -525,7 +566,7 @@ pub fn opening(data: &[u8]) -> &'static str {
         }
         assert!(settled, "the machine never settles");
         if ended {
-            return if switches > 0 { switched(end) } else { end };
+            return label(end, switches, inspected);
         }
         if core.handshaking() || core.vetting() {
             // Waiting is only right when nothing it wants can move, and
@@ -545,6 +586,8 @@ pub fn opening(data: &[u8]) -> &'static str {
             // The answer's write, or the linger's read for the EOF.
             let (read, write) = client.wants();
             assert!(read || write, "closing waits for nothing");
+        } else if core.name() == "Inspect" {
+            // The exchange reads and writes as its queues allow.
         } else {
             assert_eq!(
                 client.wants(),
@@ -557,10 +600,15 @@ pub fn opening(data: &[u8]) -> &'static str {
             let _ = up.take();
         }
     }
-    if switches > 0 {
-        switched(end)
-    } else {
-        end
+    label(end, switches, inspected)
+}
+
+/// How a session ended, as [`session`] names it.
+fn label(end: &'static str, switches: usize, inspected: bool) -> &'static str {
+    match (end, switches, inspected) {
+        ("closed" | "working", 0, true) => "inspected",
+        (end, 0, _) => end,
+        (end, _, _) => switched(end),
     }
 }
 
@@ -621,6 +669,27 @@ impl crate::core::establish::Env for OpeningEnv {
     }
     fn vets_port(&self, port: u16) -> bool {
         port == 80 || port == 443
+    }
+}
+
+impl crate::core::session::Env for OpeningEnv {
+    fn id(&self) -> u64 {
+        1
+    }
+    fn timeouts(&self) -> crate::config::Timeouts {
+        crate::config::Timeouts {
+            handshake: Duration::from_secs(10),
+            close: Duration::from_secs(3),
+            idle: Some(Duration::from_secs(12)),
+            ..crate::config::Timeouts::default()
+        }
+    }
+    fn secrets(&self) -> Option<Arc<crate::policy::secret::Secrets>> {
+        None
+    }
+    fn inspect_buffer(&self) -> usize {
+        // A head and then some: small, so that queues fill.
+        self.max_head_bytes + 1024
     }
 }
 

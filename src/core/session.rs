@@ -268,6 +268,16 @@ impl SessionCore {
         }
     }
 
+    /// Still in the client's handshake.
+    pub(crate) fn handshaking(&self) -> bool {
+        self.opening_core().is_some_and(|o| o.handshaking())
+    }
+
+    /// A TCP connect is in flight.
+    pub(crate) fn connecting(&self) -> bool {
+        self.opening_core().is_some_and(|o| o.connecting())
+    }
+
     /// The policy allowed the target and an address is being dialled.
     pub(crate) fn dialling(&self) -> bool {
         self.opening_core().is_some_and(|o| o.dialling())
@@ -289,7 +299,6 @@ impl SessionCore {
     }
 
     /// Answering and closing the client.
-    #[cfg(test)]
     pub(crate) fn closing(&self) -> bool {
         matches!(self.stage, Stage::Closing(_)) || self.opening_core().is_some_and(|o| o.closing())
     }

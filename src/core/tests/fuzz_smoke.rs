@@ -1,5 +1,5 @@
 //! The fuzz targets' drivers ([`crate::fuzzing::inspect_session`], and
-//! [`crate::fuzzing::opening`] on random scripts) on its
+//! [`crate::fuzzing::session`] on random scripts) on its
 //! committed seeds and on seeded random scripts built from HTTP fragments:
 //! what `scripts/fuzz.sh` explores for minutes, a few thousand steps of in
 //! every test run.
@@ -74,13 +74,13 @@ fn the_committed_seeds_run() {
         n += 1;
     }
     assert!(n >= 8, "{n} seeds");
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/opening");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/session");
     let mut n = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
-        crate::fuzzing::opening(&std::fs::read(entry.unwrap().path()).unwrap());
+        crate::fuzzing::session(&std::fs::read(entry.unwrap().path()).unwrap());
         n += 1;
     }
-    assert!(n >= 3, "{n} opening seeds");
+    assert!(n >= 3, "{n} session seeds");
 }
 
 #[test]
@@ -134,6 +134,14 @@ const FIRST_FLIGHTS: &[&[u8]] = &[
     b"\x00\x01 neither TLS nor HTTP",
 ];
 
+/// What a forward-proxy client asks next on its connection.
+const NEXT_REQUESTS: &[&[u8]] = &[
+    b"GET http://origin.test/b HTTP/1.1\r\nHost: origin.test\r\n\r\n",
+    b"GET https://api.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n",
+    b"GET http://evil.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+    b"GET /relative HTTP/1.1\r\nHost: origin.test\r\n\r\n",
+];
+
 fn opening_script(rng: &mut Rng) -> Vec<u8> {
     const OPS: &[u8] = &[0, 0, 1, 4, 5, 5, 6, 7, 7, 7, 8, 8, 9, 9, 9, 9, 2, 3, 9];
     let mut out = script_of(rng, HANDSHAKE_FRAGMENTS, OPS, 24, 64);
@@ -156,6 +164,13 @@ fn opening_script(rng: &mut Rng) -> Vec<u8> {
             first.extend_from_slice(&[7, 1, 9, 0]);
             let flight = FIRST_FLIGHTS[rng.below(FIRST_FLIGHTS.len())];
             send(&mut first, rng, 0, flight, 64);
+        } else if rng.below(2) == 0 {
+            // A forward-proxy exchange: resolved, connected, answered (a
+            // response head), then the client's next request, for the same
+            // host, another (established afresh) or one refused.
+            first.extend_from_slice(&[7, 1, 9, 0, 9, 0]);
+            let next = NEXT_REQUESTS[rng.below(NEXT_REQUESTS.len())];
+            send(&mut first, rng, 0, next, 64);
         }
         first.extend_from_slice(&out[1..]);
         out = first;
@@ -164,16 +179,17 @@ fn opening_script(rng: &mut Rng) -> Vec<u8> {
 }
 
 #[test]
-fn random_openings_keep_the_machines_rules() {
+fn random_sessions_keep_the_machines_rules() {
     let mut rng = Rng(0x0a11_ce5e_c0de_f00d);
     let mut ends = std::collections::BTreeMap::<&str, usize>::new();
     for _ in 0..20_000 {
-        let end = crate::fuzzing::opening(&opening_script(&mut rng));
+        let end = crate::fuzzing::session(&opening_script(&mut rng));
         *ends.entry(end).or_default() += 1;
     }
-    // The scripts reach every end, an open upstream among them, and
-    // vetted tunnels switched to the name their first flight carried.
-    for end in ["open", "refused", "left", "closed", "fronting"] {
+    // The scripts reach every end, a raw tunnel handed on and the exchange
+    // among them, and vetted tunnels switched to the name their first
+    // flight carried.
+    for end in ["open", "refused", "left", "closed", "fronting", "inspected"] {
         assert!(ends.get(end).copied().unwrap_or(0) > 100, "{end}: {ends:?}");
     }
     let switched: usize = ends
