@@ -128,6 +128,7 @@ fn port_miss(
         flag: format!("{} {host}:{}{scope}", r.flag(), target.port),
         target: host,
         port: target.port,
+        builtin: false,
     })))
 }
 

@@ -162,6 +162,10 @@ pub struct Policy {
     memory: InspectedMemory,
     /// `[[secrets]]`: placeholders inspected exchanges replace (or refuse).
     secrets: Option<Arc<secret::Secrets>>,
+    /// This is the built-in default alone ([`Policy::builtin_default`]):
+    /// a rule flag (or file) replaces it, so each fix a refusal names
+    /// keeps it (`--default`, `default = true`).
+    builtin_alone: bool,
 }
 
 /// Why a target was refused (or, in audit mode, would have been).
@@ -250,6 +254,9 @@ pub struct PortMiss {
     pub port: u16,
     /// The flag that allows it: `--allow pypi.org:8443`.
     pub flag: String,
+    /// The rule is the built-in one, running alone: its ports cannot be
+    /// changed, and `flag` keeps it (`--default --allow ...`).
+    pub builtin: bool,
 }
 
 /// How an allowed connection leaves: straight to its destination, or
@@ -376,7 +383,9 @@ impl Policy {
 
     /// The built-in default: [`builtin_default_rule`] alone.
     pub fn builtin_default() -> Policy {
-        Policy::from_rules(&[builtin_default_rule()]).expect("built-in rule compiles")
+        let mut p = Policy::from_rules(&[builtin_default_rule()]).expect("built-in rule compiles");
+        p.builtin_alone = true;
+        p
     }
 
     /// Parses a TOML policy document: its `[[rules]]`, and the top-level
@@ -407,6 +416,7 @@ impl Policy {
     /// is on if either was; our memory is kept.
     pub fn extend(&mut self, other: Policy) {
         let audit = self.audit || other.audit;
+        self.builtin_alone &= other.rules.is_empty();
         let other = Arc::try_unwrap(other.rules).unwrap_or_else(|a| (*a).clone());
         let rules = Arc::make_mut(&mut self.rules);
         rules.extend(other);
@@ -508,7 +518,42 @@ impl Policy {
     /// address-literal target always gets [`NameVerdict::Resolve`] (pass
     /// the literal to [`Policy::check_resolved_as`]).
     pub fn check_name_as(&self, target: &Target, user: Option<&str>) -> NameVerdict {
-        check::check_name(&self.rules, self.audit, target, user)
+        match check::check_name(&self.rules, self.audit, target, user) {
+            NameVerdict::Deny(d) => NameVerdict::Deny(self.keeping_builtin(d)),
+            v => v,
+        }
+    }
+
+    /// `d`, its fix keeping the built-in rule when this policy is that rule
+    /// alone: a rule flag on its own replaces it, so following the fix
+    /// as it stands would refuse everything else.
+    fn keeping_builtin(&self, d: Denial) -> Denial {
+        if !self.builtin_alone {
+            return d;
+        }
+        const FLAG: &str = "--default ";
+        const FILE: &str = "; and default = true";
+        match d {
+            Denial::NoRule(f) => Denial::NoRule(Arc::new(AllowFix {
+                flag: format!("{FLAG}{}", f.flag),
+                file: format!("{}{FILE}", f.file),
+            })),
+            Denial::Port(m) => Denial::Port(Arc::new(PortMiss {
+                flag: format!("{FLAG}{}", m.flag),
+                builtin: true,
+                ..(*m).clone()
+            })),
+            Denial::SpecialAddress(a, range, Some(f)) => Denial::SpecialAddress(
+                a,
+                range,
+                Some(Arc::new(Fix {
+                    flag: format!("{FLAG}{}", f.flag),
+                    file: format!("{}{FILE}", f.file),
+                    ..(*f).clone()
+                })),
+            ),
+            d => d,
+        }
     }
 
     /// [`Policy::check_resolved_as`] for an anonymous client.
@@ -529,14 +574,23 @@ impl Policy {
         now: Instant,
     ) -> Verdict {
         let seen = |a| self.memory.names_at(a, Some(now));
-        check::check_resolved(&self.rules, self.audit, target, user, addrs, &seen)
+        let v = check::check_resolved(&self.rules, self.audit, target, user, addrs, &seen);
+        self.fixed(v)
+    }
+
+    fn fixed(&self, v: Verdict) -> Verdict {
+        match v {
+            Verdict::Deny(d) => Verdict::Deny(self.keeping_builtin(d)),
+            v => v,
+        }
     }
 
     /// [`Policy::check_resolved_at`] without a clock: every remembered
     /// address not yet pruned counts (stricter, never looser).
     pub fn check_resolved(&self, target: &Target, addrs: &[IpAddr]) -> Verdict {
         let seen = |a| self.memory.names_at(a, None);
-        check::check_resolved(&self.rules, self.audit, target, None, addrs, &seen)
+        let v = check::check_resolved(&self.rules, self.audit, target, None, addrs, &seen);
+        self.fixed(v)
     }
 
     /// Re-checks an anonymous client's open session (see [`Policy::recheck_as`]).
@@ -688,6 +742,12 @@ impl fmt::Display for Denial {
                     None => Ok(()),
                 }
             }
+            Denial::Port(m) if m.builtin => write!(
+                f,
+                "port {} is not among the ports of the built-in rule {:?} ({}), which matches \
+                 {}: use {} (a rule flag alone replaces the built-in rule; --default keeps it)",
+                m.port, m.rule, m.ports, m.target, m.flag
+            ),
             Denial::Port(m) => write!(
                 f,
                 "port {} is not among the ports of rule {:?} ({}), which matches {}: \

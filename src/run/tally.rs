@@ -144,9 +144,16 @@ fn cut(reason: &str) -> String {
     s.push_str("...");
     // The fix is what the reader needs most: never cut it off.
     if let Some(at) = find_unquoted(&line, FIX) {
-        // The flag and its value: `--allow pypi.org:443@203.0.113.80/32`.
+        // The flag and its value: `--allow pypi.org:443@203.0.113.80/32`
+        // (after `--default`, when the built-in rule is to be kept).
         let mut words = line[at + FIX.len()..].split(' ');
-        if let (Some(flag), Some(value)) = (words.next(), words.next()) {
+        let mut flag = words.next().unwrap_or_default().to_string();
+        if flag == "default" {
+            if let Some(next) = words.next() {
+                flag = format!("default {next}");
+            }
+        }
+        if let Some(value) = words.next() {
             let value = value.trim_end_matches([',', ';', ')']);
             if !s.contains(&format!("{FIX}{flag} {value}")) {
                 s.push_str(&format!(" fix: --{flag} {value}"));
@@ -289,6 +296,28 @@ mod tests {
         assert!(
             t.summary(None).unwrap().contains("target=a:1"),
             "nothing left out"
+        );
+    }
+
+    #[test]
+    fn a_fix_that_keeps_the_builtin_rule_is_given_whole() {
+        let mut t = Tally::default();
+        t.refused(
+            "very-long-name-for-a-package-mirror.internal.example:8080",
+            Some(
+                "port 8080 is not among the ports of the built-in rule \"default-public-web\" \
+                 (80, 443), which matches very-long-name-for-a-package-mirror.internal.example: \
+                 use --default --allow very-long-name-for-a-package-mirror.internal.example:8080 \
+                 (a rule flag alone replaces the built-in rule; --default keeps it)",
+            ),
+            false,
+        );
+        let s = t.summary(None).unwrap();
+        assert!(
+            s.contains(
+                "... fix: --default --allow very-long-name-for-a-package-mirror.internal.example:8080)"
+            ),
+            "{s}"
         );
     }
 

@@ -140,3 +140,65 @@ fn the_refusal_says_the_fix() {
         Verdict::Deny(Denial::NoRule(f)) if f.flag == "--allow files.example:443"
     ));
 }
+
+/// The built-in default alone: a rule flag (or a policy file) replaces it,
+/// so each fix keeps it, and the fix, followed, lets the destination
+/// through while the built-in rule still lets the rest through.
+#[test]
+fn a_fix_under_the_builtin_default_keeps_it() {
+    let p = Policy::builtin_default();
+    let fix = fix_for(&p, "10.1.2.3", 22, &["10.1.2.3"]);
+    assert_eq!(fix.flag, "--default --allow 10.1.2.3:22");
+    assert_eq!(
+        fix.file,
+        r#"cidrs = ["10.1.2.3/32"], ports = [22]; and default = true"#
+    );
+    let NameVerdict::Deny(Denial::Port(miss)) = p.check_name(&t("pypi.org", 8080)) else {
+        panic!("a wrong port names the rule")
+    };
+    assert_eq!(miss.flag, "--default --allow pypi.org:8080");
+    assert_eq!(
+        Denial::Port(miss).to_string(),
+        "port 8080 is not among the ports of the built-in rule \"default-public-web\" (80, 443), \
+         which matches pypi.org: use --default --allow pypi.org:8080 (a rule flag alone \
+         replaces the built-in rule; --default keeps it)"
+    );
+    let Verdict::Deny(Denial::SpecialAddress(_, _, Some(special))) =
+        verdict(&p, "mirror.test", 443, &["10.1.2.3"])
+    else {
+        panic!("a special address names its fix")
+    };
+    assert_eq!(
+        special.flag,
+        "--default --allow mirror.test:443@10.1.2.3/32"
+    );
+    // Followed (as the command line composes it: the flags' rules, then
+    // the built-in one), both the new destination and the rest pass.
+    let mut followed = pol(&[("allow", "pypi.org:8080")]);
+    followed.extend(Policy::builtin_default());
+    assert!(allowed(&verdict(
+        &followed,
+        "pypi.org",
+        8080,
+        &["151.101.0.223"]
+    )));
+    assert!(allowed(&verdict(
+        &followed,
+        "example.com",
+        443,
+        &["93.184.216.34"]
+    )));
+    // A policy of its own (flags, a file) is told the plain fix.
+    let own = pol(&[("allow", "example.com:443")]);
+    assert_eq!(
+        fix_for(&own, "10.1.2.3", 22, &["10.1.2.3"]).flag,
+        "--allow 10.1.2.3:22"
+    );
+    let mut with_default = own.clone();
+    with_default.extend(Policy::builtin_default());
+    assert_eq!(
+        fix_for(&with_default, "10.1.2.3", 22, &["10.1.2.3"]).flag,
+        "--allow 10.1.2.3:22",
+        "--default given already"
+    );
+}

@@ -337,7 +337,11 @@ fn builtin_default() {
     };
     assert_eq!(
         (&*miss.rule, &*miss.ports, &*miss.flag),
-        ("default-public-web", "80, 443", "--allow example.com:22")
+        (
+            "default-public-web",
+            "80, 443",
+            "--default --allow example.com:22"
+        )
     );
     assert_eq!(
         unfixed(verdict(&p, "router.test", 443, &["192.168.1.1"])),
