@@ -854,7 +854,7 @@ fn without_a_log_file_only_warnings_and_the_summary_reach_stderr() {
         out.stderr,
         format!(
             "cmd-says\nportcullis: refused 1 connection: 127.0.0.1:{0} x1 (no rule allows this \
-             destination: use --allow 127.0.0.1:{0}); details: rerun with --log-file FILE",
+             destination: use --default --allow 127.0.0.1:{0}); details: rerun with --log-file FILE",
             origin.port()
         )
     );
