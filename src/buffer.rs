@@ -128,6 +128,11 @@ impl BufPool {
     pub(crate) fn size(&self) -> usize {
         self.size
     }
+    /// How many spare buffers it keeps now.
+    #[cfg(test)]
+    pub(crate) fn spare(&self) -> usize {
+        self.free.len()
+    }
     /// A buffer that holds at least `n` bytes (a pooled one when it fits).
     pub(crate) fn take_at_least(&mut self, n: usize) -> ByteBuf {
         if n <= self.size {

@@ -108,6 +108,10 @@ pub(crate) struct SessionCore {
     owed: VecDeque<Action>,
     /// Who the client is, once the opening said (an inspected stage keeps it).
     user: Option<Arc<str>>,
+    /// The shell's buffer pool, lent for one call ([`SessionCore::unpark`]
+    /// to [`SessionCore::park`]): an exchange that starts in it takes its
+    /// queues from the pool an idle one gave them back to.
+    lent: Option<BufPool>,
 }
 
 impl SessionCore {
@@ -123,6 +127,7 @@ impl SessionCore {
             ))),
             owed: VecDeque::new(),
             user: None,
+            lent: None,
         }
     }
 
@@ -348,18 +353,27 @@ impl SessionCore {
         matches!(&self.stage, Stage::Inspect(i) if i.core.yielded())
     }
 
-    /// Gives an idle inspected session's empty buffers back to `pool`.
+    /// After a call: gives the lent pool back to the shell, and an
+    /// inspected session's empty buffers with it.
     pub(crate) fn park(&mut self, pool: &mut BufPool) {
+        if let Some(lent) = self.lent.take() {
+            *pool = lent;
+        }
         if let Stage::Inspect(i) = &mut self.stage {
             i.core.park(pool);
         }
     }
 
-    /// Takes buffers again for what [`SessionCore::park`] gave back.
+    /// Before a call: takes buffers again for what [`SessionCore::park`]
+    /// gave back, and borrows the shell's `pool` until the next park
+    /// (`pool` is left empty meanwhile).
     pub(crate) fn unpark(&mut self, pool: &mut BufPool) {
         if let Stage::Inspect(i) = &mut self.stage {
             i.core.unpark(pool);
         }
+        debug_assert!(self.lent.is_none(), "a lent pool not parked");
+        let empty = BufPool::new(pool.size(), 0);
+        self.lent = Some(std::mem::replace(pool, empty));
     }
 
     /// The opening's answer, as the machine's: an open upstream goes on to
@@ -551,15 +565,17 @@ impl SessionCore {
             idle: start.idle,
             buffer: env.inspect_buffer(),
         };
-        // Fresh queues: the shell's pool takes them at the first park.
-        let mut fresh = BufPool::new(setup.buffer, 0);
+        // The queues come from the shell's pool when it lent it (a
+        // simulated session has its own).
+        let mut own = BufPool::new(setup.buffer, 0);
+        let pool = self.lent.as_mut().unwrap_or(&mut own);
         let core = InspectCore::new(
             setup,
             start.client,
             start.upstream,
             start.early,
             start.to_client,
-            &mut fresh,
+            pool,
             now,
         );
         self.stage = Stage::Inspect(Box::new(Inspecting {

@@ -264,15 +264,18 @@ impl Machine {
         conn.count(Side::Client, up, ctx);
         conn.count(Side::Upstream, down, ctx);
         records(&mut self.core, conn, ctx);
+        if self.core.inspecting() && matches!(next, Next::Working | Next::Again) {
+            // Armed on the buffers as the call left them, before they park.
+            self.rearm(conn);
+        }
+        // The pool goes back to the shell after every call, whatever next.
+        self.core.park(ctx.pool);
         match next {
             Next::Working | Next::Again => {
                 if matches!(next, Next::Again) {
                     ctx.again();
                 }
-                if self.core.inspecting() {
-                    self.rearm(conn);
-                    self.core.park(ctx.pool);
-                } else {
+                if !self.core.inspecting() {
                     self.armed = false;
                 }
                 State::Machine(self)

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::at;
 use super::establish::{ip, World};
+use crate::buffer::BufPool;
 use crate::config::{ListenerProtocol, Timeouts};
 use crate::core::establish::Action as Establish;
 use crate::core::mem::MemPort;
@@ -80,6 +81,8 @@ struct Run {
     next: Next,
     /// The trust to answer [`Action::Trust`] with.
     trust: Option<Result<Arc<rustls::ClientConfig>, String>>,
+    /// The shell's buffer pool, lent for each call when there is one.
+    pool: Option<BufPool>,
 }
 
 impl Run {
@@ -97,6 +100,7 @@ impl Run {
             labels: Vec::new(),
             next: Next::Working,
             trust: None,
+            pool: None,
         };
         run.note_label();
         run
@@ -122,6 +126,7 @@ impl Run {
     fn pump(&mut self) {
         for _ in 0..200 {
             let before = self.label();
+            self.lend();
             let upstream = self.upstream.as_mut();
             self.next = self
                 .core
@@ -137,6 +142,7 @@ impl Run {
 
     fn handle(&mut self, input: Input) {
         let before = self.label();
+        self.lend();
         self.next = self.core.handle(self.now, input, &self.world);
         self.after_call();
         if self.working() && self.label() != before {
@@ -147,6 +153,7 @@ impl Run {
     fn timer(&mut self, now: Instant) {
         self.now = now;
         let before = self.label();
+        self.lend();
         let upstream = self.upstream.as_mut();
         self.next = self
             .core
@@ -217,7 +224,17 @@ impl Run {
         for record in records {
             self.note_request(&record);
         }
+        if let Some(pool) = &mut self.pool {
+            self.core.park(pool);
+        }
         self.note_label();
+    }
+
+    /// Lends the pool for the next call, as the shell does.
+    fn lend(&mut self) {
+        if let Some(pool) = &mut self.pool {
+            self.core.unpark(pool);
+        }
     }
 
     fn note_request(&mut self, record: &crate::protocol::http1::exchange::Record) {
@@ -507,4 +524,41 @@ fn an_ending_opening_keeps_what_it_still_had_to_say() {
         run.next
     );
     assert_eq!(run.asked, ["identified Socks5 None"]);
+}
+
+/// The exchange takes its queues from the pool the shell lends for each
+/// call, and an idle one gives them back to it: a shell with many idle
+/// inspected sessions keeps the few spare buffers they share, not four
+/// fresh ones for every exchange that ever began.
+#[test]
+fn an_exchange_takes_its_queues_from_the_shells_pool() {
+    let mut pool = BufPool::new(World::new().inspect_buffer(), 256);
+    let spare: Vec<_> = (0..4).map(|_| pool.take()).collect();
+    spare.into_iter().for_each(|buf| pool.give(buf));
+    assert_eq!(pool.spare(), 4);
+    let mut run = Run::new(world());
+    run.pool = Some(pool);
+    run.send(b"CONNECT api.test:80 HTTP/1.1\r\nHost: api.test:80\r\n\r\n");
+    run.connect("45.1.1.1");
+    assert_eq!(run.label(), "Inspect(http)", "{:?}", run.asked);
+    assert_eq!(
+        run.client.take(),
+        b"HTTP/1.1 200 Connection established\r\n\r\n"
+    );
+    assert_eq!(run.pool.as_ref().unwrap().spare(), 4, "idle: all parked");
+
+    run.send(b"POST /a HTTP/1.1\r\nHost: api.test\r\nContent-Length: 4\r\n\r\nbo");
+    assert!(run.upstream().take().starts_with(b"POST /a HTTP/1.1\r\n"));
+    run.send(b"dy");
+    assert_eq!(run.upstream().take(), b"dy");
+    run.upstream()
+        .deliver(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    run.pump();
+    assert!(run.client.take().ends_with(b"\r\n\r\nok"));
+    assert_eq!(run.requests, [("/a".to_string(), "allowed")]);
+    assert_eq!(
+        run.pool.as_ref().unwrap().spare(),
+        4,
+        "idle again: the same four"
+    );
 }
