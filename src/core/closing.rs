@@ -85,6 +85,9 @@ pub(crate) struct ClosingCore<O> {
     relayed: usize,
     /// Whatever is left then is abandoned.
     deadline: Deadline,
+    /// The peer's EOF was read already: an EOF raises no new readiness,
+    /// and once the FIN is out there is nothing left to linger for.
+    eof_read: bool,
 }
 
 impl<O> ClosingCore<O> {
@@ -127,7 +130,14 @@ impl<O> ClosingCore<O> {
             own,
             relayed: 0,
             deadline,
+            eof_read: false,
         }
+    }
+
+    /// The peer's EOF was read before the close began.
+    pub(crate) fn after_eof(mut self) -> Self {
+        self.eof_read = true;
+        self
     }
 
     /// When the close is abandoned.
@@ -211,6 +221,9 @@ impl<O> ClosingCore<O> {
         }
         // A close_notify still owed goes out before the FIN (progress above).
         let owes_wire = link.owes_wire();
+        if self.eof_read && !owes_wire {
+            return close;
+        }
         link.want_read(port, true);
         link.want_write(port, owes_wire);
         let mut scratch = [0u8; 4096];
@@ -292,21 +305,25 @@ impl Closer {
 
     /// What is left of a conversation: `owed` to the client over `link`
     /// (its first `own` bytes the proxy's, the rest payload), then a FIN
-    /// and the linger, or a reset when `abort` (a response cut short must
-    /// not look whole).
+    /// and the linger (none when `eof_read`: the client's EOF was read),
+    /// or a reset when `abort` (a response cut short must not look whole).
     pub(crate) fn rest(
         owed: ByteBuf,
         own: usize,
         link: Link,
         reason: CloseReason,
         abort: bool,
+        eof_read: bool,
         deadline: Deadline,
     ) -> Box<Closer> {
         let owed = (!owed.is_empty()).then_some(owed);
-        let core = match abort {
+        let mut core = match abort {
             true => ClosingCore::abort(owed, reason, own, deadline),
             false => ClosingCore::graceful(owed, reason, own, deadline),
         };
+        if eof_read {
+            core = core.after_eof();
+        }
         Box::new(Closer { core, link })
     }
 

@@ -254,6 +254,13 @@ impl InspectCore {
         self.ex.set_login(login);
     }
 
+    /// The client's EOF was read before this exchange began: the requests
+    /// already read are served, and the client is not read again.
+    pub(crate) fn set_client_eof(&mut self) {
+        self.client_eof = true;
+        self.ex.client_eof();
+    }
+
     /// New request rules after a policy reload (`None`: every request allowed).
     pub(crate) fn set_rules(&mut self, rules: Option<Arc<RequestRules>>) {
         self.ex.set_rules(verdicts::judge(rules));

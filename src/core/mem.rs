@@ -33,6 +33,11 @@ pub(crate) struct MemPort {
     pub(crate) read_total: usize,
     /// At most this many bytes per read or write (0: no limit).
     pub(crate) max_io: usize,
+    /// The FIN raises readiness once, as a socket's EOF raises one edge:
+    /// once a read gave it, the port is not readable again.
+    pub(crate) eof_once: bool,
+    /// A read gave the FIN.
+    eof_read: bool,
     want: (bool, bool),
 }
 
@@ -74,7 +79,10 @@ impl Wire for MemPort {
         if self.inbox.is_empty() {
             return match (self.reset || self.error_only, self.fin) {
                 (true, _) => Io::PeerGone(io::ErrorKind::ConnectionReset.into()),
-                (false, true) => Io::Eof,
+                (false, true) => {
+                    self.eof_read = true;
+                    Io::Eof
+                }
                 (false, false) => Io::WouldBlock,
             };
         }
@@ -108,7 +116,8 @@ impl Port for MemPort {
         self.want.1 = on;
     }
     fn can_read(&self) -> bool {
-        self.want.0 && (!self.inbox.is_empty() || self.fin || self.reset)
+        let fin = self.fin && !(self.eof_once && self.eof_read);
+        self.want.0 && (!self.inbox.is_empty() || fin || self.reset)
     }
     fn can_write(&self) -> bool {
         self.want.1 && (self.room > 0 || self.reset)

@@ -178,6 +178,10 @@ pub(crate) struct Request {
     /// The client was answered already (a tunnel switched to the name its
     /// first flight carried): no reply is sent, and a refusal is a close.
     pub(crate) replied: bool,
+    /// The client's EOF was read already (the forward proxy's next host,
+    /// asked for by a client that then half-closed): an EOF raises no new
+    /// readiness, so the exchange with the next upstream must be told.
+    pub(crate) client_eof: bool,
 }
 
 /// Refused once a target was known.
@@ -710,6 +714,7 @@ impl OpeningCore {
                     early,
                     login,
                     replied: false,
+                    client_eof: false,
                 };
                 self.begin(now, target, user, request, env)
             }
@@ -780,6 +785,7 @@ impl OpeningCore {
                     early,
                     login,
                     replied,
+                    client_eof,
                 } = request;
                 let deadline = Deadline::after(now, env.handshake_timeout());
                 self.stage = Stage::Vetting(Box::new(Vetting {
@@ -790,6 +796,7 @@ impl OpeningCore {
                         early: Vec::new(),
                         login,
                         replied,
+                        client_eof,
                     },
                     treatment,
                     user,
@@ -910,6 +917,7 @@ impl OpeningCore {
                     early: request.early,
                     login: None,
                     replied: true,
+                    client_eof: request.client_eof,
                 };
                 self.begin(now, to, user, request, env)
             }

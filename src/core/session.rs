@@ -448,9 +448,7 @@ impl SessionCore {
                     plain(&[], &request.early, treatment.inspect),
                     env,
                 );
-                if let Stage::Inspect(i) = &mut self.stage {
-                    i.core.set_login(request.login);
-                }
+                self.carry(request);
                 next
             }
             After::ForwardTls => {
@@ -545,10 +543,20 @@ impl SessionCore {
             idle,
         };
         let next = self.inspect(now, mode, start, env);
+        self.carry(request);
+        next
+    }
+
+    /// What the exchange with the forward proxy's next upstream keeps of
+    /// the connection: the login later requests are held to, and the
+    /// client's EOF when it was read already.
+    fn carry(&mut self, request: Request) {
         if let Stage::Inspect(i) = &mut self.stage {
             i.core.set_login(request.login);
+            if request.client_eof {
+                i.core.set_client_eof();
+            }
         }
-        next
     }
 
     /// Starts the exchange in `mode` at `now`.
@@ -630,10 +638,15 @@ impl SessionCore {
                 self.owed.push_back(Action::CloseUpstream);
                 let deadline = Deadline::after(now, env.close_timeout());
                 let Parts {
-                    client, cout, own, ..
+                    client,
+                    cout,
+                    own,
+                    eof: (client_eof, _),
+                    ..
                 } = parts;
-                self.stage =
-                    Stage::Closing(Closer::rest(cout, own, client, reason, abort, deadline));
+                self.stage = Stage::Closing(Closer::rest(
+                    cout, own, client, reason, abort, client_eof, deadline,
+                ));
                 Next::Working
             }
             Stop::WrongProtocol(answer, why) => {
@@ -655,6 +668,7 @@ impl SessionCore {
                     early: parts.cin.data().to_vec(),
                     login: parts.login,
                     replied: false,
+                    client_eof: parts.eof.0,
                 };
                 let (core, next) = OpeningCore::establish(now, target, user, request, env);
                 self.stage = Stage::Opening(Box::new(core));

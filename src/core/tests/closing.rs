@@ -8,7 +8,9 @@ use crate::buffer::ByteBuf;
 use crate::core::closing::{ClosingCore, Next, TimedOut};
 use crate::core::link::Link;
 use crate::core::mem::MemPort;
+use crate::core::port::Port;
 use crate::lifecycle::CloseReason;
+use crate::tls::wire::Wire;
 
 fn owed(bytes: &[u8]) -> Option<ByteBuf> {
     let mut buf = ByteBuf::with_capacity(bytes.len());
@@ -188,6 +190,45 @@ fn a_close_delimited_body_cut_by_the_close_timer_is_reset_not_finished() {
     assert!(s.step(), "the close timer is armed");
     assert_eq!(s.closed, Some((CloseReason::CloseTimeout, true)));
     assert!(!s.cport.shut, "no FIN after a cut body");
+}
+
+/// A peer whose EOF was read before the close (a client that half-closed
+/// behind its last request) gets what is owed and the FIN, then the close:
+/// its EOF raises no new readiness, so a linger would only wait out the
+/// close timer.
+#[test]
+fn after_the_peers_eof_there_is_no_linger() {
+    let mut core = ClosingCore::graceful(owed(b"bye"), REASON, 3, super::deadline(5)).after_eof();
+    let mut port = MemPort::roomy();
+    port.eof_once = true;
+    port.fin = true;
+    port.want_read(true);
+    let mut buf = [0u8; 8];
+    assert!(matches!(port.read(&mut buf), crate::io::Io::Eof));
+    assert_eq!(
+        pump(&mut core, &mut port),
+        Next::Wait,
+        "the FIN, then a call"
+    );
+    assert_eq!((port.take(), port.shut), (b"bye".to_vec(), true));
+    assert_eq!(
+        pump(&mut core, &mut port),
+        Next::Close {
+            reason: REASON,
+            abort: false
+        }
+    );
+
+    // Without it, the same peer is lingered on until the timer.
+    let mut core = ClosingCore::graceful(owed(b"bye"), REASON, 3, super::deadline(5));
+    let mut port = MemPort::roomy();
+    port.eof_once = true;
+    port.fin = true;
+    port.want_read(true);
+    assert!(matches!(port.read(&mut buf), crate::io::Io::Eof));
+    assert_eq!(pump(&mut core, &mut port), Next::Wait);
+    assert_eq!(pump(&mut core, &mut port), Next::Wait);
+    assert_eq!(core.stage(), "linger");
 }
 
 #[test]

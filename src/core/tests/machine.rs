@@ -562,3 +562,39 @@ fn an_exchange_takes_its_queues_from_the_shells_pool() {
         "idle again: the same four"
     );
 }
+
+/// A client that asks the forward proxy for another host and half-closes
+/// behind the request is served, then closed: its EOF, read by the first
+/// host's exchange, raises no new readiness, so the next host's exchange
+/// is told of it rather than waiting out the idle timeout for a request
+/// that cannot come.
+#[test]
+fn the_clients_eof_is_kept_across_the_forward_proxys_next_host() {
+    let mut run = Run::new(world());
+    run.client.eof_once = true;
+    run.send(b"GET http://api.test/one HTTP/1.1\r\nHost: api.test\r\n\r\n");
+    run.connect("45.1.1.1");
+    run.upstream()
+        .deliver(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1");
+    run.pump();
+    assert!(run.client.take().ends_with(b"\r\n\r\n1"));
+
+    run.client.fin = true;
+    run.send(b"GET http://web.test/two HTTP/1.1\r\nHost: web.test\r\n\r\n");
+    assert_eq!(run.label(), "Resolving(dns)");
+    assert!(!run.client.can_read(), "the EOF was read: no new readiness");
+    run.connect("45.1.1.2");
+    assert!(run.upstream().take().starts_with(b"GET /two HTTP/1.1\r\n"));
+    run.upstream()
+        .deliver(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n2");
+    run.pump();
+    assert!(run.client.take().ends_with(b"\r\n\r\n2"));
+    assert_eq!(
+        run.requests,
+        [
+            ("/one".to_string(), "allowed"),
+            ("/two".to_string(), "allowed")
+        ]
+    );
+    assert!(!run.working(), "closed, not idle: {}", run.label());
+}

@@ -533,6 +533,7 @@ fn a_next_host_starts_establishing() {
         early: early.to_vec(),
         login: None,
         replied: false,
+        client_eof: false,
     };
     let target = Target::new("evil.test", 80).unwrap();
     let (mut core, next) =
