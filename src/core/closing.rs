@@ -135,9 +135,8 @@ impl<O> ClosingCore<O> {
     }
 
     /// The peer's EOF was read before the close began.
-    pub(crate) fn after_eof(mut self) -> Self {
+    pub(crate) fn after_eof(&mut self) {
         self.eof_read = true;
-        self
     }
 
     /// When the close is abandoned.
@@ -322,9 +321,14 @@ impl Closer {
             false => ClosingCore::graceful(owed, reason, own, deadline),
         };
         if eof_read {
-            core = core.after_eof();
+            core.after_eof();
         }
         Box::new(Closer { core, link })
+    }
+
+    /// The client's EOF was read before the close began: no linger.
+    pub(crate) fn after_eof(&mut self) {
+        self.core.after_eof();
     }
 
     /// Moves what the client's readiness allows.

@@ -761,12 +761,19 @@ impl OpeningCore {
                 false => refusal.answer(request.dialect),
             };
             let reason = refusal.close_reason();
+            let eof_read = request.client_eof;
             let refused = Refusing::Target(Box::new(Refused {
                 refusal,
                 target,
                 request,
             }));
-            return self.refuse(now, refused, answer, reason, env);
+            let next = self.refuse(now, refused, answer, reason, env);
+            if let (true, Stage::Closing(closer)) = (eof_read, &mut self.stage) {
+                // The forward proxy's next host, asked by a half-closed
+                // client: its EOF will not be read again.
+                closer.after_eof();
+            }
+            return next;
         };
         match after {
             After::Securing { reply } => {

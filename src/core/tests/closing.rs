@@ -198,7 +198,8 @@ fn a_close_delimited_body_cut_by_the_close_timer_is_reset_not_finished() {
 /// close timer.
 #[test]
 fn after_the_peers_eof_there_is_no_linger() {
-    let mut core = ClosingCore::graceful(owed(b"bye"), REASON, 3, super::deadline(5)).after_eof();
+    let mut core = ClosingCore::graceful(owed(b"bye"), REASON, 3, super::deadline(5));
+    core.after_eof();
     let mut port = MemPort::roomy();
     port.eof_once = true;
     port.fin = true;

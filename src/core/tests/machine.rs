@@ -597,4 +597,24 @@ fn the_clients_eof_is_kept_across_the_forward_proxys_next_host() {
         ]
     );
     assert!(!run.working(), "closed, not idle: {}", run.label());
+
+    // Refused, the next host's answer is followed by the close, not a
+    // linger for an EOF read already.
+    let mut run = Run::new(world());
+    run.client.eof_once = true;
+    run.send(b"GET http://api.test/one HTTP/1.1\r\nHost: api.test\r\n\r\n");
+    run.connect("45.1.1.1");
+    run.upstream()
+        .deliver(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1");
+    run.pump();
+    run.client.take();
+    run.client.fin = true;
+    run.send(b"GET http://evil.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n");
+    assert!(run.client.take().starts_with(b"HTTP/1.1 403"));
+    assert!(
+        matches!(run.next, Next::Closed(CloseReason::Denied)),
+        "{}: {:?}",
+        run.label(),
+        run.next
+    );
 }
