@@ -1,10 +1,12 @@
 //! Entry points for the fuzz targets (`fuzz/`): not a stable API.
 //!
-//! [`inspect_session`] drives a whole inspected session's core, the one
-//! production runs, on in-memory transports with virtual time, from a
-//! fuzzer-chosen script; [`opening`] drives a client from its first byte
-//! to an open upstream (HTTP and SOCKS5, logins, the head limit, the
-//! policy, DNS, connects, a parent proxy) the same way.
+//! [`session`] drives the whole session machine production runs, from a
+//! client's first byte (HTTP and SOCKS5, logins, the head limit, the
+//! policy, DNS, connects, a parent proxy) through the exchange where a rule
+//! inspects to its close or the raw hand-off, on in-memory transports with
+//! virtual time, from a fuzzer-chosen script. [`inspect_session`] goes
+//! deeper into one stage of it, the exchange: request rules and their
+//! reloads, queue sizes, both peers' pace, ends and resets.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
