@@ -3,9 +3,8 @@
 //! A user has a plaintext password (`[auth] username/password`, `--auth`,
 //! `--auth-env`: compared inline, in constant time) or an argon2 hash
 //! (`[[auth.users]]`, `--auth-file`: verified on the verifier pool, off the
-//! reactor thread, then remembered in the [`LoginCache`](cache::LoginCache)).
-//! [`Users::check`] is sans-IO: it answers at once or hands back a
-//! [`Verify`] job for the pool.
+//! reactor thread, then remembered in a login cache). The check is
+//! sans-IO: it answers at once or hands back a verify job for the pool.
 
 pub mod basic;
 pub(crate) mod cache;

@@ -1,13 +1,13 @@
 //! Control: change the policy and look at (or close) open sessions while
 //! the proxy runs. Three ways in, one set of commands:
 //!
-//! - JSON lines on a connection ([`wire`]): the inherited `--control-fd`
+//! - JSON lines on a connection: the inherited `--control-fd`
 //!   socket ([`crate::ProxyBuilder::control`]), and the admin socket when
 //!   `[admin] control = true`. Each line
 //!   is one command, `{"cmd": "..."}`, and gets one answer line,
 //!   `{"ok":true,...}` or `{"ok":false,"error":"..."}`.
 //! - [`crate::ProxyHandle`]'s methods (`replace_policy`, `add_rule`,
-//!   `remove_rule`, `sessions`, `close_session`), which send a [`Command`]
+//!   `remove_rule`, `sessions`, `close_session`), which send a command
 //!   to the reactor with a reply channel and wait for the answer.
 //!
 //! Commands run on the reactor thread, which owns the sessions and the
@@ -19,7 +19,7 @@
 //!
 //! With several reactors (workers), the reactor that reads a command would
 //! send it on to every other one through its control channel (the same
-//! [`Command`] with a reply channel) and join the answers: a policy change
+//! command with a reply channel) and join the answers: a policy change
 //! reaches each, `list-sessions` concatenates, `close-session` succeeds
 //! where the session lives. Nothing here assumes one reactor.
 
