@@ -515,18 +515,25 @@ impl SessionCore {
                 let refusal = Refusal::Connect(std::io::Error::other(why));
                 let answer = refusal.answer(request.dialect);
                 let reason = refusal.close_reason();
+                let eof_read = request.client_eof;
                 let refused = Refused {
                     refusal,
                     target,
                     request,
                 };
-                return self.refuse(
+                let next = self.refuse(
                     now,
                     Refusing::Target(Box::new(refused)),
                     &answer,
                     reason,
                     env,
                 );
+                if let (true, Stage::Closing(closer)) = (eof_read, &mut self.stage) {
+                    // The forward proxy's next host, asked by a half-closed
+                    // client: its EOF will not be read again.
+                    closer.after_eof();
+                }
+                return next;
             }
         };
         let idle = treatment.idle.or(env.timeouts().idle);

@@ -616,3 +616,41 @@ fn the_clients_eof_is_kept_across_the_forward_proxys_next_host() {
         run.next
     );
 }
+
+/// A half-closed client whose next host is an `https` one the proxy
+/// cannot reach over TLS (no trust) is answered (`502`) and closed at
+/// once, as a refused plain next host is: its EOF was read by the first
+/// host's exchange and raises no new readiness, so a linger for it would
+/// wait out the close timeout.
+#[test]
+fn a_half_closed_client_refused_its_next_https_host_is_closed_after_the_answer() {
+    let mut world = world();
+    world.policy = Policy::from_rules(&[
+        parse_cli_inspect("api.test:80").unwrap(),
+        parse_cli_inspect("api.test:443").unwrap(),
+    ])
+    .unwrap();
+    let mut run = Run::new(world);
+    run.client.eof_once = true;
+    run.send(b"GET http://api.test/one HTTP/1.1\r\nHost: api.test\r\n\r\n");
+    run.connect("45.1.1.1");
+    run.upstream()
+        .deliver(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1");
+    run.pump();
+    assert!(run.client.take().ends_with(b"\r\n\r\n1"));
+
+    run.trust = Some(Err("TLS to the upstream: no roots".into()));
+    run.client.fin = true;
+    run.send(b"GET https://api.test/two HTTP/1.1\r\nHost: api.test\r\n\r\n");
+    assert_eq!(run.label(), "Resolving(dns)");
+    run.connect("45.1.1.2");
+    assert!(run.asked.contains(&"trust".to_string()), "{:?}", run.asked);
+    let answer = run.client.take();
+    assert!(answer.starts_with(b"HTTP/1.1 502"), "{answer:?}");
+    assert!(
+        matches!(run.next, Next::Closed(_)),
+        "{}: {:?}",
+        run.label(),
+        run.next
+    );
+}
