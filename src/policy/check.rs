@@ -93,6 +93,16 @@ fn host_text(host: &Host) -> String {
     }
 }
 
+/// `flag` with `value` as a command line takes it: `--allow pypi.org:443`,
+/// or `--allow=-pypi.org:443` for a value that begins with `-` (which the
+/// parser would take for a flag of its own).
+pub(crate) fn flag_arg(flag: &str, value: &str) -> String {
+    match value.starts_with('-') {
+        true => format!("{flag}={value}"),
+        false => format!("{flag} {value}"),
+    }
+}
+
 /// Whether allow rule `r` is for this host (by name, or for a literal by
 /// CIDR), whatever the port and the scope.
 fn for_host(r: &Rule, host: &Host, addr: Option<IpAddr>) -> bool {
@@ -125,7 +135,7 @@ fn port_miss(
     Some(Denial::Port(Arc::new(PortMiss {
         rule: r.name.clone(),
         ports: r.ports_text(),
-        flag: format!("{} {host}:{}{scope}", r.flag(), target.port),
+        flag: flag_arg(r.flag(), &format!("{host}:{}{scope}", target.port)),
         target: host,
         port: target.port,
         builtin: false,
@@ -144,7 +154,7 @@ pub(crate) fn no_rule(target: &Target) -> Denial {
         }
     };
     Denial::NoRule(Arc::new(AllowFix {
-        flag: format!("--allow {}:{port}", host_text(&target.host)),
+        flag: flag_arg("--allow", &format!("{}:{port}", host_text(&target.host))),
         file,
     }))
 }
@@ -162,7 +172,7 @@ fn fix(r: &Rule, target: &Target, addr: IpAddr) -> Arc<Fix> {
     };
     let (flag, mut file) = match &target.host {
         Host::Domain(d) => (
-            format!("{} {d}:{port}@{addr}/{max}", r.flag()),
+            flag_arg(r.flag(), &format!("{d}:{port}@{addr}/{max}")),
             format!(
                 "hosts = [{d:?}], cidrs = [\"{addr}/{max}\"], match = \"both\", ports = [{port}]"
             ),

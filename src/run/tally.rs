@@ -153,10 +153,17 @@ fn cut(reason: &str) -> String {
                 flag = format!("default {next}");
             }
         }
-        if let Some(value) = words.next() {
-            let value = value.trim_end_matches([',', ';', ')']);
-            if !s.contains(&format!("{FIX}{flag} {value}")) {
-                s.push_str(&format!(" fix: --{flag} {value}"));
+        // `--allow=-name:443` is one word (a value beginning with `-`).
+        let arg = match flag.contains('=') {
+            true => Some(flag.trim_end_matches([',', ';', ')']).to_string()),
+            false => words.next().map(|value| {
+                let value = value.trim_end_matches([',', ';', ')']);
+                format!("{flag} {value}")
+            }),
+        };
+        if let Some(arg) = arg {
+            if !s.contains(&format!("{FIX}{arg}")) {
+                s.push_str(&format!(" fix: --{arg}"));
             }
         }
     }
@@ -297,6 +304,22 @@ mod tests {
             t.summary(None).unwrap().contains("target=a:1"),
             "nothing left out"
         );
+    }
+
+    #[test]
+    fn a_fix_joined_by_an_equals_sign_is_given_whole() {
+        let mut t = Tally::default();
+        let name = format!("-{}.example", "x".repeat(120));
+        t.refused(
+            &format!("{name}:443"),
+            Some(&format!(
+                "no rule allows this destination: use --allow={name}:443 \
+                 (in a policy file: hosts = [\"{name}\"], ports = [443])"
+            )),
+            false,
+        );
+        let s = t.summary(None).unwrap();
+        assert!(s.contains(&format!("... fix: --allow={name}:443)")), "{s}");
     }
 
     #[test]

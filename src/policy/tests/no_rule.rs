@@ -45,7 +45,11 @@ fn with_fix(specs: &[(&str, &str)], fix: &AllowFix, file_form: bool) -> Policy {
         doc.insert("rules".into(), toml::Value::Array(rules));
         return Policy::parse_toml(&doc.to_string()).unwrap();
     }
-    let spec = fix.flag.strip_prefix("--allow ").expect(&fix.flag);
+    let spec = (fix
+        .flag
+        .strip_prefix("--allow ")
+        .or(fix.flag.strip_prefix("--allow=")))
+    .expect(&fix.flag);
     let mut all = specs.to_vec();
     all.push(("allow", spec));
     pol(&all)
@@ -93,6 +97,15 @@ fn the_fix_names_the_destination_and_lets_it_through() {
             &["2001:db8::5"],
             "--allow [2001:db8::5]:443",
             r#"cidrs = ["2001:db8::5/128"], ports = [443]"#,
+        ),
+        // A value beginning with `-` is joined to its flag by `=`, or the
+        // command line would take it for a flag.
+        (
+            "-dash.example",
+            443,
+            &["93.184.216.34"],
+            "--allow=-dash.example:443",
+            r#"hosts = ["-dash.example"], ports = [443]"#,
         ),
         // A mapped spelling is the IPv4 address it carries.
         (
