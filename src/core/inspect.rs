@@ -813,12 +813,25 @@ impl InspectCore {
     /// keep-alive session holds none (an empty `ByteBuf` allocates nothing).
     pub(crate) fn park(&mut self, pool: &mut BufPool) {
         for buf in [&mut self.cin, &mut self.uout, &mut self.uin, &mut self.cout] {
-            // Only pool-sized buffers: others would be freed and allocated
-            // again on every call.
-            if buf.is_empty() && buf.capacity() == pool.size() {
-                pool.give(std::mem::replace(buf, ByteBuf::with_capacity(0)));
+            if buf.is_empty() && buf.capacity() > 0 {
+                // Pool-sized buffers go back to the pool; others (a head
+                // limit above the buffer size, an answer's grown queue)
+                // are freed: an idle session holds no queue at all.
+                let spare = std::mem::replace(buf, ByteBuf::with_capacity(0));
+                if spare.capacity() == pool.size() {
+                    pool.give(spare);
+                }
             }
         }
+    }
+
+    /// Bytes of queue the session holds now.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        [&self.cin, &self.uout, &self.uin, &self.cout]
+            .iter()
+            .map(|b| b.capacity())
+            .sum()
     }
 
     /// Takes buffers again for the parked slots.

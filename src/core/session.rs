@@ -364,6 +364,15 @@ impl SessionCore {
         }
     }
 
+    /// Bytes of queue an inspected session holds now.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        match &self.stage {
+            Stage::Inspect(i) => i.core.held(),
+            _ => 0,
+        }
+    }
+
     /// Before a call: takes buffers again for what [`SessionCore::park`]
     /// gave back, and borrows the shell's `pool` until the next park
     /// (`pool` is left empty meanwhile).

@@ -563,6 +563,29 @@ fn an_exchange_takes_its_queues_from_the_shells_pool() {
     );
 }
 
+/// With a head limit above the buffer size, the exchange's queues are not
+/// the pool's size: an idle session frees them rather than keep four for
+/// as long as it is open.
+#[test]
+fn an_idle_exchange_holds_no_queue_whatever_its_size() {
+    let mut run = Run::new(world());
+    run.pool = Some(BufPool::new(4096, 256));
+    run.send(b"CONNECT api.test:80 HTTP/1.1\r\nHost: api.test:80\r\n\r\n");
+    run.connect("45.1.1.1");
+    assert_eq!(run.label(), "Inspect(http)", "{:?}", run.asked);
+    assert_eq!(run.core.held(), 0, "idle: nothing held");
+    assert_eq!(run.pool.as_ref().unwrap().spare(), 0, "none pooled");
+
+    run.send(b"GET /a HTTP/1.1\r\nHost: api.test\r\n\r\n");
+    assert!(run.upstream().take().starts_with(b"GET /a HTTP/1.1\r\n"));
+    run.upstream()
+        .deliver(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    run.pump();
+    assert!(run.client.take().ends_with(b"\r\n\r\nok"));
+    assert_eq!(run.requests, [("/a".to_string(), "allowed")]);
+    assert_eq!(run.core.held(), 0, "idle again");
+}
+
 /// A client that asks the forward proxy for another host and half-closes
 /// behind the request is served, then closed: its EOF, read by the first
 /// host's exchange, raises no new readiness, so the next host's exchange
