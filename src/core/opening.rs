@@ -675,6 +675,34 @@ impl OpeningCore {
         }
     }
 
+    /// A reload refused the target being dialled: a client not answered
+    /// yet hears why (a `403`, or SOCKS5 reply `0x02`) before the close,
+    /// rather than a close alone. `None` when there is nothing to tell it
+    /// (answered already, or not dialling): the shell closes it.
+    pub(crate) fn revoke(
+        &mut self,
+        now: Instant,
+        denial: crate::policy::Denial,
+        env: &impl Env,
+    ) -> Option<Next> {
+        match &self.stage {
+            Stage::Establishing(e) if e.core.dialling() && !e.request.replied => {}
+            _ => return None,
+        }
+        let Stage::Establishing(e) = std::mem::replace(&mut self.stage, Stage::Done) else {
+            return None;
+        };
+        let refusal = Refusal::Denied(denial);
+        let answer = refusal.answer(e.request.dialect);
+        let why = format!("closed by policy reload: {}", refusal.describe());
+        let refusing = Refusing::Answered { why };
+        let next = self.refuse(now, refusing, answer, CloseReason::PolicyReload, env);
+        if let (true, Stage::Closing(closer)) = (e.request.client_eof, &mut self.stage) {
+            closer.after_eof();
+        }
+        Some(next)
+    }
+
     /// The handshake core's answer, as the machine's: an exit to a target
     /// goes on to establish it, under the connect deadline from `now`.
     fn after_handshake(&mut self, now: Instant, next: handshake::Next, env: &impl Env) -> Next {

@@ -329,6 +329,21 @@ impl SessionCore {
         }
     }
 
+    /// A reload refused the target being dialled: see
+    /// [`OpeningCore::revoke`]. `None`: the shell closes the session.
+    pub(crate) fn revoke(
+        &mut self,
+        now: Instant,
+        denial: crate::policy::Denial,
+        env: &impl Env,
+    ) -> Option<Next> {
+        let Stage::Opening(o) = &mut self.stage else {
+            return None;
+        };
+        let next = o.revoke(now, denial, env)?;
+        Some(self.opening(now, next, env))
+    }
+
     /// Finished requests, for counting and logging.
     pub(crate) fn take_records(&mut self) -> impl Iterator<Item = Record> + '_ {
         let inspect = match &mut self.stage {

@@ -41,7 +41,7 @@ use crate::core::opening::{Action, Input};
 use crate::core::session::{Next, SessionCore};
 use crate::io::Stream;
 use crate::lifecycle::{CloseReason, Side};
-use crate::policy::Allowed;
+use crate::policy::{Allowed, Denial};
 use crate::protocol::http1::exchange::{Decision as Verdict, Record};
 use crate::target::Host;
 
@@ -143,6 +143,20 @@ impl Machine {
         self.core.unpark(ctx.pool);
         let next = self.core.handle(ctx.now, input, &PolicyEnv { conn, ctx });
         self.carry_out(next, conn, ctx)
+    }
+
+    /// A reload refused the target being dialled: the client hears why
+    /// when it has not been answered yet, else the session closes.
+    pub(crate) fn on_revoke(mut self, denial: Denial, conn: &mut Conn, ctx: &mut Ctx) -> State {
+        self.core.unpark(ctx.pool);
+        let next = self.core.revoke(ctx.now, denial, &PolicyEnv { conn, ctx });
+        match next {
+            Some(next) => self.carry_out(next, conn, ctx),
+            None => {
+                self.core.park(ctx.pool);
+                State::Done(CloseReason::PolicyReload)
+            }
+        }
     }
 
     /// The session's timer fired: the core says what ran out.

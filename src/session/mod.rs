@@ -245,7 +245,14 @@ impl Session {
                     self.conn.id
                 );
                 self.conn.log.decision = Decision::denied(&d);
-                self.step(ctx, |_, _, _| State::Done(CloseReason::PolicyReload));
+                // A client still waiting for its answer hears why.
+                let answered = self.step(ctx, |state, conn, ctx| match state {
+                    State::Machine(m) => m.on_revoke(d, conn, ctx),
+                    _ => State::Done(CloseReason::PolicyReload),
+                });
+                if answered {
+                    return self.run(ctx);
+                }
             }
             // Allowed now only under inspection: a raw tunnel cannot be
             // inspected after the fact, so it closes.

@@ -183,10 +183,11 @@ fn a_tunnel_parked_before_its_client_hello_takes_the_reloaded_rules() {
 /// Fixed in session/: on `Keep`, `Connecting::reload` compares the new
 /// treatment with the plan: inspection or termination added closes the
 /// tunnel with `policy-reload`; otherwise the plan takes the new rules.
-#[test]
-fn a_tunnel_connecting_during_a_reload_takes_the_reloaded_treatment() {
+/// An upstream that accepts nothing yet, its accept queue already full:
+/// a connect to it stays in flight (the listener, the connections that
+/// fill its queue, and its address).
+fn unanswering_upstream() -> (socket2::Socket, Vec<socket2::Socket>, std::net::SocketAddr) {
     use socket2::{Domain, Socket, Type};
-    // An upstream that accepts nothing yet, its accept queue already full.
     let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
     let addr: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
     listener.bind(&addr.into()).unwrap();
@@ -205,6 +206,12 @@ fn a_tunnel_connecting_during_a_reload_takes_the_reloaded_treatment() {
     wait_for("the upstream's accept queue to fill", PROMPTLY, || {
         tcp_row(addr, unconnected).is_some_and(|r| r.rx_queue >= 1)
     });
+    (listener, queued, addr)
+}
+
+#[test]
+fn a_tunnel_connecting_during_a_reload_takes_the_reloaded_treatment() {
+    let (listener, _queued, addr) = unanswering_upstream();
 
     let dir = TempDir::new("attack-reload-connecting");
     let raw = format!(
@@ -251,6 +258,46 @@ fn a_tunnel_connecting_during_a_reload_takes_the_reloaded_treatment() {
         "{}",
         String::from_utf8_lossy(&rest)
     );
+    drop(listener);
+}
+
+/// A reload that refuses a tunnel still connecting tells its client why
+/// (`403` with the reason), rather than closing a connection it has not
+/// answered yet.
+#[test]
+fn a_tunnel_connecting_when_a_reload_refuses_it_hears_why() {
+    let (listener, _queued, addr) = unanswering_upstream();
+    let dir = TempDir::new("attack-reload-refuses-connecting");
+    let allow = format!(
+        "[[rules]]\nname = \"api\"\naction = \"allow\"\ncidrs = [\"127.0.0.1/32\"]\nports = [{}]\n",
+        addr.port()
+    );
+    let cfg = write_config(&dir, &allow);
+    let proxy = start(&cfg, &["--connect-timeout", "30s"]);
+    let mut client = TcpStream::connect(proxy.addr).unwrap();
+    client.set_read_timeout(Some(PROMPTLY)).unwrap();
+    write!(client, "CONNECT {addr} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    wait_for("the tunnel to be connecting", PROMPTLY, || {
+        stat(&proxy.stats(), "connecting") == 1
+    });
+
+    let deny = allow.replace("\"allow\"", "\"deny\"") + "reason = \"closed for maintenance\"\n";
+    write_config(&dir, &deny);
+    reload(&proxy);
+    let mut answer = Vec::new();
+    let _ = client.read_to_end(&mut answer);
+    // The proxy lingers for the client's close after its answer.
+    drop(client);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(answer.contains("closed for maintenance"), "{answer}");
+    let closed = wait_until(PROMPTLY, || {
+        proxy
+            .log()
+            .iter()
+            .any(|l| l.contains("close=policy-reload") && l.contains("decision=deny"))
+    });
+    assert!(closed, "{:#?}", proxy.log());
     drop(listener);
 }
 

@@ -677,3 +677,69 @@ fn a_half_closed_client_refused_its_next_https_host_is_closed_after_the_answer()
         run.next
     );
 }
+
+/// A reload that refuses the target being dialled answers a client still
+/// waiting for its reply (`403` with the reason, SOCKS5 reply `0x02`), then
+/// closes it; one answered already, or past dialling, is the shell's to
+/// close.
+#[test]
+fn a_reload_refusing_the_target_being_dialled_answers_the_client() {
+    let denial = || match world()
+        .policy
+        .check_name(&crate::target::Target::new("evil.test", 80).unwrap())
+    {
+        crate::policy::NameVerdict::Deny(d) => d,
+        other => panic!("{other:?}"),
+    };
+    let mut run = Run::new(world());
+    run.send(b"CONNECT api.test:80 HTTP/1.1\r\nHost: api.test:80\r\n\r\n");
+    run.handle(Input::Resolved(Ok(vec![ip("45.1.1.1")])));
+    assert!(run.core.dialling(), "{}", run.label());
+    let next = run
+        .core
+        .revoke(run.now, denial(), &run.world)
+        .expect("answered");
+    run.next = next;
+    run.after_call();
+    run.pump();
+    assert!(run.upstream.is_none(), "the connect in flight is let go");
+    let answer = String::from_utf8(run.client.take()).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(answer.contains("denied by rule"), "{answer}");
+    assert!(
+        run.asked
+            .iter()
+            .any(|a| a.starts_with("answered: closed by policy reload")),
+        "{:?}",
+        run.asked
+    );
+    run.client.fin = true;
+    run.pump();
+    assert!(
+        matches!(run.next, Next::Closed(CloseReason::PolicyReload)),
+        "{:?}",
+        run.next
+    );
+
+    // SOCKS5: reply 0x02, not allowed by the ruleset.
+    let mut run = Run::new(world());
+    run.send(b"\x05\x01\x00");
+    assert_eq!(run.client.take(), b"\x05\x00");
+    run.send(b"\x05\x01\x00\x03\x08api.test\x00\x50");
+    run.handle(Input::Resolved(Ok(vec![ip("45.1.1.1")])));
+    let next = run
+        .core
+        .revoke(run.now, denial(), &run.world)
+        .expect("answered");
+    run.next = next;
+    run.after_call();
+    run.pump();
+    assert_eq!(run.client.take()[..2], [5, 2]);
+
+    // Open already: the exchange's client was answered; the shell closes it.
+    let mut run = Run::new(world());
+    run.send(b"CONNECT api.test:80 HTTP/1.1\r\nHost: api.test:80\r\n\r\n");
+    run.connect("45.1.1.1");
+    assert!(run.core.inspecting());
+    assert!(run.core.revoke(run.now, denial(), &run.world).is_none());
+}

@@ -233,7 +233,7 @@ fn an_oversized_head_gets_431() {
 }
 
 /// Resolving and Connecting are one state: whichever stage a session
-/// leaves it from (refused, closed by a reload, aborted), the phase gauges
+/// leaves it from (refused, refused by a reload, aborted), the phase gauges
 /// it moved come back to zero.
 #[test]
 fn the_phase_gauges_return_to_zero_from_either_stage() {
@@ -265,15 +265,20 @@ fn the_phase_gauges_return_to_zero_from_either_stage() {
     let _ = h.call(|s, ctx| s.abort(CloseReason::Shutdown, ctx));
     assert_eq!(h.open_gauges(), [0; 5]);
 
-    // Closed by a reload while connecting.
+    // Refused by a reload while connecting: answered, then aborted while
+    // closing.
     let (mut h, _) = Harness::new(policy(), ListenerProtocol::Auto);
     let _ = h.client_sends(connect.as_bytes());
     let _ = h.call(|s, ctx| s.on_resolved(loopback(), ctx));
     assert_eq!(h.state(), "Connecting(tcp)");
     assert_eq!(h.open_gauges(), [0, 0, 1, 0, 0]);
     h.policy = Policy::default();
-    let effects = h.call(|s, ctx| s.on_reload(ctx));
-    assert_eq!(effects.closed, Some(CloseReason::PolicyReload));
+    let _ = h.call(|s, ctx| s.on_reload(ctx));
+    assert!(h.state().starts_with("Closing"), "{}", h.state());
+    assert_eq!(h.open_gauges(), [0, 0, 0, 0, 1]);
+    assert!(h.client_reads(12).starts_with(b"HTTP/1.1 403"));
+    let effects = h.call(|s, ctx| s.abort(CloseReason::Shutdown, ctx));
+    assert_eq!(effects.closed, Some(CloseReason::Shutdown));
     assert_eq!(h.open_gauges(), [0; 5]);
 
     // Timed out while connecting, then aborted while closing.
