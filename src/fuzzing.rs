@@ -434,6 +434,7 @@ pub fn session(data: &[u8]) -> &'static str {
                             Refusing::Answered { .. } => "left",
                             Refusing::Target(_) => "refused",
                             Refusing::Fronting { .. } => "fronting",
+                            Refusing::Revoked(_) => "revoked",
                         };
                         refused = Some(label);
                         end = label;

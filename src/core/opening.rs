@@ -163,6 +163,10 @@ pub(crate) enum Refusing {
     /// A vetted tunnel's first flight names what the policy refuses; the
     /// refusing rule, if a rule refused.
     Fronting { why: String, rule: Option<Arc<str>> },
+    /// A reload refused the target being dialled, its client not answered
+    /// yet: counted already (as allowed, when it was), so only logged, and
+    /// a forward request gets its `request` event for the answer.
+    Revoked(Box<Refused>),
 }
 
 /// What a request for a target carries besides it.
@@ -692,12 +696,18 @@ impl OpeningCore {
         let Stage::Establishing(e) = std::mem::replace(&mut self.stage, Stage::Done) else {
             return None;
         };
+        let Establishing { core, request, .. } = *e;
         let refusal = Refusal::Denied(denial);
-        let answer = refusal.answer(e.request.dialect);
-        let why = format!("closed by policy reload: {}", refusal.describe());
-        let refusing = Refusing::Answered { why };
+        let answer = refusal.answer(request.dialect);
+        let eof_read = request.client_eof;
+        let (target, _) = core.into_parts();
+        let refusing = Refusing::Revoked(Box::new(Refused {
+            refusal,
+            target,
+            request,
+        }));
         let next = self.refuse(now, refusing, answer, CloseReason::PolicyReload, env);
-        if let (true, Stage::Closing(closer)) = (e.request.client_eof, &mut self.stage) {
+        if let (true, Stage::Closing(closer)) = (eof_read, &mut self.stage) {
             closer.after_eof();
         }
         Some(next)

@@ -245,6 +245,16 @@ pub(crate) fn refusing(refusing: Refusing, conn: &mut Conn, ctx: &mut Ctx) {
     let why = match refusing {
         Refusing::Answered { why } => why,
         Refusing::Target(refused) => target_refused(*refused, conn, ctx),
+        Refusing::Revoked(refused) => {
+            // Counted when admitted; the access line's decision is the
+            // reload's (set by the caller). The client hears why, and a
+            // forward request has its `request` event as any refused one.
+            let Refused {
+                refusal, request, ..
+            } = *refused;
+            forward_refused(&refusal, request.dialect, &request.early, conn, ctx);
+            format!("closed by policy reload: {}", refusal.describe())
+        }
         Refusing::Fronting { why, rule } => {
             log::info!("conn={} {why}", conn.id);
             ctx.stats.denied();

@@ -191,6 +191,7 @@ impl Run {
                         Refusing::Answered { why } => format!("answered: {why}"),
                         Refusing::Target(r) => format!("refused: {}", r.refusal.describe()),
                         Refusing::Fronting { why, .. } => format!("fronting: {why}"),
+                        Refusing::Revoked(r) => format!("revoked: {}", r.refusal.describe()),
                     }
                 }
                 Action::Trust => {
@@ -709,7 +710,7 @@ fn a_reload_refusing_the_target_being_dialled_answers_the_client() {
     assert!(
         run.asked
             .iter()
-            .any(|a| a.starts_with("answered: closed by policy reload")),
+            .any(|a| a.starts_with("revoked: denied by rule")),
         "{:?}",
         run.asked
     );

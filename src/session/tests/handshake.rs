@@ -291,3 +291,40 @@ fn the_phase_gauges_return_to_zero_from_either_stage() {
     let _ = h.call(|s, ctx| s.abort(CloseReason::Shutdown, ctx));
     assert_eq!(h.open_gauges(), [0; 5]);
 }
+
+/// A forward-proxied request whose connect a reload refuses is answered
+/// `403`, as one the policy refused at once is: it gets its `request`
+/// event too (with the status the client saw), or the requests log would
+/// miss a request the proxy answered.
+#[test]
+fn a_forward_request_refused_by_a_reload_gets_its_request_event() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let policy = Policy::from_rules(&[
+        parse_cli_rule(Action::Allow, &format!("a.test:{port}")).unwrap(),
+        parse_cli_rule(Action::Allow, &format!("127.0.0.1:{port}")).unwrap(),
+    ])
+    .unwrap();
+    let (mut h, _) = Harness::new(policy, ListenerProtocol::Auto);
+    let get = format!("GET http://a.test:{port}/x HTTP/1.1\r\nHost: a.test:{port}\r\n\r\n");
+    let _ = h.client_sends(get.as_bytes());
+    let _ = h.call(|s, ctx| s.on_resolved(Ok(vec!["127.0.0.1".parse().unwrap()]), ctx));
+    assert_eq!(h.state(), "Connecting(tcp)");
+    h.policy = Policy::default();
+    let _ = h.call(|s, ctx| s.on_reload(ctx));
+    assert!(h.client_reads(12).starts_with(b"HTTP/1.1 403"));
+    // Counted once, as allowed (it was, when dialled).
+    let snap = h.stats.snapshot();
+    assert_eq!((snap.allowed, snap.denied), (1, 0));
+    let seen = h.seen.lock().unwrap();
+    let requests: Vec<_> = seen
+        .iter()
+        .filter(|e| e.kind == EventKind::Request)
+        .collect();
+    let [e] = &requests[..] else {
+        panic!("{seen:?}")
+    };
+    assert_eq!(e.status, Some(403));
+    assert_eq!(e.decision, Some(events::Decision::Deny));
+    assert_eq!(e.method.as_deref(), Some("GET"));
+}
