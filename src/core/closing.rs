@@ -285,12 +285,13 @@ pub(crate) struct Closer {
 
 impl Closer {
     /// Writes `answer` (the proxy's own bytes) to the client over `link`,
-    /// then a FIN and the linger, within `deadline`. `None`: nothing to
-    /// say, close at once.
+    /// then a FIN and the linger (none when `eof_read`: the client's EOF
+    /// was read), within `deadline`. `None`: nothing to say, close at once.
     pub(crate) fn answer(
         answer: &[u8],
         link: Link,
         reason: CloseReason,
+        eof_read: bool,
         deadline: Deadline,
     ) -> Option<Box<Closer>> {
         if answer.is_empty() {
@@ -298,7 +299,10 @@ impl Closer {
         }
         let mut owed = ByteBuf::with_capacity(answer.len());
         owed.extend(answer);
-        let core = ClosingCore::graceful(Some(owed), reason, answer.len(), deadline);
+        let mut core = ClosingCore::graceful(Some(owed), reason, answer.len(), deadline);
+        if eof_read {
+            core.after_eof();
+        }
         Some(Box::new(Closer { core, link }))
     }
 
@@ -324,11 +328,6 @@ impl Closer {
             core.after_eof();
         }
         Box::new(Closer { core, link })
-    }
-
-    /// The client's EOF was read before the close began: no linger.
-    pub(crate) fn after_eof(&mut self) {
-        self.core.after_eof();
     }
 
     /// Moves what the client's readiness allows.

@@ -169,6 +169,18 @@ pub(crate) enum Refusing {
     Revoked(Box<Refused>),
 }
 
+impl Refusing {
+    /// The client's EOF was read before this refusal (the forward proxy's
+    /// next host, asked by a client that then half-closed): its close has
+    /// nothing to linger for.
+    pub(crate) fn client_eof(&self) -> bool {
+        match self {
+            Refusing::Target(r) | Refusing::Revoked(r) => r.request.client_eof,
+            Refusing::Answered { .. } | Refusing::Fronting { .. } => false,
+        }
+    }
+}
+
 /// What a request for a target carries besides it.
 #[derive(Debug)]
 pub(crate) struct Request {
@@ -699,18 +711,13 @@ impl OpeningCore {
         let Establishing { core, request, .. } = *e;
         let refusal = Refusal::Denied(denial);
         let answer = refusal.answer(request.dialect);
-        let eof_read = request.client_eof;
         let (target, _) = core.into_parts();
         let refusing = Refusing::Revoked(Box::new(Refused {
             refusal,
             target,
             request,
         }));
-        let next = self.refuse(now, refusing, answer, CloseReason::PolicyReload, env);
-        if let (true, Stage::Closing(closer)) = (eof_read, &mut self.stage) {
-            closer.after_eof();
-        }
-        Some(next)
+        Some(self.refuse(now, refusing, answer, CloseReason::PolicyReload, env))
     }
 
     /// The handshake core's answer, as the machine's: an exit to a target
@@ -799,19 +806,12 @@ impl OpeningCore {
                 false => refusal.answer(request.dialect),
             };
             let reason = refusal.close_reason();
-            let eof_read = request.client_eof;
             let refused = Refusing::Target(Box::new(Refused {
                 refusal,
                 target,
                 request,
             }));
-            let next = self.refuse(now, refused, answer, reason, env);
-            if let (true, Stage::Closing(closer)) = (eof_read, &mut self.stage) {
-                // The forward proxy's next host, asked by a half-closed
-                // client: its EOF will not be read again.
-                closer.after_eof();
-            }
-            return next;
+            return self.refuse(now, refused, answer, reason, env);
         };
         match after {
             After::Securing { reply } => {
@@ -971,7 +971,8 @@ impl OpeningCore {
 
     /// The client is refused for `reason`: `refusing` for the records,
     /// then `answer` written (nothing: closed at once), a FIN, and a linger
-    /// until its EOF, within the close timeout from `now`.
+    /// until its EOF (none when it was read already), within the close
+    /// timeout from `now`.
     fn refuse(
         &mut self,
         now: Instant,
@@ -980,11 +981,12 @@ impl OpeningCore {
         reason: CloseReason,
         env: &impl Env,
     ) -> Next {
+        let eof_read = refusing.client_eof();
         self.owe(Action::Refusing(refusing));
         let deadline = Deadline::after(now, env.close_timeout());
         // The client's plaintext: a terminated tunnel is refused before its
         // TLS starts (an alert is written as it stands).
-        let Some(closer) = Closer::answer(&answer, Link::Plain, reason, deadline) else {
+        let Some(closer) = Closer::answer(&answer, Link::Plain, reason, eof_read, deadline) else {
             return self.end(Next::Closed(reason));
         };
         self.stage = Stage::Closing(closer);

@@ -539,25 +539,18 @@ impl SessionCore {
                 let refusal = Refusal::Connect(std::io::Error::other(why));
                 let answer = refusal.answer(request.dialect);
                 let reason = refusal.close_reason();
-                let eof_read = request.client_eof;
                 let refused = Refused {
                     refusal,
                     target,
                     request,
                 };
-                let next = self.refuse(
+                return self.refuse(
                     now,
                     Refusing::Target(Box::new(refused)),
                     &answer,
                     reason,
                     env,
                 );
-                if let (true, Stage::Closing(closer)) = (eof_read, &mut self.stage) {
-                    // The forward proxy's next host, asked by a half-closed
-                    // client: its EOF will not be read again.
-                    closer.after_eof();
-                }
-                return next;
             }
         };
         let idle = treatment.idle.or(env.timeouts().idle);
@@ -718,9 +711,10 @@ impl SessionCore {
         reason: CloseReason,
         env: &impl Env,
     ) -> Next {
+        let eof_read = refusing.client_eof();
         self.owed.push_back(Action::Refusing(refusing));
         let deadline = Deadline::after(now, env.close_timeout());
-        match Closer::answer(answer, Link::Plain, reason, deadline) {
+        match Closer::answer(answer, Link::Plain, reason, eof_read, deadline) {
             Some(closer) => {
                 self.stage = Stage::Closing(closer);
                 Next::Working

@@ -209,16 +209,19 @@ fn unanswering_upstream() -> (socket2::Socket, Vec<socket2::Socket>, std::net::S
     (listener, queued, addr)
 }
 
-#[test]
-fn a_tunnel_connecting_during_a_reload_takes_the_reloaded_treatment() {
-    let (listener, _queued, addr) = unanswering_upstream();
-
-    let dir = TempDir::new("attack-reload-connecting");
-    let raw = format!(
+/// A proxy whose rule `api` allows `addr` raw, and a client's CONNECT to
+/// it, connecting (see [`unanswering_upstream`]): the config's directory,
+/// its text, the proxy and the client.
+fn connecting_to(
+    addr: std::net::SocketAddr,
+    name: &str,
+) -> (TempDir, String, ChildProxy, TcpStream) {
+    let dir = TempDir::new(name);
+    let allow = format!(
         "[[rules]]\nname = \"api\"\naction = \"allow\"\ncidrs = [\"127.0.0.1/32\"]\nports = [{}]\n",
         addr.port()
     );
-    let cfg = write_config(&dir, &raw);
+    let cfg = write_config(&dir, &allow);
     let proxy = start(&cfg, &["--connect-timeout", "30s"]);
     let mut client = TcpStream::connect(proxy.addr).unwrap();
     client.set_read_timeout(Some(PROMPTLY)).unwrap();
@@ -226,6 +229,13 @@ fn a_tunnel_connecting_during_a_reload_takes_the_reloaded_treatment() {
     wait_for("the tunnel to be connecting", PROMPTLY, || {
         stat(&proxy.stats(), "connecting") == 1
     });
+    (dir, allow, proxy, client)
+}
+
+#[test]
+fn a_tunnel_connecting_during_a_reload_takes_the_reloaded_treatment() {
+    let (listener, _queued, addr) = unanswering_upstream();
+    let (dir, _, proxy, mut client) = connecting_to(addr, "attack-reload-connecting");
 
     write_config(&dir, &inspect_config(addr.port()));
     reload(&proxy);
@@ -267,19 +277,7 @@ fn a_tunnel_connecting_during_a_reload_takes_the_reloaded_treatment() {
 #[test]
 fn a_tunnel_connecting_when_a_reload_refuses_it_hears_why() {
     let (listener, _queued, addr) = unanswering_upstream();
-    let dir = TempDir::new("attack-reload-refuses-connecting");
-    let allow = format!(
-        "[[rules]]\nname = \"api\"\naction = \"allow\"\ncidrs = [\"127.0.0.1/32\"]\nports = [{}]\n",
-        addr.port()
-    );
-    let cfg = write_config(&dir, &allow);
-    let proxy = start(&cfg, &["--connect-timeout", "30s"]);
-    let mut client = TcpStream::connect(proxy.addr).unwrap();
-    client.set_read_timeout(Some(PROMPTLY)).unwrap();
-    write!(client, "CONNECT {addr} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-    wait_for("the tunnel to be connecting", PROMPTLY, || {
-        stat(&proxy.stats(), "connecting") == 1
-    });
+    let (dir, allow, proxy, mut client) = connecting_to(addr, "attack-reload-refuses-connecting");
 
     let deny = allow.replace("\"allow\"", "\"deny\"") + "reason = \"closed for maintenance\"\n";
     write_config(&dir, &deny);
