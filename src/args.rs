@@ -107,6 +107,12 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub upstream_ca: Vec<PathBuf>,
 
+    /// Hand terminated TLS to the kernel after its handshakes (kTLS, Linux
+    /// with the tls module): bytes are then en- and decrypted in the kernel
+    /// and spliced. Sets the file's [tls] ktls.
+    #[arg(long)]
+    pub ktls: bool,
+
     /// Require proxy credentials (HTTP Basic and SOCKS5 username/password).
     /// Visible to every user in `ps`: prefer --auth-env or --auth-file.
     /// Overrides the file's [auth].
@@ -325,6 +331,7 @@ impl Args {
             tls.ca_key = Some(k.clone());
         }
         tls.upstream_ca.extend(self.upstream_ca.iter().cloned());
+        tls.ktls |= self.ktls;
         file.audit |= self.audit;
         if let Some(f) = self.log_format {
             file.log_format = f;

@@ -6,6 +6,7 @@
 //! dead peer is always [`Io::PeerGone`], whatever errno said it.
 
 pub(crate) mod dgram;
+pub(crate) mod ktls;
 pub(crate) mod readiness;
 mod std_listener;
 

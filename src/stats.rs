@@ -30,6 +30,7 @@ pub struct Stats {
     requests_allowed: AtomicU64,
     requests_denied: AtomicU64,
     upgrades: AtomicU64,
+    tls_offloads: AtomicU64,
     /// Names waiting for a resolver thread.
     resolver_queue: AtomicU64,
     /// Logins refused: a wrong password, an unknown name, malformed credentials.
@@ -135,6 +136,10 @@ impl Stats {
     pub(crate) fn upgraded(&self) {
         self.upgrades.fetch_add(1, Relaxed);
     }
+    /// One side of a terminated session handed its TLS to the kernel.
+    pub(crate) fn tls_offloaded(&self) {
+        self.tls_offloads.fetch_add(1, Relaxed);
+    }
 
     /// A SOCKS5 UDP association was opened.
     pub(crate) fn udp_associated(&self) {
@@ -219,6 +224,7 @@ impl Stats {
             requests_allowed: self.requests_allowed.load(Relaxed),
             requests_denied: self.requests_denied.load(Relaxed),
             upgrades: self.upgrades.load(Relaxed),
+            tls_offloads: self.tls_offloads.load(Relaxed),
             resolver_queue: self.resolver_queue.load(Relaxed),
             auth_failures: self.auth_failures.load(Relaxed),
             auth_verifications: self.auth_verifications.load(Relaxed),
@@ -312,6 +318,8 @@ pub struct StatsSnapshot {
     pub requests_denied: u64,
     /// Inspected sessions that switched to raw passthrough after a 101.
     pub upgrades: u64,
+    /// Sides of terminated TLS sessions handed to the kernel (kTLS).
+    pub tls_offloads: u64,
     /// Names waiting for a resolver thread now.
     pub resolver_queue: u64,
     /// Logins refused: wrong password, unknown user, malformed credentials.
@@ -426,11 +434,11 @@ impl fmt::Display for StatsSnapshot {
         let o = &self.open;
         write!(
             f,
-            "accepted={} allowed={} denied={} open={} (handshake={} resolving={} connecting={} established={} closing={}) bytes_up={} bytes_down={} wakeups={} events={} accept_pauses={} requests={} requests_allowed={} requests_denied={} upgrades={} auth_failures={} auth_verifications={} auth_busy={} handshake_rate_refused={} udp_associations={} udp_datagrams_up={} udp_datagrams_down={} udp_dropped={} closed:",
+            "accepted={} allowed={} denied={} open={} (handshake={} resolving={} connecting={} established={} closing={}) bytes_up={} bytes_down={} wakeups={} events={} accept_pauses={} requests={} requests_allowed={} requests_denied={} upgrades={} tls_offloads={} auth_failures={} auth_verifications={} auth_busy={} handshake_rate_refused={} udp_associations={} udp_datagrams_up={} udp_datagrams_down={} udp_dropped={} closed:",
             self.accepted, self.allowed, self.denied, o.total(), o.handshake, o.resolving,
             o.connecting, o.established, o.closing, self.bytes_up, self.bytes_down,
             self.wakeups, self.events, self.accept_pauses, self.requests,
-            self.requests_allowed, self.requests_denied, self.upgrades, self.auth_failures,
+            self.requests_allowed, self.requests_denied, self.upgrades, self.tls_offloads, self.auth_failures,
             self.auth_verifications, self.auth_busy, self.handshake_rate_refused,
             self.udp.associations, self.udp.datagrams_up, self.udp.datagrams_down,
             self.udp.dropped_total()

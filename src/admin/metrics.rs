@@ -192,6 +192,12 @@ pub(crate) fn render(
         s.upgrades,
     );
     m.single(
+        "portcullis_tls_offloads_total",
+        "counter",
+        "Sides of terminated TLS sessions handed to the kernel after their handshakes (kTLS).",
+        s.tls_offloads,
+    );
+    m.single(
         "portcullis_reactor_wakeups_total",
         "counter",
         "Times the reactor returned from poll (an idle proxy does not wake).",

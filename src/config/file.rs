@@ -85,6 +85,8 @@ struct RawTls {
     upstream_roots: Option<String>,
     #[serde(default)]
     state_dir: Option<String>,
+    #[serde(default)]
+    ktls: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -538,6 +540,7 @@ impl ConfigFile {
                 Some(v) => Some(path_of("tls.state_dir", v)?),
                 None => default_state_dir(),
             },
+            ktls: t.ktls,
         };
         let upstream_proxy = match raw.upstream_proxy {
             None => None,

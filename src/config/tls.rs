@@ -23,6 +23,10 @@ pub struct TlsConfig {
     /// configured directory, else `$XDG_STATE_HOME/portcullis`, else
     /// `~/.local/state/portcullis`; `None` only when neither variable is set.
     pub state_dir: Option<PathBuf>,
+    /// Hand terminated TLS to the kernel after its handshakes (kTLS) where
+    /// the kernel offers it; off by default. A kernel without the TLS ULP
+    /// leaves it in user space, with one warning at start.
+    pub ktls: bool,
 }
 
 impl Default for TlsConfig {
@@ -33,6 +37,7 @@ impl Default for TlsConfig {
             upstream_ca: Vec::new(),
             upstream_roots: UpstreamRoots::default(),
             state_dir: default_state_dir(),
+            ktls: false,
         }
     }
 }

@@ -4,6 +4,7 @@
 //! learns which.
 
 use crate::io::Io;
+use crate::tls::ktls::{Offload, APPLICATION_DATA};
 use crate::tls::wire::Wire;
 
 /// One side's transport, as the core drives it.
@@ -32,6 +33,21 @@ pub(crate) trait Port: Wire {
     /// (the socket's pending error); `None` when there is nothing to say.
     fn connect_error(&mut self) -> Option<std::io::Error> {
         None
+    }
+    /// Hands this side's TLS records to the kernel with these keys (kTLS):
+    /// from then on reads and writes carry plaintext. A transport that
+    /// cannot says so, and the link above it fails.
+    fn offload_tls(&mut self, _offload: &Offload) -> std::io::Result<()> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+    /// After [`Port::offload_tls`]: one read, and the type of the record
+    /// the bytes came from (a control record comes alone).
+    fn read_record(&mut self, buf: &mut [u8]) -> (Io, u8) {
+        (self.read(buf), APPLICATION_DATA)
+    }
+    /// After [`Port::offload_tls`]: sends a close_notify alert.
+    fn send_close_notify(&mut self) -> Io {
+        Io::PeerGone(std::io::ErrorKind::Unsupported.into())
     }
 }
 

@@ -60,6 +60,11 @@ pub(crate) trait Env: opening::Env {
     /// Each of an inspected session's queues: at least a head and the room
     /// a rewrite adds to one.
     fn inspect_buffer(&self) -> usize;
+    /// The ciphers terminated TLS may hand to the kernel after its
+    /// handshakes (kTLS); none by default.
+    fn ktls(&self) -> crate::tls::ktls::Support {
+        crate::tls::ktls::Support::NONE
+    }
 }
 
 /// Where the machine stands after a call.
@@ -421,8 +426,8 @@ impl SessionCore {
                     tls: true,
                 };
                 let start = Start {
-                    client: Link::tls(secured.client),
-                    upstream: Link::tls(secured.upstream),
+                    client: Link::tls_offloading(secured.client, env.ktls()),
+                    upstream: Link::tls_offloading(secured.upstream, env.ktls()),
                     to_client: &[],
                     early: &[],
                     rules: secured.treatment.inspect,
@@ -560,7 +565,7 @@ impl SessionCore {
         };
         let start = Start {
             client: Link::Plain,
-            upstream: Link::tls(layer),
+            upstream: Link::tls_offloading(layer, env.ktls()),
             to_client: &[],
             early: &request.early,
             rules: treatment.inspect,

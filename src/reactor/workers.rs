@@ -165,6 +165,7 @@ impl Workers {
             super::verifier::THREADS
         };
         let udp_waiting = crate::session::WaitBudget::new(crate::session::WAITING_BYTES_TOTAL);
+        let ktls = ktls_support(config.tls.ktls);
         let mut reactors = Vec::with_capacity(n);
         for (w, p) in parts.into_iter().enumerate() {
             let (answers_tx, answers) = mpsc::channel();
@@ -182,6 +183,7 @@ impl Workers {
                     own: own.clone(),
                     relay_bind: hooks.relay_bind.clone(),
                     udp_waiting: Arc::clone(&udp_waiting),
+                    ktls,
                 },
                 policy: config.policy.clone(),
                 remote: Arc::clone(&remote),
@@ -400,6 +402,30 @@ fn bind_fix(e: &io::Error, addr: &ListenAddr, elsewhere: &str) -> String {
             a.port()
         ),
         _ => String::new(),
+    }
+}
+
+/// What terminated TLS may hand to the kernel: the probe's answer when the
+/// setting is on. A kernel without it is told once, with its fix.
+fn ktls_support(on: bool) -> crate::tls::ktls::Support {
+    if !on {
+        return crate::tls::ktls::Support::NONE;
+    }
+    match crate::io::ktls::probe() {
+        Ok(s) => {
+            log::info!(
+                "ktls: terminated TLS goes to the kernel after its handshakes ({})",
+                s.names().join(", ")
+            );
+            s
+        }
+        Err(e) => {
+            log::warn!(
+                "ktls: this kernel cannot take TLS ({e}); terminated TLS stays in user space. \
+                 Fix: load the tls module (modprobe tls), or drop --ktls / [tls] ktls"
+            );
+            crate::tls::ktls::Support::NONE
+        }
     }
 }
 

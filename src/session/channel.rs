@@ -15,7 +15,7 @@ use crate::tls::wire::Wire;
 /// is: an idle raw tunnel pays nothing for the TLS it does not use.
 pub(crate) enum Channel {
     Plain(Endpoint),
-    /// The socket and its link (always [`Link::Tls`]).
+    /// The socket and its link ([`Link::Tls`], or [`Link::Kernel`]).
     Tls(Box<(Endpoint, Link)>),
 }
 
@@ -79,6 +79,21 @@ impl Port for Endpoint {
     fn connect_error(&mut self) -> Option<std::io::Error> {
         Endpoint::connect_error(self)
     }
+    fn offload_tls(&mut self, offload: &crate::tls::ktls::Offload) -> std::io::Result<()> {
+        Endpoint::offload_tls(self, offload)
+    }
+    fn read_record(&mut self, buf: &mut [u8]) -> (Io, u8) {
+        if !self.readable() {
+            return (Io::WouldBlock, crate::tls::ktls::APPLICATION_DATA);
+        }
+        Endpoint::read_record(self, buf)
+    }
+    fn send_close_notify(&mut self) -> Io {
+        if !self.writable() {
+            return Io::WouldBlock;
+        }
+        Endpoint::send_close_notify(self)
+    }
 }
 
 impl Channel {
@@ -91,7 +106,7 @@ impl Channel {
     pub(crate) fn from_parts(ep: Endpoint, link: Link) -> Channel {
         match link {
             Link::Plain => Channel::Plain(ep),
-            tls @ Link::Tls(_) => Channel::Tls(Box::new((ep, tls))),
+            tls => Channel::Tls(Box::new((ep, tls))),
         }
     }
 
@@ -128,16 +143,32 @@ impl Channel {
         }
     }
 
-    /// The socket, when the channel is plaintext (splice moves its bytes).
-    pub(crate) fn plain_endpoint(&mut self) -> Option<&mut Endpoint> {
+    /// The socket, when it carries the channel's plaintext itself (plain,
+    /// or TLS in the kernel): splice moves its bytes.
+    pub(crate) fn splice_endpoint(&mut self) -> Option<&mut Endpoint> {
         match self {
             Channel::Plain(ep) => Some(ep),
+            Channel::Tls(b) if b.1.splices() => Some(&mut b.0),
             Channel::Tls(_) => None,
         }
     }
 
     pub(crate) fn is_plain(&self) -> bool {
         matches!(self, Channel::Plain(_))
+    }
+
+    /// Bytes may be spliced to and from this channel's socket.
+    pub(crate) fn splices(&self) -> bool {
+        self.link().splices()
+    }
+
+    /// Splicing from a kTLS socket stopped at a control record (splice
+    /// takes data records only): reads that record through the link, which
+    /// handles it. `Progress` never carries data here; any error is the
+    /// side's.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn read_control(&mut self) -> Io {
+        self.with(|link, ep| link.read_control(ep))
     }
 
     /// The kernel reported an error on the socket.

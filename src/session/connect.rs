@@ -77,6 +77,10 @@ impl session::Env for PolicyEnv<'_, '_> {
         let limits = &self.ctx.settings.limits;
         limits.buffer_size.max(limits.max_head_bytes + 1024)
     }
+
+    fn ktls(&self) -> crate::tls::ktls::Support {
+        self.ctx.settings.ktls
+    }
 }
 
 impl establish::Env for PolicyEnv<'_, '_> {

@@ -35,6 +35,9 @@ pub(crate) struct Settings {
     pub(crate) relay_bind: Option<RelayBind>,
     /// The proxy-wide budget for UDP datagrams waiting on a name lookup.
     pub(crate) udp_waiting: std::sync::Arc<super::associate::WaitBudget>,
+    /// The ciphers terminated TLS hands to the kernel (kTLS): the probe's
+    /// answer when `tls.ktls` is on, else none.
+    pub(crate) ktls: crate::tls::ktls::Support,
 }
 
 /// Binds a UDP socket at `(ip, port 0)` in the clients' network namespace

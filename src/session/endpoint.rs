@@ -21,6 +21,8 @@ pub(crate) struct Endpoint {
     /// A short read after the peer's FIN: EOF is next (no syscall needed).
     drained_to_eof: bool,
     nodelay: Nodelay,
+    /// The socket's TLS went to the kernel and no one has counted it yet.
+    offloaded: bool,
 }
 
 /// Where a socket is with TCP_NODELAY.
@@ -100,6 +102,7 @@ impl Endpoint {
             ready: Readiness::default(),
             drained_to_eof: false,
             nodelay: Nodelay::Done,
+            offloaded: false,
         })
     }
 
@@ -281,6 +284,53 @@ impl Endpoint {
             Io::WouldBlock => self.ready.event.remove(Ready::WRITABLE),
             Io::Progress(n) if n < before => self.ready.event.remove(Ready::WRITABLE),
             _ => {}
+        }
+        io
+    }
+
+    /// Hands the socket's TLS to the kernel (see `crate::io::ktls`).
+    pub(crate) fn offload_tls(&mut self, offload: &crate::tls::ktls::Offload) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        crate::io::ktls::install(self.stream.as_raw_fd(), offload)?;
+        self.offloaded = true;
+        Ok(())
+    }
+
+    /// Whether the socket's TLS went to the kernel since the last call
+    /// (each hand-off is counted once).
+    pub(crate) fn take_offloaded(&mut self) -> bool {
+        std::mem::take(&mut self.offloaded)
+    }
+
+    /// One read from a kTLS socket, with its record type. Unlike
+    /// [`Endpoint::read`], a short read says nothing about the queue (a
+    /// control record comes alone), so only WouldBlock and EOF clear the
+    /// readiness.
+    pub(crate) fn read_record(&mut self, buf: &mut [u8]) -> (Io, u8) {
+        use std::os::fd::AsRawFd;
+        let fd = self.stream.as_raw_fd();
+        let mut kind = crate::tls::ktls::APPLICATION_DATA;
+        let io = crate::io::retrying(crate::io::Dir::Read, || {
+            crate::io::ktls::recv_record(fd, buf).map(|(n, k)| {
+                kind = k;
+                n
+            })
+        });
+        if matches!(io, Io::WouldBlock | Io::Eof) {
+            self.ready.event.remove(Ready::READABLE);
+        }
+        (io, kind)
+    }
+
+    /// Sends a close_notify on a kTLS socket.
+    pub(crate) fn send_close_notify(&mut self) -> Io {
+        use std::os::fd::AsRawFd;
+        let fd = self.stream.as_raw_fd();
+        let io = crate::io::retrying(crate::io::Dir::Write, || {
+            crate::io::ktls::send_close_notify(fd)
+        });
+        if matches!(io, Io::WouldBlock) {
+            self.ready.event.remove(Ready::WRITABLE);
         }
         io
     }

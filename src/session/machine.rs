@@ -274,6 +274,11 @@ impl Machine {
                 }
             }
         }
+        for ep in std::iter::once(&mut self.client).chain(self.upstream.as_deref_mut()) {
+            if ep.take_offloaded() {
+                ctx.stats.tls_offloaded();
+            }
+        }
         let (up, down) = self.core.take_relayed();
         conn.count(Side::Client, up, ctx);
         conn.count(Side::Upstream, down, ctx);

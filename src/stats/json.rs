@@ -58,6 +58,7 @@ pub(crate) fn stats_value(
         "requests_allowed": s.requests_allowed,
         "requests_denied": s.requests_denied,
         "upgrades": s.upgrades,
+        "tls_offloads": s.tls_offloads,
         "resolver_queue": s.resolver_queue,
         "auth_failures": s.auth_failures,
         "auth_verifications": s.auth_verifications,

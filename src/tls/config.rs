@@ -75,6 +75,9 @@ impl ServerConfigs {
         // Our suite order (AES-128 first, see `provider`), not the client's:
         // clients list AES-256 first, which costs more on this hop.
         template.ignore_client_order = true;
+        // Lets a finished session hand its keys to the kernel (kTLS, when
+        // configured); nothing else reads them.
+        template.enable_secret_extraction = true;
         ServerConfigs { template }
     }
 
@@ -117,6 +120,8 @@ impl ClientConfigs {
             .with_custom_certificate_verifier(Arc::new(super::issuer::NamingVerifier(verifier)))
             .with_no_client_auth();
         config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
+        // As for the server side: for a kernel hand-off, when configured.
+        config.enable_secret_extraction = true;
         ClientConfigs {
             config: Arc::new(config),
         }

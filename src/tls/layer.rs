@@ -313,6 +313,35 @@ impl TlsLayer {
         self.plaintext > 0 || !self.rx.is_empty()
     }
 
+    /// The layer may hand its records to the kernel now (kTLS): the
+    /// handshake is done, the layer is open both ways, nothing waits to be
+    /// read or written at the TLS layer, and the bytes rustls was given end
+    /// on a record boundary (the kernel must see the next record whole).
+    pub(crate) fn ready_to_offload(&self) -> bool {
+        self.phase == Phase::Open
+            && self.peer_close.is_none()
+            && !self.conn.is_handshaking()
+            && !self.conn.wants_write()
+            && self.plaintext == 0
+            && self.rx.is_empty()
+            && self.rx.at_record_boundary()
+    }
+
+    /// The keys and sequence numbers for the kernel, ending this layer.
+    /// Only when [`ready_to_offload`](Self::ready_to_offload).
+    pub(crate) fn into_offload(self) -> Result<super::ktls::Offload, String> {
+        debug_assert!(self.ready_to_offload());
+        let version = self
+            .conn
+            .protocol_version()
+            .ok_or("no TLS version negotiated")?;
+        let secrets = self
+            .conn
+            .dangerous_extract_secrets()
+            .map_err(|e| format!("extracting the TLS keys: {e}"))?;
+        super::ktls::offload(version, secrets)
+    }
+
     /// How the peer closed, once `read` has said `Eof`.
     pub(crate) fn peer_close(&self) -> Option<PeerClose> {
         self.peer_close

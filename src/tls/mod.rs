@@ -37,6 +37,7 @@ pub mod failure;
 pub mod instructions;
 pub mod issuer;
 pub mod jks;
+pub mod ktls;
 #[allow(dead_code)]
 pub(crate) mod layer;
 pub mod leaf;

@@ -100,6 +100,9 @@ pub(crate) struct Rx {
     buf: Vec<u8>,
     start: usize,
     chunk: usize,
+    /// Where the bytes given to rustls so far end, record-wise (a kernel
+    /// hand-off needs a boundary).
+    cursor: super::ktls::RecordCursor,
 }
 
 /// What filling the staging did.
@@ -120,6 +123,7 @@ impl Rx {
             buf: Vec::new(),
             start: 0,
             chunk: chunk.max(1),
+            cursor: Default::default(),
         }
     }
 
@@ -133,6 +137,11 @@ impl Rx {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.start == self.buf.len()
+    }
+
+    /// The bytes given to rustls so far end exactly between two records.
+    pub(crate) fn at_record_boundary(&self) -> bool {
+        self.cursor.at_boundary()
     }
 
     /// Staged bytes (for tests and accounting).
@@ -173,6 +182,7 @@ impl Rx {
     ) -> io::Result<usize> {
         let mut staged = &self.buf[self.start..];
         let n = read_tls(&mut staged)?;
+        self.cursor.advance(&self.buf[self.start..self.start + n]);
         self.start += n;
         if self.is_empty() {
             self.buf.clear();

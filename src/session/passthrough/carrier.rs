@@ -63,8 +63,15 @@ impl Carrier {
                 io
             }
             #[cfg(target_os = "linux")]
-            (Carrier::Pipe(p), src) => match src.plain_endpoint() {
-                Some(ep) => ep.splice_in(p),
+            (Carrier::Pipe(p), src) => match src.splice_endpoint() {
+                Some(ep) => match ep.splice_in(p) {
+                    // A kTLS socket refuses to splice a control record
+                    // (EINVAL; ENOTSUPP, 524, on older kernels): the link
+                    // reads it (a close_notify is the EOF) and splicing
+                    // goes on.
+                    Io::PeerGone(e) if !src.is_plain() && is_control_stop(&e) => src.read_control(),
+                    io => io,
+                },
                 None => no_splice_through_tls(),
             },
         };
@@ -98,11 +105,17 @@ impl Owed<Endpoint> for Carrier {
         match self {
             Carrier::Buf(b) => Owed::<Endpoint>::drain_to(b, link, ep),
             #[cfg(target_os = "linux")]
-            Carrier::Pipe(p) if link.is_plain() => ep.splice_out(p),
+            Carrier::Pipe(p) if link.splices() => ep.splice_out(p),
             #[cfg(target_os = "linux")]
             Carrier::Pipe(_) => no_splice_through_tls(),
         }
     }
+}
+
+/// What splicing from a kTLS socket says when the next record is not data.
+#[cfg(target_os = "linux")]
+fn is_control_stop(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(nix::libc::EINVAL) | Some(524))
 }
 
 /// A pipe paired with a TLS channel: never built (pipes are taken only

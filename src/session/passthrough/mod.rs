@@ -197,8 +197,10 @@ impl Passthrough {
         // reporting the error (the syscalls say it in the right order).
         let mut active = false;
         let mut rounds = 0;
-        // Splice needs a socket at both ends: after a TLS upgrade, buffers carry.
-        let splice = self.client.is_plain() && self.upstream.is_plain();
+        // Splice needs a socket carrying plaintext at both ends: after an
+        // upgrade inside TLS, buffers carry until the kernel runs both sides'
+        // TLS (kTLS).
+        let splice = self.client.splices() && self.upstream.splices();
         loop {
             // TLS records owed below the plaintext (and a close_notify's FIN).
             let tls_moved = match (self.client.progress(), self.upstream.progress()) {
@@ -222,6 +224,12 @@ impl Passthrough {
                 conn,
                 ctx,
             );
+            // A side whose TLS went to the kernel in these reads is counted once.
+            for ch in [&mut self.client, &mut self.upstream] {
+                if ch.endpoint().take_offloaded() {
+                    ctx.stats.tls_offloaded();
+                }
+            }
             let moved = match (up, down) {
                 (Ok(a), Ok(b)) => tls_moved | a | b,
                 (Err(Gone(side)), _) | (_, Err(Gone(side))) => return self.lost(side, ctx),

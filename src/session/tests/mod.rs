@@ -81,6 +81,7 @@ impl Harness {
                 own: Default::default(),
                 relay_bind: None,
                 udp_waiting: crate::session::associate::WaitBudget::new(1 << 20),
+                ktls: crate::tls::ktls::Support::NONE,
             },
             tls: super::TlsEnv::new(
                 crate::config::TlsConfig::default(),

@@ -3,6 +3,7 @@
 
 mod accept;
 mod ca;
+mod ktls;
 mod layer;
 mod leaf;
 mod pair;
