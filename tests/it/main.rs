@@ -34,6 +34,7 @@ mod idle;
 mod inspect_rules;
 mod kill;
 mod kill_storm;
+mod ktls;
 mod limits;
 mod logs;
 mod parent_proxy;

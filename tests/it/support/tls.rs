@@ -249,7 +249,11 @@ pub fn https_origin(ca: &TestCa) -> Server {
 
 /// An HTTPS origin presenting `which`.
 pub fn https_origin_with(ca: &TestCa, which: OriginCert) -> Server {
-    let config = origin_config(ca, which);
+    https_origin_from(origin_config(ca, which))
+}
+
+/// An HTTPS origin with this server config.
+pub fn https_origin_from(config: Arc<ServerConfig>) -> Server {
     Server::start(move |tcp| {
         let conn = match ServerConnection::new(config.clone()) {
             Ok(c) => c,
@@ -309,6 +313,24 @@ fn serve(tls: &mut Tls) -> io::Result<()> {
             }
         }
 
+        // `/bytes/N`: N bytes of the seed-1 payload (a download to check).
+        if let Some(n) = path
+            .strip_prefix("/bytes/")
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            write!(tls, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n")?;
+            let mut gen = super::payload::DataGen::new(1);
+            let mut chunk = vec![0u8; 256 * 1024];
+            let mut left = n;
+            while left > 0 {
+                let k = left.min(chunk.len() as u64) as usize;
+                gen.fill(&mut chunk[..k]);
+                tls.write_all(&chunk[..k])?;
+                left -= k as u64;
+            }
+            tls.flush()?;
+            continue;
+        }
         let sni = tls.conn.server_name().unwrap_or("-").to_owned();
         let alpn = tls
             .conn

@@ -1,0 +1,252 @@
+//! Kernel TLS (`--ktls`): terminated TLS handed to the kernel after its
+//! handshakes. This machine's kernel may lack the TLS ULP; then these
+//! tests say so and pass, and `scripts/ktls-vm.sh` (which CI runs) runs
+//! them in a VM whose kernel has it, with `PORTCULLIS_REQUIRE_KTLS=1` so
+//! that a missing ULP fails them there.
+
+use crate::support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rustls::{ClientConnection, StreamOwned};
+use support::tls::{https_origin, https_origin_from, tls_client, Cas, TestCa};
+use support::*;
+
+type Tls = StreamOwned<ClientConnection, TcpStream>;
+
+/// Whether this kernel offers the TLS ULP; a test without it returns
+/// early, unless `PORTCULLIS_REQUIRE_KTLS` is set.
+fn kernel_has_tls() -> bool {
+    let ulps = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp").unwrap_or_default();
+    let has = ulps.split_whitespace().any(|u| u == "tls");
+    if !has {
+        assert!(
+            std::env::var_os("PORTCULLIS_REQUIRE_KTLS").is_none(),
+            "PORTCULLIS_REQUIRE_KTLS is set but this kernel has no TLS ULP ({ulps:?})"
+        );
+        eprintln!("NOTE: no TLS ULP in this kernel: kTLS is tested by scripts/ktls-vm.sh");
+    }
+    has
+}
+
+fn config(cas: &Cas, port: u16) -> (TempDir, PathBuf) {
+    let dir = TempDir::new("ktls-config");
+    let path = dir.0.join("portcullis.toml");
+    let text = cas
+        .terminate_config(port, "")
+        .replacen("[tls]\n", "[tls]\nktls = true\n", 1);
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+fn start(path: &std::path::Path) -> ChildProxy {
+    let proxy = ChildProxy::start(&["--config", path.to_str().unwrap()]);
+    proxy.wait_for_line("the kTLS start line", |l| {
+        l.contains("ktls: terminated TLS goes to the kernel")
+    });
+    proxy
+}
+
+/// A TLS session to `target` through a CONNECT tunnel, trusting `ca`.
+fn session(proxy: &ChildProxy, target: &str, ca: &TestCa) -> Tls {
+    let tcp = connect_via_http(proxy.addr, target);
+    tcp.set_read_timeout(Some(BULK)).unwrap();
+    tls_client(ca, tcp, "localhost")
+}
+
+/// GETs `/bytes/n` from `host` (the tunnel's target: the proxy checks
+/// the Host header against it) on `tls` and checks every byte against the origin's payload.
+fn download(tls: &mut Tls, host: &str, n: u64) {
+    write!(tls, "GET /bytes/{n} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
+    tls.flush().unwrap();
+    let head = String::from_utf8(read_until_blank_line(tls).unwrap()).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut v = Verifier::new(1);
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut left = n;
+    while left > 0 {
+        let want = left.min(buf.len() as u64) as usize;
+        let k = tls.read(&mut buf[..want]).unwrap();
+        assert!(k > 0, "EOF with {left} bytes to come");
+        v.check(&buf[..k]);
+        left -= k as u64;
+    }
+    assert_eq!(v.first_mismatch, None, "the download differs");
+}
+
+/// A small request on `tls`: its response's status line.
+fn small(tls: &mut Tls, host: &str) -> std::io::Result<String> {
+    write!(tls, "GET /hello HTTP/1.1\r\nHost: {host}\r\n\r\n")?;
+    tls.flush()?;
+    let head = String::from_utf8_lossy(&read_until_blank_line(tls)?).into_owned();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    tls.read_exact(&mut body)?;
+    Ok(head.lines().next().unwrap_or("").to_owned())
+}
+
+/// A download and then a keep-alive request through terminated TLS whose
+/// both sides went to the kernel (the session tickets the origin sends
+/// after its handshake are control records the proxy reads and drops),
+/// byte-exact; then the client's close_notify ends it cleanly.
+#[test]
+fn a_terminated_download_goes_through_the_kernel_byte_exact() {
+    if !kernel_has_tls() {
+        return;
+    }
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
+    let (_dir, cfg) = config(&cas, origin.port());
+    let proxy = start(&cfg);
+    let target = format!("localhost:{}", origin.port());
+    let mut tls = session(&proxy, &target, &cas.proxy);
+    download(&mut tls, &target, 24 << 20);
+    assert_eq!(small(&mut tls, &target).unwrap(), "HTTP/1.1 200 OK");
+    download(&mut tls, &target, 3 << 20);
+    let st = proxy.stats();
+    assert_eq!(stat(&st, "tls_offloads"), 2, "{st:?}");
+    assert_eq!(stat(&st, "requests"), 3, "{st:?}");
+    tls.conn.send_close_notify();
+    tls.flush().unwrap();
+    // The proxy passes the close_notify on (the origin then closes too)
+    // and the session ends cleanly: the client reads the origin's
+    // close_notify, not a reset.
+    let mut rest = Vec::new();
+    tls.read_to_end(&mut rest).expect("a clean close");
+    assert!(
+        rest.is_empty(),
+        "{} bytes after the last response",
+        rest.len()
+    );
+    let line = proxy.wait_for_line("the session's close", |l| l.contains("event=session"));
+    assert!(line.contains("close=done"), "{line}");
+}
+
+/// TLS 1.2 to the origin (its own key layout in the kernel) and ChaCha20
+/// from the client: offloaded both, byte-exact.
+#[test]
+fn tls12_upstream_and_chacha_client_go_through_the_kernel() {
+    if !kernel_has_tls() {
+        return;
+    }
+    let cas = Cas::new();
+    let (chain, key) = cas.upstream.leaf(&["localhost", "127.0.0.1"], false);
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS12])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let origin = https_origin_from(Arc::new(server));
+    let (_dir, cfg) = config(&cas, origin.port());
+    let proxy = start(&cfg);
+    let target = format!("localhost:{}", origin.port());
+    // The client offers ChaCha20 only.
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider
+        .cipher_suites
+        .retain(|s| s.suite() == rustls::CipherSuite::TLS13_CHACHA20_POLY1305_SHA256);
+    let mut client = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(cas.proxy.roots())
+        .with_no_client_auth();
+    client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = connect_via_http(proxy.addr, &target);
+    tcp.set_read_timeout(Some(BULK)).unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = ClientConnection::new(Arc::new(client), name).unwrap();
+    let mut tls = StreamOwned::new(conn, tcp);
+    download(&mut tls, &target, 16 << 20);
+    assert_eq!(
+        tls.conn.negotiated_cipher_suite().unwrap().suite(),
+        rustls::CipherSuite::TLS13_CHACHA20_POLY1305_SHA256
+    );
+    let st = proxy.stats();
+    assert_eq!(stat(&st, "tls_offloads"), 2, "{st:?}");
+}
+
+/// A WebSocket inside terminated TLS after both sides went to the kernel:
+/// 24 MiB each way, byte-exact (the relay splices between the two kTLS
+/// sockets), and the client's close_notify reaches the origin as its end.
+#[test]
+fn a_websocket_inside_kernel_tls_is_relayed_byte_exact() {
+    use tungstenite::{Message, WebSocket};
+    if !kernel_has_tls() {
+        return;
+    }
+    const TOTAL: usize = 24 << 20;
+    const MSG: usize = 1 << 20;
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
+    let (_dir, cfg) = config(&cas, origin.port());
+    let proxy = start(&cfg);
+    let target = format!("localhost:{}", origin.port());
+    let tls = session(&proxy, &target, &cas.proxy);
+    let url = format!("wss://{target}/ws");
+    let (mut ws, resp): (WebSocket<_>, _) =
+        tungstenite::client::client_with_config(url.as_str(), tls, Some(ws_config()))
+            .expect("the WebSocket handshake through the proxy");
+    assert_eq!(resp.status(), 101);
+    let mut gen = DataGen::new(0x6b746c73);
+    let mut sent = Verifier::new(0x6b746c73);
+    let mut back = 0usize;
+    while back < TOTAL {
+        ws.send(Message::Binary(gen.bytes(MSG).into()))
+            .expect("send");
+        let data = ws.read().expect("echo").into_data();
+        sent.check(&data);
+        back += data.len();
+    }
+    assert_eq!(sent.first_mismatch, None);
+    let st = proxy.stats();
+    assert_eq!(stat(&st, "tls_offloads"), 2, "{st:?}");
+    assert_eq!(stat(&st, "upgrades"), 1, "{st:?}");
+    let _ = ws.close(None);
+    let _ = ws.flush();
+    let tls = ws.get_mut();
+    tls.conn.send_close_notify();
+    let _ = tls.flush();
+    // The origin's echo loop ends on our close and closes its side: the
+    // proxy sees both ends and the session is done, not reset.
+    let line = proxy.wait_for_line("the session's close", |l| l.contains("event=session"));
+    assert!(line.contains("close=done"), "{line}");
+}
+
+/// A client that updates its TLS keys, which the kernel cannot follow: its
+/// session ends with a log line naming the fix; another session at the
+/// same time goes on untouched.
+#[test]
+fn a_key_update_ends_only_its_session_and_names_the_fix() {
+    if !kernel_has_tls() {
+        return;
+    }
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
+    let (_dir, cfg) = config(&cas, origin.port());
+    let proxy = start(&cfg);
+    let target = format!("localhost:{}", origin.port());
+    let mut other = session(&proxy, &target, &cas.proxy);
+    assert_eq!(small(&mut other, &target).unwrap(), "HTTP/1.1 200 OK");
+    let mut tls = session(&proxy, &target, &cas.proxy);
+    assert_eq!(small(&mut tls, &target).unwrap(), "HTTP/1.1 200 OK");
+    tls.conn.refresh_traffic_keys().unwrap();
+    assert!(
+        small(&mut tls, &target).is_err(),
+        "a session the kernel cannot decrypt went on"
+    );
+    proxy.wait_for_line("the KeyUpdate's refusal", |l| {
+        l.contains("updated its TLS keys") && l.contains("ktls = false")
+    });
+    download(&mut other, &target, 4 << 20);
+    assert_eq!(small(&mut other, &target).unwrap(), "HTTP/1.1 200 OK");
+}
