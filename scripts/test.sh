@@ -6,7 +6,9 @@
 #   3. the relay tests again on the portable read/write path (what macOS
 #      runs: no splice), chosen at run time, so nothing is rebuilt;
 #   4. the stress tests (kill storms, scale, slowloris, accept exhaustion),
-#      `#[ignore]`d in a plain `cargo test`: scripts/stress.sh.
+#      `#[ignore]`d in a plain `cargo test`: scripts/stress.sh;
+#   5. the kernel-TLS tests where a kernel with the TLS ULP runs them
+#      (this one's, or a QEMU VM's): scripts/ktls.sh.
 # Extra arguments go to every `cargo test` (e.g. --release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,3 +23,5 @@ PORTCULLIS_SPLICE=off cargo test "$@" --test it -- \
     upgrade:: websocket:: workers::
 
 scripts/stress.sh "$@"
+
+scripts/ktls.sh "$@"

@@ -230,6 +230,7 @@ fn terminate_and_tls_flags() {
         "a.pem",
         "--upstream-ca",
         "b.pem",
+        "--ktls",
     ])
     .unwrap();
     assert!(!a.uses_builtin_policy());
@@ -243,6 +244,8 @@ fn terminate_and_tls_flags() {
     assert_eq!(tls.ca_cert.as_deref(), Some(std::path::Path::new("ca.pem")));
     assert_eq!(tls.ca_key.as_deref(), Some(std::path::Path::new("ca.key")));
     assert_eq!(tls.upstream_ca.len(), 2);
+    assert!(tls.ktls);
+    assert!(!parse(&[]).unwrap().load().unwrap().config.tls.ktls);
     // Both or neither.
     let e = parse(&["--ca-cert", "ca.pem"])
         .unwrap()

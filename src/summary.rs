@@ -163,8 +163,9 @@ pub fn render(setup: &Setup, args: &Args, warnings: &[String]) -> String {
     };
     let _ = writeln!(
         s,
-        "tls: {ca}, upstream_ca {upstream}, state_dir {state_dir}, upstream_roots {}",
-        tls.upstream_roots
+        "tls: {ca}, upstream_ca {upstream}, state_dir {state_dir}, upstream_roots {}, ktls {}",
+        tls.upstream_roots,
+        if tls.ktls { "on" } else { "off" }
     );
     let policy = &c.policy;
     let from = match (&setup.rules, &args.config) {

@@ -99,3 +99,15 @@ fn upstream_roots_platform_by_default_webpki_on_request() {
         "{e}"
     );
 }
+
+#[test]
+fn ktls_is_off_unless_the_file_or_the_flag_turns_it_on() {
+    let c = Config::from_toml_str("").unwrap();
+    assert!(!c.tls.ktls);
+    let c = Config::from_toml_str("[tls]\nktls = true\n").unwrap();
+    assert!(c.tls.ktls);
+    let e = Config::from_toml_str("[tls]\nktls = \"yes\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ktls") || e.contains("bool"), "{e}");
+}
