@@ -39,6 +39,10 @@ pub(crate) struct MemPort {
     /// A read gave the FIN.
     eof_read: bool,
     want: (bool, bool),
+    /// The core handed this side's TLS to the "kernel": the inbox holds
+    /// raw records it opens, and what the core writes is sealed.
+    #[cfg(test)]
+    pub(crate) kernel: Option<Box<crate::core::tests::kernel::KernelTls>>,
 }
 
 impl MemPort {
@@ -102,6 +106,13 @@ impl Wire for MemPort {
         if n == 0 {
             return Io::WouldBlock;
         }
+        #[cfg(test)]
+        if let Some(k) = self.kernel.as_mut() {
+            let sealed = k.send(&buf[..n]);
+            self.outbox.extend(sealed);
+            self.room -= n;
+            return Io::Progress(n);
+        }
         self.outbox.extend_from_slice(&buf[..n]);
         self.room -= n;
         Io::Progress(n)
@@ -117,6 +128,10 @@ impl Port for MemPort {
     }
     fn can_read(&self) -> bool {
         let fin = self.fin && !(self.eof_once && self.eof_read);
+        #[cfg(test)]
+        if self.kernel.as_ref().is_some_and(|k| k.readable()) {
+            return self.want.0;
+        }
         self.want.0 && (!self.inbox.is_empty() || fin || self.reset)
     }
     fn can_write(&self) -> bool {
@@ -130,5 +145,42 @@ impl Port for MemPort {
     }
     fn shutdown_write(&mut self) {
         self.shut = true;
+    }
+    #[cfg(test)]
+    fn offload_tls(&mut self, offload: &crate::tls::ktls::Offload) -> io::Result<()> {
+        assert!(self.kernel.is_none(), "a second hand-off");
+        self.kernel = Some(Box::new(crate::core::tests::kernel::KernelTls::new(
+            offload,
+        )));
+        Ok(())
+    }
+    #[cfg(test)]
+    fn read_record(&mut self, buf: &mut [u8]) -> (Io, u8) {
+        if self.kernel.is_none() {
+            return (self.read(buf), crate::tls::ktls::APPLICATION_DATA);
+        }
+        let n = self.cap(buf.len());
+        let k = self.kernel.as_mut().expect("checked");
+        k.receive(self.inbox.drain(..));
+        if let Some((got, kind)) = k.read(&mut buf[..n]) {
+            self.read_total += got;
+            return (Io::Progress(got), kind);
+        }
+        let io = match (self.reset || self.error_only, self.fin) {
+            (true, _) => Io::PeerGone(io::ErrorKind::ConnectionReset.into()),
+            (false, true) if k.partial() => Io::PeerGone(io::ErrorKind::InvalidData.into()),
+            (false, true) => {
+                self.eof_read = true;
+                Io::Eof
+            }
+            (false, false) => Io::WouldBlock,
+        };
+        (io, crate::tls::ktls::APPLICATION_DATA)
+    }
+    #[cfg(test)]
+    fn send_close_notify(&mut self) -> Io {
+        let record = self.kernel.as_mut().expect("a kernel side").close_notify();
+        self.outbox.extend(record);
+        Io::Progress(2)
     }
 }

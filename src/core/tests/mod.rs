@@ -15,6 +15,8 @@ mod exchange_sim;
 mod exchange_upstream;
 mod fuzz_smoke;
 mod handshake;
+pub(crate) mod kernel;
+mod ktls;
 mod machine;
 mod opening;
 mod route;

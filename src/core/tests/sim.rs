@@ -84,28 +84,37 @@ impl Peer {
             }
             Some(conn) => {
                 let mut input = &out[..];
-                while !input.is_empty() {
-                    conn.read_tls(&mut input).expect("the peer reads TLS");
-                    conn.process_new_packets()
-                        .expect("the proxy speaks valid TLS");
-                }
                 let mut buf = [0u8; 16 * 1024];
                 loop {
-                    match conn.reader().read(&mut buf) {
-                        Ok(0) => {
-                            self.close_notify = true;
-                            break;
+                    if !input.is_empty() {
+                        conn.read_tls(&mut input).expect("the peer reads TLS");
+                        conn.process_new_packets()
+                            .expect("the proxy speaks valid TLS");
+                    }
+                    // What it decrypted, before more TLS (rustls holds
+                    // only so much plaintext).
+                    loop {
+                        match conn.reader().read(&mut buf) {
+                            Ok(0) => {
+                                self.close_notify = true;
+                                break;
+                            }
+                            Ok(n) => {
+                                self.got.extend_from_slice(&buf[..n]);
+                                moved = true;
+                            }
+                            Err(_) => break,
                         }
-                        Ok(n) => {
-                            self.got.extend_from_slice(&buf[..n]);
-                            moved = true;
-                        }
-                        Err(_) => break,
+                    }
+                    if input.is_empty() {
+                        break;
                     }
                 }
                 if !self.pending.is_empty() {
-                    conn.writer().write_all(&self.pending).unwrap();
-                    self.pending.clear();
+                    // As much as rustls buffers (64 KiB): the rest waits
+                    // for its records to be taken.
+                    let n = conn.writer().write(&self.pending).unwrap();
+                    self.pending.drain(..n);
                 }
                 let mut wire = Vec::new();
                 while conn.wants_write() {
@@ -135,6 +144,8 @@ pub(super) struct Options {
     pub(super) upstream_mute: bool,
     /// The proxy's own reply, first to the client (a CONNECT's 200).
     pub(super) reply: Vec<u8>,
+    /// TLS goes to the (in-memory) kernel after the handshakes.
+    pub(super) ktls: bool,
 }
 
 impl Options {
@@ -160,6 +171,7 @@ impl Options {
             upstream_tls: false,
             upstream_mute: false,
             reply: Vec::new(),
+            ktls: false,
         }
     }
 
@@ -215,13 +227,23 @@ impl Session {
         let fixture = needs_tls.then(Fixture::new);
         let host = Host::Domain(ORIGIN.into());
         let leaf = |f: &Fixture| ServerConfigs::new().for_leaf(f.minter.mint(&host).unwrap().key);
+        let offload = match options.ktls {
+            true => [
+                crate::tls::ktls::TLS_CIPHER_AES_GCM_128,
+                crate::tls::ktls::TLS_CIPHER_AES_GCM_256,
+                crate::tls::ktls::TLS_CIPHER_CHACHA20_POLY1305,
+            ]
+            .into_iter()
+            .fold(crate::tls::ktls::Support::NONE, |s, c| s.with(c)),
+            false => crate::tls::ktls::Support::NONE,
+        };
         let (client_link, client) = match &fixture {
             Some(f) if options.client_tls => {
                 let server = ServerConnection::new(leaf(f)).unwrap();
                 let layer = TlsLayer::server(server, Rx::new(RX_CHUNK), LayerLimits::default());
                 let name = ServerName::try_from(ORIGIN).unwrap();
                 let peer = ClientConnection::new(f.clients().config(), name).unwrap();
-                (Link::tls(layer), Peer::tls(peer.into()))
+                (Link::tls_offloading(layer, offload), Peer::tls(peer.into()))
             }
             _ => (Link::Plain, Peer::plain()),
         };
@@ -230,7 +252,7 @@ impl Session {
                 let layer =
                     TlsLayer::client(f.clients().config(), &host, LayerLimits::default()).unwrap();
                 let peer = ServerConnection::new(leaf(f)).unwrap();
-                (Link::tls(layer), Peer::tls(peer.into()))
+                (Link::tls_offloading(layer, offload), Peer::tls(peer.into()))
             }
             _ => (Link::Plain, Peer::plain()),
         };
@@ -316,6 +338,14 @@ impl Session {
     pub(super) fn upstream_close_notify(&mut self) {
         if let Some(conn) = &mut self.upstream.tls {
             conn.send_close_notify();
+        }
+        self.drive();
+    }
+
+    /// The upstream updates its TLS keys (a TLS 1.3 KeyUpdate).
+    pub(super) fn upstream_updates_keys(&mut self) {
+        if let Some(conn) = &mut self.upstream.tls {
+            conn.refresh_traffic_keys().unwrap();
         }
         self.drive();
     }
