@@ -56,7 +56,8 @@ impl Support {
         }
     }
 
-    /// Adds a cipher type (`TLS_CIPHER_*`) the kernel took.
+    /// Adds a cipher type (`TLS_CIPHER_*`) the kernel took (Linux's probe).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn with(self, cipher: u16) -> Support {
         Support {
             bits: self.bits | Support::bit(cipher),
@@ -220,7 +221,8 @@ fn raw_crypto_info(
 }
 
 /// Made-up TLS 1.3 keys of the right shape for `cipher`, for probing
-/// which ciphers the kernel takes.
+/// which ciphers the kernel takes (Linux's probe).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn probe_crypto_info(cipher: u16) -> CryptoInfo {
     let key_len = if cipher == TLS_CIPHER_AES_GCM_128 {
         16
