@@ -250,3 +250,74 @@ fn a_key_update_ends_only_its_session_and_names_the_fix() {
     download(&mut other, &target, 4 << 20);
     assert_eq!(small(&mut other, &target).unwrap(), "HTTP/1.1 200 OK");
 }
+
+/// Like [`config`], with the offload on or off.
+fn config_ktls(cas: &Cas, port: u16, ktls: bool) -> (TempDir, PathBuf) {
+    if ktls {
+        return config(cas, port);
+    }
+    let dir = TempDir::new("ktls-config");
+    let path = dir.0.join("portcullis.toml");
+    std::fs::write(&path, cas.terminate_config(port, "")).unwrap();
+    (dir, path)
+}
+
+/// A TLS session whose first plaintext, `early`, leaves in the same flight
+/// as the client's Finished (buffered by rustls until the handshake ends).
+fn pipelined_session(proxy: &ChildProxy, target: &str, ca: &TestCa, early: &[u8]) -> Tls {
+    let mut tcp = connect_via_http(proxy.addr, target);
+    tcp.set_read_timeout(Some(BULK)).unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut conn = ClientConnection::new(ca.client_config(&[b"http/1.1"]), name).unwrap();
+    conn.writer().write_all(early).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).unwrap();
+    }
+    while conn.wants_write() {
+        conn.write_tls(&mut tcp).unwrap();
+    }
+    StreamOwned::new(conn, tcp)
+}
+
+/// Reads one response with a Content-Length: its status line and body.
+fn response(tls: &mut Tls) -> std::io::Result<(String, Vec<u8>)> {
+    let head = String::from_utf8_lossy(&read_until_blank_line(tls)?).into_owned();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    tls.read_exact(&mut body)?;
+    Ok((head.lines().next().unwrap_or("").to_owned(), body))
+}
+
+/// A client that sends its request with its Finished and then half-closes
+/// TCP (a FIN, no close_notify) before the proxy hands its TLS to the
+/// kernel (the kernel takes the TLS ULP only on an established socket):
+/// it still gets its answer, as it does without the offload.
+#[test]
+fn a_client_half_closing_with_its_first_request_is_answered() {
+    if !kernel_has_tls() {
+        return;
+    }
+    for ktls in [false, true] {
+        let cas = Cas::new();
+        let origin = https_origin(&cas.upstream);
+        let (_dir, cfg) = config_ktls(&cas, origin.port(), ktls);
+        let proxy = if ktls {
+            start(&cfg)
+        } else {
+            ChildProxy::start(&["--config", cfg.to_str().unwrap()])
+        };
+        let target = format!("localhost:{}", origin.port());
+        let req = format!("GET /hello HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n");
+        let mut tls = pipelined_session(&proxy, &target, &cas.proxy, req.as_bytes());
+        tls.sock.shutdown(std::net::Shutdown::Write).unwrap();
+        let got = response(&mut tls);
+        assert!(
+            matches!(&got, Ok((s, _)) if s == "HTTP/1.1 200 OK"),
+            "ktls {ktls}: {got:?}"
+        );
+    }
+}
