@@ -84,6 +84,14 @@ impl Link {
             Some(suite) if s.offload.allows(suite) => {}
             _ => return,
         }
+        // The ULP first, while the rustls layer is still whole: a socket the
+        // kernel refuses it (the peer's FIN is in: ENOTCONN) keeps its TLS
+        // in user space rather than losing the session.
+        if let Err(e) = port.prepare_offload() {
+            log::debug!("kTLS: this side's TLS stays in user space ({e})");
+            s.offload = Support::NONE;
+            return;
+        }
         let Link::Tls(s) = std::mem::replace(self, Link::Plain) else {
             unreachable!("checked above");
         };

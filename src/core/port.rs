@@ -34,7 +34,15 @@ pub(crate) trait Port: Wire {
     fn connect_error(&mut self) -> Option<std::io::Error> {
         None
     }
-    /// Hands this side's TLS records to the kernel with these keys (kTLS):
+    /// Readies the transport for [`Port::offload_tls`] without changing
+    /// what it carries (the kernel's TLS ULP, no keys yet). `Err`: no
+    /// offload now (the kernel takes the ULP only on an established TCP
+    /// socket: not once the peer's FIN came in), and TLS stays ours.
+    fn prepare_offload(&mut self) -> std::io::Result<()> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+    /// After [`Port::prepare_offload`]: hands this side's TLS records to
+    /// the kernel with these keys (kTLS):
     /// from then on reads and writes carry plaintext. A transport that
     /// cannot says so, and the link above it fails.
     fn offload_tls(&mut self, _offload: &Offload) -> std::io::Result<()> {

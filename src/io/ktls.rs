@@ -45,15 +45,34 @@ fn setsockopt(fd: RawFd, level: i32, name: i32, value: &[u8]) -> io::Result<()> 
 /// Hands `fd`'s records to the kernel: the TLS ULP, then both directions'
 /// keys. A connected TCP socket whose TLS ends exactly where the kernel
 /// takes over; after it, the socket carries plaintext for us.
-#[cfg(target_os = "linux")]
 pub(crate) fn install(fd: RawFd, offload: &Offload) -> io::Result<()> {
-    setsockopt(fd, nix::libc::IPPROTO_TCP, sys::TCP_ULP, b"tls")?;
+    attach(fd)?;
+    install_keys(fd, offload)
+}
+
+/// The TLS ULP alone: until keys are installed the socket still carries
+/// the raw stream, so a refusal here leaves TLS where it was. The kernel
+/// takes the ULP only on an established socket (ENOTCONN once the peer's
+/// FIN came in).
+#[cfg(target_os = "linux")]
+pub(crate) fn attach(fd: RawFd) -> io::Result<()> {
+    setsockopt(fd, nix::libc::IPPROTO_TCP, sys::TCP_ULP, b"tls")
+}
+
+/// Both directions' keys, after [`attach`].
+#[cfg(target_os = "linux")]
+pub(crate) fn install_keys(fd: RawFd, offload: &Offload) -> io::Result<()> {
     setsockopt(fd, sys::SOL_TLS, sys::TLS_TX, offload.tx.bytes())?;
     setsockopt(fd, sys::SOL_TLS, sys::TLS_RX, offload.rx.bytes())
 }
 
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn install(_fd: RawFd, _offload: &Offload) -> io::Result<()> {
+pub(crate) fn attach(_fd: RawFd) -> io::Result<()> {
+    Err(io::ErrorKind::Unsupported.into())
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn install_keys(_fd: RawFd, _offload: &Offload) -> io::Result<()> {
     Err(io::ErrorKind::Unsupported.into())
 }
 

@@ -79,6 +79,9 @@ impl Port for Endpoint {
     fn connect_error(&mut self) -> Option<std::io::Error> {
         Endpoint::connect_error(self)
     }
+    fn prepare_offload(&mut self) -> std::io::Result<()> {
+        Endpoint::prepare_offload(self)
+    }
     fn offload_tls(&mut self, offload: &crate::tls::ktls::Offload) -> std::io::Result<()> {
         Endpoint::offload_tls(self, offload)
     }

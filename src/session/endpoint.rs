@@ -288,10 +288,17 @@ impl Endpoint {
         io
     }
 
-    /// Hands the socket's TLS to the kernel (see `crate::io::ktls`).
+    /// Attaches the kernel's TLS ULP, keys to follow (see `crate::io::ktls`).
+    pub(crate) fn prepare_offload(&mut self) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        crate::io::ktls::attach(self.stream.as_raw_fd())
+    }
+
+    /// Hands the socket's TLS to the kernel, after
+    /// [`Endpoint::prepare_offload`] (see `crate::io::ktls`).
     pub(crate) fn offload_tls(&mut self, offload: &crate::tls::ktls::Offload) -> io::Result<()> {
         use std::os::fd::AsRawFd;
-        crate::io::ktls::install(self.stream.as_raw_fd(), offload)?;
+        crate::io::ktls::install_keys(self.stream.as_raw_fd(), offload)?;
         self.offloaded = true;
         Ok(())
     }

@@ -250,3 +250,224 @@ fn a_key_update_ends_only_its_session_and_names_the_fix() {
     download(&mut other, &target, 4 << 20);
     assert_eq!(small(&mut other, &target).unwrap(), "HTTP/1.1 200 OK");
 }
+
+/// Like [`config`], with the offload on or off.
+fn config_ktls(cas: &Cas, port: u16, ktls: bool) -> (TempDir, PathBuf) {
+    if ktls {
+        return config(cas, port);
+    }
+    let dir = TempDir::new("ktls-config");
+    let path = dir.0.join("portcullis.toml");
+    std::fs::write(&path, cas.terminate_config(port, "")).unwrap();
+    (dir, path)
+}
+
+/// A TLS session whose first plaintext, `early`, leaves in the same flight
+/// as the client's Finished (buffered by rustls until the handshake ends).
+fn pipelined_session(proxy: &ChildProxy, target: &str, ca: &TestCa, early: &[u8]) -> Tls {
+    let mut tcp = connect_via_http(proxy.addr, target);
+    tcp.set_read_timeout(Some(BULK)).unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut conn = ClientConnection::new(ca.client_config(&[b"http/1.1"]), name).unwrap();
+    conn.writer().write_all(early).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).unwrap();
+    }
+    while conn.wants_write() {
+        conn.write_tls(&mut tcp).unwrap();
+    }
+    StreamOwned::new(conn, tcp)
+}
+
+/// Reads one response with a Content-Length: its status line and body.
+fn response(tls: &mut Tls) -> std::io::Result<(String, Vec<u8>)> {
+    let head = String::from_utf8_lossy(&read_until_blank_line(tls)?).into_owned();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    tls.read_exact(&mut body)?;
+    Ok((head.lines().next().unwrap_or("").to_owned(), body))
+}
+
+/// A client that sends its request with its Finished and then half-closes
+/// TCP (a FIN, no close_notify) before the proxy hands its TLS to the
+/// kernel (the kernel takes the TLS ULP only on an established socket):
+/// it still gets its answer, as it does without the offload.
+#[test]
+fn a_client_half_closing_with_its_first_request_is_answered() {
+    if !kernel_has_tls() {
+        return;
+    }
+    for ktls in [false, true] {
+        let cas = Cas::new();
+        let origin = https_origin(&cas.upstream);
+        let (_dir, cfg) = config_ktls(&cas, origin.port(), ktls);
+        let proxy = if ktls {
+            start(&cfg)
+        } else {
+            ChildProxy::start(&["--config", cfg.to_str().unwrap()])
+        };
+        let target = format!("localhost:{}", origin.port());
+        let req = format!("GET /hello HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n");
+        let mut tls = pipelined_session(&proxy, &target, &cas.proxy, req.as_bytes());
+        tls.sock.shutdown(std::net::Shutdown::Write).unwrap();
+        let got = response(&mut tls);
+        assert!(
+            matches!(&got, Ok((s, _)) if s == "HTTP/1.1 200 OK"),
+            "ktls {ktls}: {got:?}"
+        );
+    }
+}
+
+/// A request in the client's Finished flight, a 4 MiB body streamed right
+/// after it while the proxy hands off, and a pipelined download behind it:
+/// nothing lost or reordered at the hand-off.
+#[test]
+fn a_body_streamed_through_the_hand_off_and_a_pipelined_download_arrive_whole() {
+    if !kernel_has_tls() {
+        return;
+    }
+    const BODY: usize = 4 << 20;
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
+    let (_dir, cfg) = config(&cas, origin.port());
+    let proxy = start(&cfg);
+    let target = format!("localhost:{}", origin.port());
+    let mut first =
+        format!("POST /up HTTP/1.1\r\nHost: {target}\r\nContent-Length: {BODY}\r\n\r\n")
+            .into_bytes();
+    let body = DataGen::new(7).bytes(BODY);
+    first.extend_from_slice(&body[..16 * 1024]);
+    let mut tls = pipelined_session(&proxy, &target, &cas.proxy, &first);
+    let mut rest = body[16 * 1024..].to_vec();
+    rest.extend_from_slice(
+        format!("GET /bytes/{} HTTP/1.1\r\nHost: {target}\r\n\r\n", 1 << 20).as_bytes(),
+    );
+    tls.write_all(&rest).unwrap();
+    tls.flush().unwrap();
+    let (status, body) = response(&mut tls).unwrap();
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(body, b"POST /up\n");
+    let head = String::from_utf8(read_until_blank_line(&mut tls).unwrap()).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut got = vec![0u8; 1 << 20];
+    tls.read_exact(&mut got).unwrap();
+    let mut v = Verifier::new(1);
+    v.check(&got);
+    assert_eq!(v.first_mismatch, None, "the download differs");
+    assert_eq!(small(&mut tls, &target).unwrap(), "HTTP/1.1 200 OK");
+    eprintln!("stats after the streamed body: {:?}", proxy.stats());
+}
+
+/// An origin sending 64 session tickets (control records the kernel hands
+/// us, many arriving after the hand-off): dropped, the download byte-exact.
+#[test]
+fn many_upstream_session_tickets_are_dropped() {
+    if !kernel_has_tls() {
+        return;
+    }
+    let cas = Cas::new();
+    let mut server =
+        (*support::tls::origin_config(&cas.upstream, support::tls::OriginCert::Good)).clone();
+    server.send_tls13_tickets = 64;
+    let origin = https_origin_from(Arc::new(server));
+    let (_dir, cfg) = config(&cas, origin.port());
+    let proxy = start(&cfg);
+    let target = format!("localhost:{}", origin.port());
+    let mut tls = session(&proxy, &target, &cas.proxy);
+    download(&mut tls, &target, 2 << 20);
+    assert_eq!(small(&mut tls, &target).unwrap(), "HTTP/1.1 200 OK");
+    let st = proxy.stats();
+    assert_eq!(stat(&st, "tls_offloads"), 2, "{st:?}");
+}
+
+/// An origin that ends a close-delimited body with a TCP FIN and no
+/// close_notify: the client must not see a clean TLS end (that would make
+/// the cut-off body look complete).
+#[test]
+fn an_upstream_fin_without_close_notify_is_not_a_clean_end() {
+    if !kernel_has_tls() {
+        return;
+    }
+    let cas = Cas::new();
+    let server = support::tls::origin_config(&cas.upstream, support::tls::OriginCert::Good);
+    let origin = support::upstream::Server::start(move |tcp| {
+        let conn = rustls::ServerConnection::new(server.clone()).unwrap();
+        let mut tls = StreamOwned::new(conn, tcp);
+        if read_until_blank_line(&mut tls).is_err() {
+            return;
+        }
+        let _ = tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n");
+        let _ = tls.write_all(&vec![b'x'; 64 * 1024]);
+        let _ = tls.flush();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let _ = tls.sock.shutdown(std::net::Shutdown::Both);
+    });
+    let (_dir, cfg) = config(&cas, origin.port());
+    let proxy = start(&cfg);
+    let target = format!("localhost:{}", origin.port());
+    let mut tls = session(&proxy, &target, &cas.proxy);
+    write!(tls, "GET /cut HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
+    tls.flush().unwrap();
+    let head = String::from_utf8(read_until_blank_line(&mut tls).unwrap()).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut rest = Vec::new();
+    let end = tls.read_to_end(&mut rest);
+    assert!(
+        end.is_err(),
+        "a clean close after a truncated body ({} bytes)",
+        rest.len()
+    );
+    let st = proxy.stats();
+    assert_eq!(stat(&st, "tls_offloads"), 2, "{st:?}");
+}
+
+/// An origin that updates its TLS keys (which the kernel cannot follow):
+/// its session ends with a line naming the fix; another session goes on.
+#[test]
+fn an_upstream_key_update_ends_only_its_session() {
+    if !kernel_has_tls() {
+        return;
+    }
+    let cas = Cas::new();
+    let server = support::tls::origin_config(&cas.upstream, support::tls::OriginCert::Good);
+    let origin = support::upstream::Server::start(move |tcp| {
+        let conn = rustls::ServerConnection::new(server.clone()).unwrap();
+        let mut tls = StreamOwned::new(conn, tcp);
+        while let Ok(head) = read_until_blank_line(&mut tls) {
+            if String::from_utf8_lossy(&head).starts_with("GET /update") {
+                tls.conn.refresh_traffic_keys().unwrap();
+            }
+            if tls
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+                .is_err()
+                || tls.flush().is_err()
+            {
+                return;
+            }
+        }
+    });
+    let (_dir, cfg) = config(&cas, origin.port());
+    let proxy = start(&cfg);
+    let target = format!("localhost:{}", origin.port());
+    let mut other = session(&proxy, &target, &cas.proxy);
+    assert_eq!(small(&mut other, &target).unwrap(), "HTTP/1.1 200 OK");
+    let mut tls = session(&proxy, &target, &cas.proxy);
+    assert_eq!(small(&mut tls, &target).unwrap(), "HTTP/1.1 200 OK");
+    write!(tls, "GET /update HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
+    tls.flush().unwrap();
+    // The proxy answers the request itself (a 502) or just ends: never
+    // the origin's answer.
+    let got = response(&mut tls);
+    assert!(
+        !matches!(&got, Ok((s, _)) if s == "HTTP/1.1 200 OK"),
+        "a session the kernel cannot decrypt went on: {got:?}"
+    );
+    proxy.wait_for_line("the KeyUpdate's refusal", |l| {
+        l.contains("updated its TLS keys") && l.contains("ktls = false")
+    });
+    assert_eq!(small(&mut other, &target).unwrap(), "HTTP/1.1 200 OK");
+}
