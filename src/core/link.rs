@@ -67,7 +67,12 @@ impl Link {
     /// The transport carries this side's plaintext itself (plain, or kTLS),
     /// so bytes may be spliced to and from it.
     pub(crate) fn splices(&self) -> bool {
-        !matches!(self, Link::Tls(_))
+        match self {
+            Link::Plain => true,
+            Link::Tls(_) => false,
+            // A failed hand-off's socket carries nothing we may move raw.
+            Link::Kernel(k) => k.failed.is_none(),
+        }
     }
 
     /// Hands a quiet, finished TLS layer to the kernel when it may: the one
@@ -321,6 +326,9 @@ impl Kernel {
 
     /// Sends a pending close_notify, then the FIN.
     fn progress(&mut self, port: &mut impl Port) -> Result<bool, std::io::Error> {
+        if let Some(why) = &self.failed {
+            return Err(std::io::Error::other(why.clone()));
+        }
         if !self.fin_pending {
             return Ok(false);
         }

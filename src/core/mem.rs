@@ -43,6 +43,9 @@ pub(crate) struct MemPort {
     /// raw records it opens, and what the core writes is sealed.
     #[cfg(test)]
     pub(crate) kernel: Option<Box<crate::core::tests::kernel::KernelTls>>,
+    /// The "kernel" refuses the keys (as a setsockopt failing with ENOMEM).
+    #[cfg(test)]
+    pub(crate) refuse_keys: bool,
 }
 
 impl MemPort {
@@ -147,8 +150,20 @@ impl Port for MemPort {
         self.shut = true;
     }
     #[cfg(test)]
+    fn prepare_offload(&mut self) -> io::Result<()> {
+        // As the kernel: the ULP only on an established stream, not once
+        // the peer's FIN is in.
+        match self.fin || self.reset {
+            true => Err(io::ErrorKind::NotConnected.into()),
+            false => Ok(()),
+        }
+    }
+    #[cfg(test)]
     fn offload_tls(&mut self, offload: &crate::tls::ktls::Offload) -> io::Result<()> {
         assert!(self.kernel.is_none(), "a second hand-off");
+        if self.refuse_keys {
+            return Err(io::ErrorKind::OutOfMemory.into());
+        }
         self.kernel = Some(Box::new(crate::core::tests::kernel::KernelTls::new(
             offload,
         )));

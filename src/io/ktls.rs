@@ -44,7 +44,9 @@ fn setsockopt(fd: RawFd, level: i32, name: i32, value: &[u8]) -> io::Result<()> 
 
 /// Hands `fd`'s records to the kernel: the TLS ULP, then both directions'
 /// keys. A connected TCP socket whose TLS ends exactly where the kernel
-/// takes over; after it, the socket carries plaintext for us.
+/// takes over; after it, the socket carries plaintext for us. (The probe's;
+/// sessions attach first and install the keys once the layer gives them.)
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn install(fd: RawFd, offload: &Offload) -> io::Result<()> {
     attach(fd)?;
     install_keys(fd, offload)

@@ -164,3 +164,28 @@ fn a_key_update_ends_the_session() {
     );
     assert!(s.reason().is_some(), "the session went on");
 }
+
+/// Keys the kernel refuses (after the layer gave them up): the session
+/// closes at once (the log line has the reason), nothing is read or
+/// written raw, and the client gets a 502.
+#[test]
+fn a_refused_hand_off_closes_the_session() {
+    let mut s = Session::new(kernel());
+    s.uport.refuse_keys = true;
+    s.client_sends(get("/a"));
+    s.drive();
+    for _ in 0..10 {
+        if s.closed.is_some() {
+            break;
+        }
+        s.step();
+    }
+    assert!(s.reason().is_some(), "the session went on");
+    assert!(s.uport.kernel.is_none());
+    assert!(!s.upstream_text().contains("GET"), "a request went out raw");
+    assert!(
+        s.client_text().starts_with("HTTP/1.1 502"),
+        "{}",
+        s.client_text()
+    );
+}
