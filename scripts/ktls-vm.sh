@@ -246,6 +246,10 @@ ip link set lo up
 hostname ktls-vm
 # The kernel's crypto API loads gcm/chacha20poly1305 on demand through this.
 echo /bin/modprobe >/proc/sys/kernel/modprobe
+# The CPU's AES and GHASH, as a distribution loads them at boot (by CPU
+# feature): on demand the crypto API would take the generic C AES first.
+modprobe aesni_intel 2>/dev/null || true
+modprobe ghash_clmulni_intel 2>/dev/null || true
 EOF
     echo "krel=$(q "$krel")"
     echo "cwd=$(q "$caller_dir")"

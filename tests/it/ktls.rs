@@ -471,3 +471,73 @@ fn an_upstream_key_update_ends_only_its_session() {
     });
     assert_eq!(small(&mut other, &target).unwrap(), "HTTP/1.1 200 OK");
 }
+
+/// Not a test: the proxy's CPU for one terminated 256 MiB download with
+/// TLS in user space and with kTLS, and through a raw (not terminated)
+/// tunnel, in the same run. `scripts/ktls.sh measure` (in the VM here:
+/// under emulation the figures are only each other's measure).
+#[test]
+#[ignore = "measurement: scripts/ktls.sh measure prints it"]
+fn measure_terminated_download_cpu() {
+    if !kernel_has_tls() {
+        return;
+    }
+    const N: u64 = 256 << 20;
+    let cas = Cas::new();
+    let origin = https_origin(&cas.upstream);
+    let target = format!("localhost:{}", origin.port());
+    let run = |config: String, terminated: bool| {
+        let dir = TempDir::new("ktls-measure");
+        let path = dir.0.join("portcullis.toml");
+        std::fs::write(&path, config).unwrap();
+        let proxy = ChildProxy::start(&["--config", path.to_str().unwrap()]);
+        let ca = if terminated {
+            &cas.proxy
+        } else {
+            &cas.upstream
+        };
+        let mut tls = session(&proxy, &target, ca);
+        download(&mut tls, &target, 1 << 20);
+        let wakeups = stat(&proxy.stats(), "wakeups");
+        let before = proc_cpu_ticks(proxy.pid());
+        download(&mut tls, &target, N);
+        let ticks = proc_cpu_ticks(proxy.pid()) - before;
+        let st = proxy.stats();
+        let wakeups = stat(&st, "wakeups") - wakeups;
+        (ticks, stat(&st, "tls_offloads"), wakeups)
+    };
+    let user = run(cas.terminate_config(origin.port(), ""), true);
+    let kernel = run(
+        cas.terminate_config(origin.port(), "")
+            .replacen("[tls]\n", "[tls]\nktls = true\n", 1),
+        true,
+    );
+    let raw = run(
+        cas.terminate_config(origin.port(), "")
+            .replace("tls = \"terminate\"\n", ""),
+        false,
+    );
+    assert_eq!((user.1, kernel.1, raw.1), (0, 2, 0));
+    eprintln!(
+        "MEASURE wakeups per GiB: user-space {}, kTLS {}, raw {}",
+        user.2 * (1 << 30) / N,
+        kernel.2 * (1 << 30) / N,
+        raw.2 * (1 << 30) / N
+    );
+    // Which AES-GCM the kernel used (an emulated CPU may leave it the
+    // generic C one).
+    let crypto = std::fs::read_to_string("/proc/crypto").unwrap_or_default();
+    let drivers: Vec<&str> = crypto
+        .split("\n\n")
+        .filter(|b| b.contains("gcm(aes)"))
+        .filter_map(|b| b.lines().find(|l| l.starts_with("driver")))
+        .collect();
+    eprintln!("MEASURE kernel gcm(aes) drivers: {drivers:?}");
+    let per_gib = |t: u64| t as f64 / 100.0 * ((1u64 << 30) as f64 / N as f64);
+    eprintln!(
+        "MEASURE proxy CPU s/GiB: terminated user-space {:.2}, terminated kTLS {:.2}, raw tunnel {:.2}",
+        per_gib(user.0),
+        per_gib(kernel.0),
+        per_gib(raw.0)
+    );
+}
