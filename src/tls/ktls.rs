@@ -233,20 +233,35 @@ pub(crate) fn probe_crypto_info(cipher: u16) -> CryptoInfo {
         .expect("well-formed probe keys")
 }
 
-/// Where a byte stream of TLS records stands: inside a header, inside a
-/// record's body, or exactly between records.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct RecordCursor {
-    header: [u8; 5],
-    /// Header bytes seen of the record being started.
-    have: u8,
-    /// Body bytes still to come of the current record.
+/// A walk over a stream of length-prefixed units: an `H`-byte header
+/// whose bytes from `LEN_AT` on are the body's length (big-endian), then
+/// the body. TLS records are `Framing<5, 3>`, handshake messages
+/// `Framing<4, 1>`; either may be cut anywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Framing<const H: usize, const LEN_AT: usize> {
+    header: [u8; H],
+    /// Header bytes seen of the unit being started.
+    have: usize,
+    /// Body bytes still to come of the current unit.
     left: usize,
 }
 
-impl RecordCursor {
-    /// Follows `bytes`, the next of the stream.
-    pub(crate) fn advance(&mut self, mut bytes: &[u8]) {
+impl<const H: usize, const LEN_AT: usize> Framing<H, LEN_AT> {
+    const fn new() -> Self {
+        Framing {
+            header: [0; H],
+            have: 0,
+            left: 0,
+        }
+    }
+
+    /// Follows `bytes`, the next of the stream, showing `on_header` each
+    /// header as it completes; stops early with what it returns.
+    fn advance<T>(
+        &mut self,
+        mut bytes: &[u8],
+        mut on_header: impl FnMut(&[u8; H]) -> Option<T>,
+    ) -> Option<T> {
         while !bytes.is_empty() {
             if self.left > 0 {
                 let n = self.left.min(bytes.len());
@@ -254,22 +269,50 @@ impl RecordCursor {
                 bytes = &bytes[n..];
                 continue;
             }
-            let have = usize::from(self.have);
-            let n = (5 - have).min(bytes.len());
-            self.header[have..have + n].copy_from_slice(&bytes[..n]);
+            let n = (H - self.have).min(bytes.len());
+            self.header[self.have..self.have + n].copy_from_slice(&bytes[..n]);
             bytes = &bytes[n..];
-            if have + n == 5 {
-                self.left = usize::from(u16::from_be_bytes([self.header[3], self.header[4]]));
-                self.have = 0;
-            } else {
-                self.have = (have + n) as u8;
+            self.have += n;
+            if self.have < H {
+                continue;
+            }
+            self.have = 0;
+            self.left = self.header[LEN_AT..]
+                .iter()
+                .fold(0, |len, &b| len << 8 | usize::from(b));
+            if let Some(stop) = on_header(&self.header) {
+                return Some(stop);
             }
         }
+        None
+    }
+
+    /// The stream so far ends exactly where a unit ends.
+    fn at_boundary(&self) -> bool {
+        self.have == 0 && self.left == 0
+    }
+}
+
+/// Where a byte stream of TLS records stands: inside a header, inside a
+/// record's body, or exactly between records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecordCursor(Framing<5, 3>);
+
+impl Default for RecordCursor {
+    fn default() -> Self {
+        RecordCursor(Framing::new())
+    }
+}
+
+impl RecordCursor {
+    /// Follows `bytes`, the next of the stream.
+    pub(crate) fn advance(&mut self, bytes: &[u8]) {
+        self.0.advance(bytes, |_| None::<()>);
     }
 
     /// The stream so far ends exactly where a record ends.
     pub(crate) fn at_boundary(&self) -> bool {
-        self.have == 0 && self.left == 0
+        self.0.at_boundary()
     }
 }
 
@@ -289,13 +332,13 @@ pub(crate) enum Record {
 
 /// The control records after a hand-off, one socket's: a handshake message
 /// may span records, so its remaining length is kept between them.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Control {
-    /// Header bytes of the handshake message being started.
-    header: [u8; 4],
-    have: u8,
-    /// Body bytes still to come of the current handshake message.
-    left: usize,
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Control(Framing<4, 1>);
+
+impl Default for Control {
+    fn default() -> Self {
+        Control(Framing::new())
+    }
 }
 
 /// TLS handshake message types that may follow a finished handshake.
@@ -329,42 +372,17 @@ impl Control {
         }
     }
 
-    fn handshake(&mut self, mut bytes: &[u8]) -> Record {
-        while !bytes.is_empty() {
-            if self.left > 0 {
-                let n = self.left.min(bytes.len());
-                self.left -= n;
-                bytes = &bytes[n..];
-                continue;
-            }
-            let have = usize::from(self.have);
-            let n = (4 - have).min(bytes.len());
-            self.header[have..have + n].copy_from_slice(&bytes[..n]);
-            bytes = &bytes[n..];
-            if have + n < 4 {
-                self.have = (have + n) as u8;
-                continue;
-            }
-            self.have = 0;
-            let [kind, a, b, c] = self.header;
-            self.left = usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c);
-            match kind {
-                NEW_SESSION_TICKET => {}
-                KEY_UPDATE => {
-                    return Record::Fail(format!(
-                        "the peer updated its TLS keys, which kernel TLS cannot follow: {FIX}"
-                    ))
-                }
-                HELLO_REQUEST => {
-                    return Record::Fail("the peer asked to renegotiate (not supported)".into())
-                }
-                other => {
-                    return Record::Fail(format!(
-                        "a TLS handshake message of type {other} after the handshake"
-                    ))
-                }
-            }
-        }
-        Record::Skip
+    fn handshake(&mut self, bytes: &[u8]) -> Record {
+        let stop = self.0.advance(bytes, |&[kind, ..]| match kind {
+            NEW_SESSION_TICKET => None,
+            KEY_UPDATE => Some(format!(
+                "the peer updated its TLS keys, which kernel TLS cannot follow: {FIX}"
+            )),
+            HELLO_REQUEST => Some("the peer asked to renegotiate (not supported)".into()),
+            other => Some(format!(
+                "a TLS handshake message of type {other} after the handshake"
+            )),
+        });
+        stop.map_or(Record::Skip, Record::Fail)
     }
 }

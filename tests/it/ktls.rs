@@ -50,6 +50,33 @@ fn start(path: &std::path::Path) -> ChildProxy {
     proxy
 }
 
+/// An HTTPS origin (the upstream CA's good certificate) that runs
+/// `script` on each connection's TLS stream.
+fn scripted_origin(
+    cas: &Cas,
+    script: impl Fn(&mut StreamOwned<rustls::ServerConnection, TcpStream>) + Send + Sync + 'static,
+) -> support::upstream::Server {
+    let config = support::tls::origin_config(&cas.upstream, support::tls::OriginCert::Good);
+    support::upstream::Server::start(move |tcp| {
+        let conn = rustls::ServerConnection::new(config.clone()).unwrap();
+        script(&mut StreamOwned::new(conn, tcp));
+    })
+}
+
+/// A proxy with kTLS terminating TLS to the origin on `port`: its config
+/// directory, the proxy, and the tunnel's target.
+fn proxy_for(cas: &Cas, port: u16) -> (TempDir, ChildProxy, String) {
+    let (dir, cfg) = config(cas, port);
+    (dir, start(&cfg), format!("localhost:{port}"))
+}
+
+/// `n` sides were handed to the kernel.
+#[track_caller]
+fn assert_offloads(proxy: &ChildProxy, n: u64) {
+    let st = proxy.stats();
+    assert_eq!(stat(&st, "tls_offloads"), n, "{st:?}");
+}
+
 /// A TLS session to `target` through a CONNECT tunnel, trusting `ca`.
 fn session(proxy: &ChildProxy, target: &str, ca: &TestCa) -> Tls {
     let tcp = connect_via_http(proxy.addr, target);
@@ -103,9 +130,7 @@ fn a_terminated_download_goes_through_the_kernel_byte_exact() {
     }
     let cas = Cas::new();
     let origin = https_origin(&cas.upstream);
-    let (_dir, cfg) = config(&cas, origin.port());
-    let proxy = start(&cfg);
-    let target = format!("localhost:{}", origin.port());
+    let (_dir, proxy, target) = proxy_for(&cas, origin.port());
     let mut tls = session(&proxy, &target, &cas.proxy);
     download(&mut tls, &target, 24 << 20);
     assert_eq!(small(&mut tls, &target).unwrap(), "HTTP/1.1 200 OK");
@@ -147,9 +172,7 @@ fn tls12_upstream_and_chacha_client_go_through_the_kernel() {
         .unwrap();
     server.alpn_protocols = vec![b"http/1.1".to_vec()];
     let origin = https_origin_from(Arc::new(server));
-    let (_dir, cfg) = config(&cas, origin.port());
-    let proxy = start(&cfg);
-    let target = format!("localhost:{}", origin.port());
+    let (_dir, proxy, target) = proxy_for(&cas, origin.port());
     // The client offers ChaCha20 only.
     let mut provider = rustls::crypto::ring::default_provider();
     provider
@@ -171,8 +194,7 @@ fn tls12_upstream_and_chacha_client_go_through_the_kernel() {
         tls.conn.negotiated_cipher_suite().unwrap().suite(),
         rustls::CipherSuite::TLS13_CHACHA20_POLY1305_SHA256
     );
-    let st = proxy.stats();
-    assert_eq!(stat(&st, "tls_offloads"), 2, "{st:?}");
+    assert_offloads(&proxy, 2);
 }
 
 /// A WebSocket inside terminated TLS after both sides went to the kernel:
@@ -188,9 +210,7 @@ fn a_websocket_inside_kernel_tls_is_relayed_byte_exact() {
     const MSG: usize = 1 << 20;
     let cas = Cas::new();
     let origin = https_origin(&cas.upstream);
-    let (_dir, cfg) = config(&cas, origin.port());
-    let proxy = start(&cfg);
-    let target = format!("localhost:{}", origin.port());
+    let (_dir, proxy, target) = proxy_for(&cas, origin.port());
     let tls = session(&proxy, &target, &cas.proxy);
     let url = format!("wss://{target}/ws");
     let (mut ws, resp): (WebSocket<_>, _) =
@@ -232,9 +252,7 @@ fn a_key_update_ends_only_its_session_and_names_the_fix() {
     }
     let cas = Cas::new();
     let origin = https_origin(&cas.upstream);
-    let (_dir, cfg) = config(&cas, origin.port());
-    let proxy = start(&cfg);
-    let target = format!("localhost:{}", origin.port());
+    let (_dir, proxy, target) = proxy_for(&cas, origin.port());
     let mut other = session(&proxy, &target, &cas.proxy);
     assert_eq!(small(&mut other, &target).unwrap(), "HTTP/1.1 200 OK");
     let mut tls = session(&proxy, &target, &cas.proxy);
@@ -333,9 +351,7 @@ fn a_body_streamed_through_the_hand_off_and_a_pipelined_download_arrive_whole() 
     const BODY: usize = 4 << 20;
     let cas = Cas::new();
     let origin = https_origin(&cas.upstream);
-    let (_dir, cfg) = config(&cas, origin.port());
-    let proxy = start(&cfg);
-    let target = format!("localhost:{}", origin.port());
+    let (_dir, proxy, target) = proxy_for(&cas, origin.port());
     let mut first =
         format!("POST /up HTTP/1.1\r\nHost: {target}\r\nContent-Length: {BODY}\r\n\r\n")
             .into_bytes();
@@ -374,14 +390,11 @@ fn many_upstream_session_tickets_are_dropped() {
         (*support::tls::origin_config(&cas.upstream, support::tls::OriginCert::Good)).clone();
     server.send_tls13_tickets = 64;
     let origin = https_origin_from(Arc::new(server));
-    let (_dir, cfg) = config(&cas, origin.port());
-    let proxy = start(&cfg);
-    let target = format!("localhost:{}", origin.port());
+    let (_dir, proxy, target) = proxy_for(&cas, origin.port());
     let mut tls = session(&proxy, &target, &cas.proxy);
     download(&mut tls, &target, 2 << 20);
     assert_eq!(small(&mut tls, &target).unwrap(), "HTTP/1.1 200 OK");
-    let st = proxy.stats();
-    assert_eq!(stat(&st, "tls_offloads"), 2, "{st:?}");
+    assert_offloads(&proxy, 2);
 }
 
 /// An origin that ends a close-delimited body with a TCP FIN and no
@@ -393,11 +406,8 @@ fn an_upstream_fin_without_close_notify_is_not_a_clean_end() {
         return;
     }
     let cas = Cas::new();
-    let server = support::tls::origin_config(&cas.upstream, support::tls::OriginCert::Good);
-    let origin = support::upstream::Server::start(move |tcp| {
-        let conn = rustls::ServerConnection::new(server.clone()).unwrap();
-        let mut tls = StreamOwned::new(conn, tcp);
-        if read_until_blank_line(&mut tls).is_err() {
+    let origin = scripted_origin(&cas, |tls| {
+        if read_until_blank_line(tls).is_err() {
             return;
         }
         let _ = tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n");
@@ -406,9 +416,7 @@ fn an_upstream_fin_without_close_notify_is_not_a_clean_end() {
         std::thread::sleep(std::time::Duration::from_millis(500));
         let _ = tls.sock.shutdown(std::net::Shutdown::Both);
     });
-    let (_dir, cfg) = config(&cas, origin.port());
-    let proxy = start(&cfg);
-    let target = format!("localhost:{}", origin.port());
+    let (_dir, proxy, target) = proxy_for(&cas, origin.port());
     let mut tls = session(&proxy, &target, &cas.proxy);
     write!(tls, "GET /cut HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
     tls.flush().unwrap();
@@ -421,8 +429,7 @@ fn an_upstream_fin_without_close_notify_is_not_a_clean_end() {
         "a clean close after a truncated body ({} bytes)",
         rest.len()
     );
-    let st = proxy.stats();
-    assert_eq!(stat(&st, "tls_offloads"), 2, "{st:?}");
+    assert_offloads(&proxy, 2);
 }
 
 /// An origin that updates its TLS keys (which the kernel cannot follow):
@@ -433,11 +440,8 @@ fn an_upstream_key_update_ends_only_its_session() {
         return;
     }
     let cas = Cas::new();
-    let server = support::tls::origin_config(&cas.upstream, support::tls::OriginCert::Good);
-    let origin = support::upstream::Server::start(move |tcp| {
-        let conn = rustls::ServerConnection::new(server.clone()).unwrap();
-        let mut tls = StreamOwned::new(conn, tcp);
-        while let Ok(head) = read_until_blank_line(&mut tls) {
+    let origin = scripted_origin(&cas, |tls| {
+        while let Ok(head) = read_until_blank_line(tls) {
             if String::from_utf8_lossy(&head).starts_with("GET /update") {
                 tls.conn.refresh_traffic_keys().unwrap();
             }
@@ -450,9 +454,7 @@ fn an_upstream_key_update_ends_only_its_session() {
             }
         }
     });
-    let (_dir, cfg) = config(&cas, origin.port());
-    let proxy = start(&cfg);
-    let target = format!("localhost:{}", origin.port());
+    let (_dir, proxy, target) = proxy_for(&cas, origin.port());
     let mut other = session(&proxy, &target, &cas.proxy);
     assert_eq!(small(&mut other, &target).unwrap(), "HTTP/1.1 200 OK");
     let mut tls = session(&proxy, &target, &cas.proxy);
