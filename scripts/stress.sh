@@ -5,4 +5,5 @@
 # (scripts/test.sh and CI call this). Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test "$@" --test it -- --ignored
+# (The one other ignored test is a measurement: scripts/ktls.sh measure.)
+cargo test "$@" --test it -- --ignored --skip ktls::measure
