@@ -260,9 +260,10 @@ impl Link {
 
 impl Link {
     /// A kTLS side whose next record is not data (a splice stopped at it):
-    /// reads just that record and handles it. `WouldBlock` when it was
-    /// handled and reading may go on; `Eof` for a close_notify; data where
-    /// a control record was due fails the side, as nothing may carry it.
+    /// reads just that record and handles it. `Progress(0)` when it was
+    /// handled and splicing may go on (the socket keeps its readiness);
+    /// `Eof` for a close_notify; data where a control record was due fails
+    /// the side, as nothing may carry it.
     /// (Only splice stops at one: Linux.)
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn read_control(&mut self, port: &mut impl Port) -> Io {

@@ -331,13 +331,27 @@ pub(crate) enum Record {
 }
 
 /// The control records after a hand-off, one socket's: a handshake message
-/// may span records, so its remaining length is kept between them.
+/// may span records, so its remaining length is kept between them; and how
+/// many were skipped, since a peer streaming tickets or warnings would
+/// otherwise keep a read loop (and the reactor) busy for as long as it
+/// sends.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Control(Framing<4, 1>);
+pub(crate) struct Control {
+    messages: Framing<4, 1>,
+    skipped: u32,
+}
+
+/// Control records a side may send after the hand-off before it is taken
+/// for an attack: servers send a few session tickets (rustls 2 to 4,
+/// OpenSSL 2), warnings are rarer still.
+pub(crate) const MAX_SKIPPED: u32 = 1024;
 
 impl Default for Control {
     fn default() -> Self {
-        Control(Framing::new())
+        Control {
+            messages: Framing::new(),
+            skipped: 0,
+        }
     }
 }
 
@@ -353,6 +367,19 @@ pub(crate) const FIX: &str = "set ktls = false in [tls] (or drop --ktls)";
 impl Control {
     /// Classifies one record of type `kind` whose payload is `payload`.
     pub(crate) fn on_record(&mut self, kind: u8, payload: &[u8]) -> Record {
+        let record = self.classify(kind, payload);
+        if record == Record::Skip {
+            self.skipped += 1;
+            if self.skipped > MAX_SKIPPED {
+                return Record::Fail(format!(
+                    "the peer sent more than {MAX_SKIPPED} control records after the handshake"
+                ));
+            }
+        }
+        record
+    }
+
+    fn classify(&mut self, kind: u8, payload: &[u8]) -> Record {
         match kind {
             APPLICATION_DATA => Record::Data,
             ALERT => match payload {
@@ -373,7 +400,7 @@ impl Control {
     }
 
     fn handshake(&mut self, bytes: &[u8]) -> Record {
-        let stop = self.0.advance(bytes, |&[kind, ..]| match kind {
+        let stop = self.messages.advance(bytes, |&[kind, ..]| match kind {
             NEW_SESSION_TICKET => None,
             KEY_UPDATE => Some(format!(
                 "the peer updated its TLS keys, which kernel TLS cannot follow: {FIX}"

@@ -215,3 +215,23 @@ fn support_allows_only_the_probed_ciphers() {
     assert!(!Support::NONE.allows(S::TLS13_AES_128_GCM_SHA256));
     assert_eq!(s.names(), ["AES-128-GCM"]);
 }
+
+/// A peer streaming tickets (or warnings) is cut off after MAX_SKIPPED
+/// records rather than keeping a read loop busy for as long as it sends.
+#[test]
+fn endless_control_records_fail_the_side() {
+    use crate::tls::ktls::MAX_SKIPPED;
+    let mut c = Control::default();
+    for i in 0..MAX_SKIPPED {
+        let r = if i % 2 == 0 {
+            c.on_record(HANDSHAKE, &[4, 0, 0, 1, 0])
+        } else {
+            c.on_record(ALERT, &[1, 90])
+        };
+        assert_eq!(r, Record::Skip, "{i}");
+    }
+    assert!(matches!(
+        c.on_record(HANDSHAKE, &[4, 0, 0, 1, 0]),
+        Record::Fail(w) if w.contains("control records")
+    ));
+}
