@@ -50,6 +50,15 @@ fn start(path: &std::path::Path) -> ChildProxy {
     proxy
 }
 
+/// How many of `pid`'s fds are pipes.
+fn pipe_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l.to_string_lossy().starts_with("pipe:"))
+        .count()
+}
+
 /// An HTTPS origin (the upstream CA's good certificate) that runs
 /// `script` on each connection's TLS stream.
 fn scripted_origin(
@@ -217,6 +226,7 @@ fn a_websocket_inside_kernel_tls_is_relayed_byte_exact() {
         tungstenite::client::client_with_config(url.as_str(), tls, Some(ws_config()))
             .expect("the WebSocket handshake through the proxy");
     assert_eq!(resp.status(), 101);
+    let pipes_before = pipe_fds(proxy.pid());
     let mut gen = DataGen::new(0x6b746c73);
     let mut sent = Verifier::new(0x6b746c73);
     let mut back = 0usize;
@@ -231,6 +241,13 @@ fn a_websocket_inside_kernel_tls_is_relayed_byte_exact() {
     let st = proxy.stats();
     assert_eq!(stat(&st, "tls_offloads"), 2, "{st:?}");
     assert_eq!(stat(&st, "upgrades"), 1, "{st:?}");
+    // Both sides' TLS in the kernel: the bulk relay took its splice pipes
+    // (two fds each), which it keeps while the tunnel is open.
+    let pipes = pipe_fds(proxy.pid());
+    assert!(
+        pipes >= pipes_before + 2,
+        "no splice pipes: {pipes_before} pipe fds before, {pipes} after"
+    );
     let _ = ws.close(None);
     let _ = ws.flush();
     let tls = ws.get_mut();
